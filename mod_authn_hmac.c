@@ -1,0 +1,404 @@
+/*
+ * mod_authn_hmac.c: httpd glue for the "hmac" authn provider.
+ *
+ * A credential is checked against the htpasswd file once (bcrypt, apr1,
+ * SHA1 or crypt, through apr_password_validate); then a peppered HMAC of it
+ * is kept in shared memory, and later requests skip the slow hash. The core
+ * (src/) does the work; this file holds the module record, the directives,
+ * the hooks and the provider.
+ */
+#include "httpd.h"
+#include "http_config.h"
+#include "http_core.h"
+#include "http_log.h"
+#include "http_protocol.h"
+#include "http_request.h"
+#include "ap_provider.h"
+#include "mod_auth.h"
+#include "util_mutex.h"
+
+#include "apr_md5.h"
+#include "apr_shm.h"
+#include "apr_strings.h"
+
+#include <stdlib.h>
+#include <bsd/string.h>
+
+#include "authn_hmac.h"
+
+module AP_MODULE_DECLARE_DATA authn_hmac_module;
+
+
+#define D_USERFILE "AuthHMACUserFile"
+#define D_TTL "AuthHMACCacheTTL"
+#define D_PEPPER "AuthHMACPepperFile"
+#define D_SIZE "AuthHMACCacheSize"
+
+#define MUTEX_TYPE "authn-hmac-shm"
+#define NOTE "authn-hmac"
+#define STATUS_HANDLER "authn-hmac-status"
+
+#define DEFAULT_SIZE ((uint64_t)4 << 20)
+#define MIN_SIZE ((uint64_t)16 << 10)
+#define MAX_SIZE ((uint64_t)1 << 30)
+#define DEFAULT_TTL 300
+#define MAX_TTL (7 * 86400)
+
+typedef struct {
+    authn_hmac_userfile_t *uf; /* shared by every section naming the file */
+    const char *scope;         /* canonical path: keeps two files apart */
+    apr_interval_time_t ttl;
+    int ttl_set;
+} dir_conf;
+
+/* Server-wide state: one pepper and one shared segment serve every vhost,
+ * so these directives are global only. Reset on each configuration read. */
+static struct {
+    authn_hmac_secret_t *pepper; /* from AuthHMACPepperFile, else random */
+    uint64_t size;
+    apr_hash_t *userfiles; /* path -> authn_hmac_userfile_t */
+    authn_hmac_mac_t *mac;
+    apr_global_mutex_t *mutex;
+    apr_shm_t *shm;
+    authn_hmac_table_t *table;
+} g;
+
+/* ------------------------------------------------------------ directives */
+
+static void *create_dir_conf(apr_pool_t *p, char *dir)
+{
+    dir_conf *c = apr_pcalloc(p, sizeof(*c));
+
+    (void)dir;
+    c->ttl = apr_time_from_sec(DEFAULT_TTL);
+    return c;
+}
+
+static void *merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
+{
+    dir_conf *base = basev, *add = addv, *c = apr_pcalloc(p, sizeof(*c));
+
+    c->uf = add->uf ? add->uf : base->uf;
+    c->scope = add->uf ? add->scope : base->scope;
+    c->ttl_set = add->ttl_set || base->ttl_set;
+    c->ttl = add->ttl_set ? add->ttl : base->ttl;
+    return c;
+}
+
+static const char *set_userfile(cmd_parms *cmd, void *dc, const char *arg)
+{
+    dir_conf *c = dc;
+    const char *path = ap_server_root_relative(cmd->pool, arg);
+    char *real;
+
+    if (!path)
+        return apr_pstrcat(cmd->pool, D_USERFILE ": invalid path '", arg,
+                           "' (a path to an htpasswd file)", NULL);
+    c->uf = apr_hash_get(g.userfiles, path, APR_HASH_KEY_STRING);
+    if (!c->uf) {
+        c->uf = authn_hmac_userfile_make(path, cmd->pool);
+        apr_hash_set(g.userfiles, path, APR_HASH_KEY_STRING, c->uf);
+    }
+    /* A file that does not exist yet is scoped by its absolute path; at
+     * request time it is a 500, as with mod_authn_file. */
+    real = realpath(path, NULL);
+    c->scope = real ? apr_pstrdup(cmd->pool, real) : path;
+    free(real);
+    return NULL;
+}
+
+static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
+{
+    dir_conf *c = dc;
+    uint64_t v;
+    const char *err = authn_hmac_parse_seconds(arg, &v);
+
+    if (!err && v > MAX_TTL)
+        err = "too long";
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            D_TTL ": '%s' is %s (seconds from 0 to %d, with an "
+                            "optional unit s, m, h or d; 0 turns caching off)",
+                            arg, err, MAX_TTL);
+    c->ttl = apr_time_from_sec((apr_time_t)v);
+    c->ttl_set = 1;
+    return NULL;
+}
+
+static const char *set_pepper(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    const char *path = ap_server_root_relative(cmd->pool, arg);
+
+    (void)dc;
+    if (err)
+        return err;
+    if (!path)
+        return apr_pstrcat(cmd->pool, D_PEPPER ": invalid path '", arg, "'",
+                           NULL);
+    err = authn_hmac_secret_read(&g.pepper, path, AUTHN_HMAC_PEPPER_MIN,
+                                 AUTHN_HMAC_SECRET_MAX, cmd->pool);
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            D_PEPPER ": %s (a file of %d to %d random bytes, "
+                            "mode 0600 or 0400, owned by root)",
+                            err, AUTHN_HMAC_PEPPER_MIN, AUTHN_HMAC_SECRET_MAX);
+    return NULL;
+}
+
+static const char *set_size(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    uint64_t v;
+
+    (void)dc;
+    if (err)
+        return err;
+    err = authn_hmac_parse_size(arg, &v);
+    if (!err && v != 0 && (v < MIN_SIZE || v > MAX_SIZE))
+        err = "out of range";
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            D_SIZE ": '%s' is %s (bytes with an optional unit "
+                            "K, M or G, from 16K to 1G; 0 turns the "
+                            "shared-memory cache off)",
+                            arg, err);
+    g.size = v;
+    return NULL;
+}
+
+static const command_rec cmds[] = {
+    AP_INIT_TAKE1(D_USERFILE, set_userfile, NULL, RSRC_CONF | ACCESS_CONF,
+                  "the htpasswd file to check credentials against"),
+    AP_INIT_TAKE1(D_TTL, set_ttl, NULL, RSRC_CONF | ACCESS_CONF,
+                  "how long a verified credential is cached, in seconds "
+                  "(default 300)"),
+    AP_INIT_TAKE1(D_PEPPER, set_pepper, NULL, RSRC_CONF,
+                  "file holding the secret pepper (default: random per start)"),
+    AP_INIT_TAKE1(D_SIZE, set_size, NULL, RSRC_CONF,
+                  "shared-memory cache size (default 4M)"),
+    {NULL}};
+
+/* ----------------------------------------------------------------- hooks */
+
+static int pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
+{
+    (void)plog;
+    (void)ptemp;
+    memset(&g, 0, sizeof(g));
+    g.size = DEFAULT_SIZE;
+    g.userfiles = apr_hash_make(pconf);
+    return ap_mutex_register(pconf, MUTEX_TYPE, NULL, APR_LOCK_DEFAULT, 0);
+}
+
+/* Anonymous shared memory, or a named segment in the runtime dir where the
+ * platform has no anonymous kind. Released with pconf. */
+static apr_status_t make_shm(apr_pool_t *pconf, apr_size_t size)
+{
+    const char *fname;
+    apr_status_t rv = apr_shm_create(&g.shm, size, NULL, pconf);
+
+    if (rv != APR_ENOTIMPL)
+        return rv;
+    fname = ap_runtime_dir_relative(pconf, "authn_hmac.shm");
+    if (!fname)
+        return APR_EINVAL;
+    apr_shm_remove(fname, pconf);
+    return apr_shm_create(&g.shm, size, fname, pconf);
+}
+
+static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
+                       server_rec *s)
+{
+    apr_size_t size = authn_hmac_table_size((size_t)g.size);
+    apr_status_t rv;
+
+    (void)plog;
+    (void)ptemp;
+    /* NB: the first pass at startup only tests the configuration. */
+    if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG)
+        return OK;
+    if (!g.pepper) {
+        rv = authn_hmac_secret_random(&g.pepper, AUTHN_HMAC_PEPPER_MIN, pconf);
+        if (rv != APR_SUCCESS) {
+            ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                         "authn_hmac: cannot generate a random pepper");
+            return HTTP_INTERNAL_SERVER_ERROR;
+        }
+        ap_log_error(APLOG_MARK, APLOG_INFO, 0, s,
+                     "authn_hmac: no " D_PEPPER " set; using a random pepper "
+                     "for this start (the cache starts empty)");
+    }
+    rv = authn_hmac_mac_create(&g.mac, g.pepper, pconf);
+    if (rv != APR_SUCCESS) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                     "authn_hmac: OpenSSL has no HMAC-SHA256");
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+    rv = ap_global_mutex_create(&g.mutex, NULL, MUTEX_TYPE, NULL, s, pconf, 0);
+    if (rv != APR_SUCCESS)
+        return HTTP_INTERNAL_SERVER_ERROR; /* httpd has logged why */
+    rv = make_shm(pconf, size);
+    if (rv != APR_SUCCESS) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                     "authn_hmac: cannot create %" APR_SIZE_T_FMT
+                     " bytes of shared memory (" D_SIZE ")",
+                     size);
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+    authn_hmac_table_format(apr_shm_baseaddr_get(g.shm), size, apr_time_now());
+    g.table = authn_hmac_table_attach(apr_shm_baseaddr_get(g.shm), g.mutex,
+                                      pconf);
+    ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
+                 "authn_hmac: shared-memory cache of %" APR_SIZE_T_FMT " bytes",
+                 size);
+    return OK;
+}
+
+static void child_init(apr_pool_t *pchild, server_rec *s)
+{
+    apr_hash_index_t *hi;
+    apr_status_t rv;
+
+    if (!g.mutex)
+        return;
+    rv = apr_global_mutex_child_init(&g.mutex,
+                                     apr_global_mutex_lockfile(g.mutex), pchild);
+    if (rv != APR_SUCCESS)
+        ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                     "authn_hmac: cannot attach the cache mutex in this child");
+    for (hi = apr_hash_first(pchild, g.userfiles); hi; hi = apr_hash_next(hi)) {
+        rv = authn_hmac_userfile_child_init(apr_hash_this_val(hi), pchild);
+        if (rv != APR_SUCCESS)
+            ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                         "authn_hmac: cannot set up the htpasswd index");
+    }
+}
+
+/* -------------------------------------------------------------- provider */
+
+static void log_bad_line(void *baton, unsigned lineno, const char *why)
+{
+    request_rec *r = baton;
+    dir_conf *c = ap_get_module_config(r->per_dir_config, &authn_hmac_module);
+
+    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
+                  "authn_hmac: %s line %u %s; line skipped", c->scope, lineno,
+                  why);
+}
+
+static authn_status done(request_rec *r, const char *note, authn_status st)
+{
+    apr_table_setn(r->notes, NOTE, note);
+    return st;
+}
+
+static authn_status check_password(request_rec *r, const char *user,
+                                   const char *password)
+{
+    dir_conf *c = ap_get_module_config(r->per_dir_config, &authn_hmac_module);
+    unsigned char key[AUTHN_HMAC_KEY_LEN];
+    const char *hash = NULL;
+    size_t hash_len = 0;
+    apr_time_t t0, t1;
+    int have_key;
+    apr_status_t rv;
+
+    if (!c->uf || !g.table) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
+                      "authn_hmac: AuthBasicProvider hmac needs " D_USERFILE);
+        return done(r, "error", AUTH_GENERAL_ERROR);
+    }
+    rv = authn_hmac_userfile_lookup(c->uf, user, &hash, &hash_len, log_bad_line,
+                                    r, r->pool);
+    if (rv == APR_NOTFOUND) {
+        authn_hmac_table_count(g.table, AUTHN_HMAC_C_UNKNOWN_USER, 1);
+        return done(r, "unknown-user", AUTH_USER_NOT_FOUND);
+    }
+    if (rv != APR_SUCCESS) {
+        authn_hmac_table_count(g.table, AUTHN_HMAC_C_ERRORS, 1);
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r,
+                      "authn_hmac: could not open password file: %s", c->scope);
+        return done(r, "error", AUTH_GENERAL_ERROR);
+    }
+
+    t0 = apr_time_now();
+    have_key = c->ttl > 0 &&
+               authn_hmac_mac_compute(g.mac, c->scope, strlen(c->scope), user,
+                                      strlen(user), password, strlen(password),
+                                      hash, hash_len, key) == APR_SUCCESS;
+    if (have_key && authn_hmac_table_lookup(g.table, key, t0, c->ttl)) {
+        explicit_bzero(key, sizeof(key));
+        authn_hmac_table_count(g.table, AUTHN_HMAC_C_HITS, 1);
+        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "authn_hmac: cache hit");
+        return done(r, "hit", AUTH_GRANTED);
+    }
+    authn_hmac_table_count(g.table, AUTHN_HMAC_C_MISSES, 1);
+
+    rv = apr_password_validate(password, hash);
+    t1 = apr_time_now();
+    authn_hmac_table_count(g.table, AUTHN_HMAC_C_VERIFICATIONS, 1);
+    authn_hmac_table_count(g.table, AUTHN_HMAC_C_VERIFY_USEC,
+                           (uint64_t)(t1 - t0));
+    if (rv != APR_SUCCESS) {
+        explicit_bzero(key, sizeof(key));
+        authn_hmac_table_count(g.table, AUTHN_HMAC_C_DENIED, 1);
+        return done(r, "denied", AUTH_DENIED);
+    }
+    if (have_key)
+        authn_hmac_table_store(g.table, key, t1, t1 + c->ttl);
+    explicit_bzero(key, sizeof(key));
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
+                  "authn_hmac: verified in %" APR_TIME_T_FMT " us, cached",
+                  t1 - t0);
+    return done(r, "verified", AUTH_GRANTED);
+}
+
+static const authn_provider provider = {check_password, NULL};
+
+/* ---------------------------------------------------------------- status */
+
+static int status_handler(request_rec *r)
+{
+    authn_hmac_stats_t st;
+    apr_time_t now = apr_time_now();
+    int json;
+
+    if (!r->handler || strcmp(r->handler, STATUS_HANDLER))
+        return DECLINED;
+    r->allowed = AP_METHOD_BIT << M_GET;
+    if (r->method_number != M_GET)
+        return HTTP_METHOD_NOT_ALLOWED;
+    if (!g.table)
+        return HTTP_SERVICE_UNAVAILABLE;
+    json = authn_hmac_status_wants_json(r->args);
+    ap_set_content_type(r, json ? "application/json"
+                                : "text/plain; charset=utf-8");
+    apr_table_setn(r->headers_out, "Cache-Control", "no-store");
+    if (r->header_only)
+        return OK;
+    authn_hmac_table_stats(g.table, now, &st);
+    ap_rputs(authn_hmac_status_format(&st, json, now, r->pool), r);
+    return OK;
+}
+
+static void register_hooks(apr_pool_t *p)
+{
+    ap_register_auth_provider(p, AUTHN_PROVIDER_GROUP, "hmac",
+                              AUTHN_PROVIDER_VERSION, &provider,
+                              AP_AUTH_INTERNAL_PER_CONF);
+    ap_hook_pre_config(pre_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_post_config(post_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_child_init(child_init, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_handler(status_handler, NULL, NULL, APR_HOOK_MIDDLE);
+}
+
+AP_DECLARE_MODULE(authn_hmac) = {
+    STANDARD20_MODULE_STUFF,
+    create_dir_conf,
+    merge_dir_conf,
+    NULL,
+    NULL,
+    cmds,
+    register_hooks,
+    AP_MODULE_FLAG_NONE};

@@ -1,0 +1,242 @@
+/* htpasswd.c: an in-memory index of an htpasswd file, and the per-process
+ * view that rebuilds it when the file changes. */
+#include "authn_hmac.h"
+
+#include <string.h>
+
+#include <apr_file_info.h>
+#include <apr_file_io.h>
+#include <apr_hash.h>
+#include <apr_lib.h>
+#include <apr_strings.h>
+
+struct authn_hmac_htpasswd {
+    apr_hash_t *users; /* user -> entry_t */
+    unsigned bad;
+};
+
+typedef struct {
+    const char *hash;
+    size_t len;
+} entry_t;
+
+/* One line, trimmed as ap_cfg_getline trims; returns NULL or why it is bad. */
+static const char *parse_line(apr_hash_t *users, char *l, size_t len,
+                              apr_pool_t *p)
+{
+    char *colon, *end = l + len;
+    entry_t *e;
+
+    while (l < end && apr_isspace(*l))
+        l++;
+    while (end > l && apr_isspace(end[-1]))
+        end--;
+    if (l == end || *l == '#')
+        return NULL;
+    if (memchr(l, '\0', (size_t)(end - l)))
+        return "contains a NUL byte";
+    colon = memchr(l, ':', (size_t)(end - l));
+    if (!colon)
+        return "has no ':' separator";
+    if (colon == l)
+        return "has an empty user name";
+    if (colon + 1 == end)
+        return "has an empty password hash";
+    *colon = '\0';
+    *end = '\0';
+    if (apr_hash_get(users, l, (apr_ssize_t)(colon - l)))
+        return NULL; /* the first line for a user wins */
+    e = apr_palloc(p, sizeof(*e));
+    e->hash = colon + 1;
+    e->len = (size_t)(end - (colon + 1));
+    apr_hash_set(users, l, (apr_ssize_t)(colon - l), e);
+    return NULL;
+}
+
+apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
+                                       size_t len, authn_hmac_badline_fn bad,
+                                       void *baton, apr_pool_t *p)
+{
+    authn_hmac_htpasswd_t *idx = apr_pcalloc(p, sizeof(*idx));
+    char *pos = buf, *end = buf + len;
+    unsigned lineno = 0;
+
+    idx->users = apr_hash_make(p);
+    while (pos < end) {
+        char *nl = memchr(pos, '\n', (size_t)(end - pos));
+        size_t l = nl ? (size_t)(nl - pos) : (size_t)(end - pos);
+        const char *why;
+
+        lineno++;
+        /* NB: the terminator written by parse_line lands on the '\n' (or
+         * the byte past the buffer, which callers reserve). */
+        why = parse_line(idx->users, pos, l, p);
+        if (why) {
+            idx->bad++;
+            if (bad)
+                bad(baton, lineno, why);
+        }
+        pos += l + 1;
+    }
+    *out = idx;
+    return APR_SUCCESS;
+}
+
+const char *authn_hmac_htpasswd_get(const authn_hmac_htpasswd_t *idx,
+                                    const char *user, size_t *hash_len)
+{
+    const entry_t *e = apr_hash_get(idx->users, user, APR_HASH_KEY_STRING);
+
+    if (!e)
+        return NULL;
+    *hash_len = e->len;
+    return e->hash;
+}
+
+unsigned authn_hmac_htpasswd_count(const authn_hmac_htpasswd_t *idx)
+{
+    return apr_hash_count(idx->users);
+}
+
+unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx)
+{
+    return idx->bad;
+}
+
+/* ------------------------------------------------------ per-process view */
+
+#define USERFILE_WANTED                                                        \
+    (APR_FINFO_TYPE | APR_FINFO_SIZE | APR_FINFO_MTIME | APR_FINFO_CTIME |     \
+     APR_FINFO_IDENT)
+
+/* A file modified this close to the moment we read it may change again
+ * within the same timestamp; such an index is read once more later. */
+#define RACY_WINDOW apr_time_from_sec(1)
+
+struct authn_hmac_userfile {
+    const char *path;
+    apr_pool_t *pool;         /* per process; parent of each index's pool */
+    apr_thread_mutex_t *lock; /* guards everything below */
+    apr_pool_t *idx_pool;
+    authn_hmac_htpasswd_t *idx;
+    apr_finfo_t st; /* the file as it was when idx was read */
+    int racy;
+};
+
+authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path, apr_pool_t *p)
+{
+    authn_hmac_userfile_t *uf = apr_pcalloc(p, sizeof(*uf));
+
+    uf->path = apr_pstrdup(p, path);
+    return uf;
+}
+
+apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
+                                            apr_pool_t *pchild)
+{
+    apr_status_t rv = apr_pool_create(&uf->pool, pchild);
+
+    if (rv == APR_SUCCESS)
+        rv = apr_thread_mutex_create(&uf->lock, APR_THREAD_MUTEX_DEFAULT,
+                                     uf->pool);
+    return rv;
+}
+
+static int same_file(const apr_finfo_t *a, const apr_finfo_t *b)
+{
+    return a->device == b->device && a->inode == b->inode &&
+           a->size == b->size && a->mtime == b->mtime && a->ctime == b->ctime;
+}
+
+/* Reads and indexes the file; called with uf->lock held. On failure the old
+ * index is dropped so that nothing stale can be used. */
+static apr_status_t rebuild(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
+                            void *baton)
+{
+    apr_pool_t *np = NULL;
+    apr_file_t *f = NULL;
+    apr_finfo_t st;
+    apr_size_t got;
+    char *buf;
+    apr_status_t rv;
+
+    if (uf->idx_pool)
+        apr_pool_destroy(uf->idx_pool);
+    uf->idx_pool = NULL;
+    uf->idx = NULL;
+
+    rv = apr_pool_create(&np, uf->pool);
+    if (rv != APR_SUCCESS)
+        return rv;
+    rv = apr_file_open(&f, uf->path, APR_FOPEN_READ, APR_OS_DEFAULT, np);
+    if (rv == APR_SUCCESS)
+        rv = apr_file_info_get(&st, USERFILE_WANTED, f);
+    if (rv == APR_INCOMPLETE)
+        rv = APR_SUCCESS;
+    if (rv == APR_SUCCESS && st.filetype != APR_REG)
+        rv = APR_EBADF;
+    if (rv == APR_SUCCESS && (apr_uint64_t)st.size > ((apr_uint64_t)1 << 30))
+        rv = APR_ENOSPC; /* 1 GiB of users is not an htpasswd file */
+    if (rv != APR_SUCCESS)
+        goto done;
+    buf = apr_palloc(np, (apr_size_t)st.size + 1);
+    got = (apr_size_t)st.size;
+    rv = apr_file_read_full(f, buf, got, &got);
+    if (rv == APR_EOF)
+        rv = APR_SUCCESS; /* shrank since fstat: the next stat sees it */
+    if (rv != APR_SUCCESS)
+        goto done;
+    buf[got] = '\0';
+    rv = authn_hmac_htpasswd_parse(&uf->idx, buf, got, bad, baton, np);
+    if (rv != APR_SUCCESS)
+        goto done;
+    uf->st = st;
+    uf->racy = apr_time_now() - st.mtime < RACY_WINDOW;
+    uf->idx_pool = np;
+    np = NULL;
+done:
+    if (f)
+        apr_file_close(f);
+    if (np) {
+        uf->idx = NULL;
+        apr_pool_destroy(np);
+    }
+    return rv;
+}
+
+apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
+                                        const char *user, const char **hash,
+                                        size_t *hash_len,
+                                        authn_hmac_badline_fn bad, void *baton,
+                                        apr_pool_t *p)
+{
+    apr_finfo_t now;
+    const char *h;
+    size_t hl = 0;
+    apr_status_t rv;
+
+    /* NB: stat before taking the lock; a change racing with this request is
+     * seen by the next one. */
+    rv = apr_stat(&now, uf->path, USERFILE_WANTED, p);
+    if (rv == APR_INCOMPLETE)
+        rv = APR_SUCCESS;
+    if (rv != APR_SUCCESS)
+        return rv;
+    apr_thread_mutex_lock(uf->lock);
+    if (!uf->idx || !same_file(&uf->st, &now) ||
+        (uf->racy && apr_time_now() - now.mtime >= RACY_WINDOW)) {
+        rv = rebuild(uf, bad, baton);
+    }
+    if (rv == APR_SUCCESS) {
+        h = authn_hmac_htpasswd_get(uf->idx, user, &hl);
+        if (h) {
+            *hash = apr_pstrmemdup(p, h, hl);
+            *hash_len = hl;
+        }
+        else {
+            rv = APR_NOTFOUND;
+        }
+    }
+    apr_thread_mutex_unlock(uf->lock);
+    return rv;
+}

@@ -1,0 +1,136 @@
+/* secret.c: secrets (pepper, later the Redis password) kept out of core
+ * dumps and swap, and wiped when no longer needed. */
+#include "authn_hmac.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <apr_general.h>
+#include <apr_strings.h>
+#include <bsd/string.h>
+
+typedef struct {
+    authn_hmac_secret_t pub;
+    size_t maplen;
+} secret_page_t;
+
+/* Wipes and unmaps the page when the owning pool goes. */
+static apr_status_t secret_cleanup(void *data)
+{
+    secret_page_t *s = data;
+
+    if (s->pub.data) {
+        explicit_bzero(s->pub.data, s->maplen);
+        munlock(s->pub.data, s->maplen);
+        munmap(s->pub.data, s->maplen);
+        s->pub.data = NULL;
+    }
+    return APR_SUCCESS;
+}
+
+/* A zeroed page (or more) for `len` bytes, locked and excluded from dumps
+ * where the kernel allows it (both are best effort). */
+static apr_status_t secret_alloc(secret_page_t **out, size_t len, apr_pool_t *p)
+{
+    long pagesz = sysconf(_SC_PAGESIZE);
+    secret_page_t *s = apr_pcalloc(p, sizeof(*s));
+    void *m;
+
+    if (pagesz <= 0)
+        pagesz = 4096;
+    s->maplen = ((len + (size_t)pagesz - 1) / (size_t)pagesz) * (size_t)pagesz;
+    if (s->maplen == 0)
+        s->maplen = (size_t)pagesz;
+    m = mmap(NULL, s->maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+             -1, 0);
+    if (m == MAP_FAILED)
+        return errno;
+#ifdef MADV_DONTDUMP
+    (void)madvise(m, s->maplen, MADV_DONTDUMP);
+#endif
+    (void)mlock(m, s->maplen);
+    s->pub.data = m;
+    s->pub.len = len;
+    apr_pool_cleanup_register(p, s, secret_cleanup, apr_pool_cleanup_null);
+    *out = s;
+    return APR_SUCCESS;
+}
+
+const char *authn_hmac_secret_read(authn_hmac_secret_t **out, const char *path,
+                                   size_t min, size_t max, apr_pool_t *p)
+{
+    struct stat st;
+    secret_page_t *s = NULL;
+    const char *err = NULL;
+    size_t got = 0;
+    int fd;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return apr_psprintf(p, "cannot open '%s': %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        err = apr_psprintf(p, "cannot stat '%s': %s", path, strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        err = apr_psprintf(p, "'%s' is not a regular file", path);
+        goto done;
+    }
+    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+        err = apr_psprintf(p, "'%s' is accessible by group or others "
+                              "(mode %04o; it must be 0600 or 0400)",
+                           path, (unsigned)(st.st_mode & 07777));
+        goto done;
+    }
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+        err = apr_psprintf(p, "'%s' must be owned by root or by the user "
+                              "starting httpd (uid %lu), not uid %lu",
+                           path, (unsigned long)geteuid(),
+                           (unsigned long)st.st_uid);
+        goto done;
+    }
+    if ((size_t)st.st_size < min || (size_t)st.st_size > max) {
+        err = apr_psprintf(p, "'%s' holds %lu bytes; it must hold %lu to %lu",
+                           path, (unsigned long)st.st_size, (unsigned long)min,
+                           (unsigned long)max);
+        goto done;
+    }
+    if (secret_alloc(&s, (size_t)st.st_size, p) != APR_SUCCESS) {
+        err = "cannot allocate memory for the secret";
+        goto done;
+    }
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, s->pub.data + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            err = apr_psprintf(p, "cannot read '%s': %s", path,
+                               n < 0 ? strerror(errno) : "file shrank");
+            goto done;
+        }
+        got += (size_t)n;
+    }
+    *out = &s->pub;
+done:
+    if (err && s)
+        secret_cleanup(s);
+    close(fd);
+    return err;
+}
+
+apr_status_t authn_hmac_secret_random(authn_hmac_secret_t **out, size_t len,
+                                      apr_pool_t *p)
+{
+    secret_page_t *s;
+    apr_status_t rv = secret_alloc(&s, len, p);
+
+    if (rv == APR_SUCCESS)
+        rv = apr_generate_random_bytes(s->pub.data, len);
+    if (rv == APR_SUCCESS)
+        *out = &s->pub;
+    return rv;
+}

@@ -1,0 +1,222 @@
+/* table.c: the shared-memory cache of credential MACs.
+ *
+ * A set-associative table of fixed 64-byte slots in one shared segment.
+ * Readers never lock: each slot carries a sequence counter (a seqlock), so a
+ * lookup reads a consistent copy or retries. Writers are rare (one per
+ * successful bcrypt) and serialize on a global mutex. Entries hold only a
+ * MAC and two times: no user, password or hash.
+ */
+#include "authn_hmac.h"
+
+#include <string.h>
+
+#include <bsd/string.h>
+#include <openssl/crypto.h>
+
+#define TABLE_MAGIC 0x61686d6163740001ULL /* "ahmact", layout 1 */
+#define WAYS 8                            /* slots per set */
+#define READ_TRIES 64                     /* then treat the slot as a miss */
+
+typedef struct {
+    uint32_t seq; /* odd while a writer is inside */
+    uint32_t unused;
+    int64_t stored;  /* apr_time_t; 0 = empty */
+    int64_t expires; /* apr_time_t */
+    uint64_t key[4];
+    uint64_t pad;
+} slot_t;
+
+typedef struct {
+    uint64_t magic;
+    uint64_t nsets;
+    uint64_t size;
+    int64_t started;
+    char pad0[32];
+    uint64_t counter[AUTHN_HMAC_C_COUNT];
+    char pad1[64 - (AUTHN_HMAC_C_COUNT * 8) % 64];
+} header_t;
+
+#define HEADER_SIZE ((sizeof(header_t) + 63) & ~(size_t)63)
+
+struct authn_hmac_table {
+    header_t *hdr;
+    slot_t *slots;
+    uint64_t nsets;
+    apr_global_mutex_t *mutex;
+};
+
+typedef char slot_is_64_bytes[sizeof(slot_t) == 64 ? 1 : -1];
+
+size_t authn_hmac_table_size(size_t budget)
+{
+    size_t set = WAYS * sizeof(slot_t);
+
+    if (budget == 0)
+        return HEADER_SIZE;
+    if (budget < HEADER_SIZE + set)
+        return HEADER_SIZE + set;
+    return HEADER_SIZE + (budget - HEADER_SIZE) / set * set;
+}
+
+apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now)
+{
+    header_t *h = base;
+
+    if (size < HEADER_SIZE)
+        return APR_EINVAL;
+    memset(base, 0, size);
+    h->nsets = (size - HEADER_SIZE) / (WAYS * sizeof(slot_t));
+    h->size = size;
+    h->started = now;
+    h->magic = TABLE_MAGIC;
+    return APR_SUCCESS;
+}
+
+authn_hmac_table_t *authn_hmac_table_attach(void *base,
+                                            apr_global_mutex_t *mutex,
+                                            apr_pool_t *p)
+{
+    authn_hmac_table_t *t;
+    header_t *h = base;
+
+    if (h->magic != TABLE_MAGIC)
+        return NULL;
+    t = apr_pcalloc(p, sizeof(*t));
+    t->hdr = h;
+    t->slots = (slot_t *)((char *)base + HEADER_SIZE);
+    t->nsets = h->nsets;
+    t->mutex = mutex;
+    return t;
+}
+
+/* First slot of the set for key; the MAC is uniform, so its first word is a
+ * good hash that no client can steer without the pepper. */
+static slot_t *set_for(authn_hmac_table_t *t, const unsigned char *key)
+{
+    uint64_t w;
+
+    memcpy(&w, key, sizeof(w));
+    return t->slots + (w % t->nsets) * WAYS;
+}
+
+/* Copies a slot consistently; 0 if a writer kept it busy too long. */
+static int slot_read(const slot_t *s, slot_t *copy)
+{
+    int i, k;
+
+    for (i = 0; i < READ_TRIES; i++) {
+        uint32_t s1 = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+
+        if (s1 & 1)
+            continue;
+        copy->stored = __atomic_load_n(&s->stored, __ATOMIC_RELAXED);
+        copy->expires = __atomic_load_n(&s->expires, __ATOMIC_RELAXED);
+        for (k = 0; k < 4; k++)
+            copy->key[k] = __atomic_load_n(&s->key[k], __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) == s1)
+            return 1;
+    }
+    return 0;
+}
+
+/* Writes a slot; the caller holds the writers' mutex. */
+static void slot_write(slot_t *s, const unsigned char *key, apr_time_t stored,
+                       apr_time_t expires)
+{
+    uint32_t seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
+    uint64_t k[4];
+    int i;
+
+    memcpy(k, key, sizeof(k));
+    __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&s->stored, stored, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->expires, expires, __ATOMIC_RELAXED);
+    for (i = 0; i < 4; i++)
+        __atomic_store_n(&s->key[i], k[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+int authn_hmac_table_lookup(authn_hmac_table_t *t,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            apr_time_t now, apr_interval_time_t ttl)
+{
+    slot_t *set, copy;
+    int i, found = 0;
+
+    if (t->nsets == 0)
+        return 0;
+    set = set_for(t, key);
+    for (i = 0; i < WAYS; i++) {
+        if (!slot_read(&set[i], &copy) || copy.stored == 0)
+            continue;
+        if (CRYPTO_memcmp(copy.key, key, AUTHN_HMAC_KEY_LEN) == 0 &&
+            copy.expires > now && copy.stored + ttl > now && copy.stored <= now)
+            found = 1;
+    }
+    explicit_bzero(&copy, sizeof(copy));
+    return found;
+}
+
+apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
+                                    const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                                    apr_time_t now, apr_time_t expires)
+{
+    slot_t *set, *victim = NULL;
+    apr_status_t rv;
+    int i;
+
+    if (t->nsets == 0 || expires <= now)
+        return APR_SUCCESS;
+    if (t->mutex && (rv = apr_global_mutex_lock(t->mutex)) != APR_SUCCESS)
+        return rv;
+    set = set_for(t, key);
+    /* The same key, else an empty slot, else an expired one, else the
+     * oldest. Under the mutex no one else writes, so plain reads are safe. */
+    for (i = 0; i < WAYS && !victim; i++)
+        if (set[i].stored &&
+            CRYPTO_memcmp(set[i].key, key, AUTHN_HMAC_KEY_LEN) == 0)
+            victim = &set[i];
+    for (i = 0; i < WAYS && !victim; i++)
+        if (set[i].stored == 0)
+            victim = &set[i];
+    for (i = 0; i < WAYS && !victim; i++)
+        if (set[i].expires <= now)
+            victim = &set[i];
+    if (!victim) {
+        victim = &set[0];
+        for (i = 1; i < WAYS; i++)
+            if (set[i].stored < victim->stored)
+                victim = &set[i];
+        authn_hmac_table_count(t, AUTHN_HMAC_C_EVICTIONS, 1);
+    }
+    slot_write(victim, key, now, expires);
+    authn_hmac_table_count(t, AUTHN_HMAC_C_STORES, 1);
+    if (t->mutex)
+        apr_global_mutex_unlock(t->mutex);
+    return APR_SUCCESS;
+}
+
+void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
+                            uint64_t delta)
+{
+    __atomic_fetch_add(&t->hdr->counter[c], delta, __ATOMIC_RELAXED);
+}
+
+void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
+                            authn_hmac_stats_t *out)
+{
+    uint64_t i, n = t->nsets * WAYS;
+    int c;
+
+    memset(out, 0, sizeof(*out));
+    for (c = 0; c < AUTHN_HMAC_C_COUNT; c++)
+        out->counter[c] = __atomic_load_n(&t->hdr->counter[c], __ATOMIC_RELAXED);
+    for (i = 0; i < n; i++)
+        if (__atomic_load_n(&t->slots[i].expires, __ATOMIC_RELAXED) > now)
+            out->entries++;
+    out->slots = n;
+    out->bytes = t->hdr->size;
+    out->started = t->hdr->started;
+}

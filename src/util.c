@@ -1,0 +1,103 @@
+/* util.c: parsers for directive values and the status query, and the
+ * status rendering. */
+#include "authn_hmac.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <apr_lib.h>
+#include <apr_strings.h>
+
+/* Parses digits then an optional one-letter unit from units/mults. */
+static const char *parse_scaled(const char *arg, const char *units,
+                                const uint64_t *mults, uint64_t *out)
+{
+    const char *p = arg, *u;
+    uint64_t v = 0, m = 1;
+
+    if (!arg || !apr_isdigit(*p))
+        return "not a number";
+    for (; apr_isdigit(*p); p++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return "too large";
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (*p) {
+        if (p[1] || !(u = strchr(units, apr_tolower(*p))))
+            return "unknown unit";
+        m = mults[u - units];
+    }
+    if (v && m > UINT64_MAX / v)
+        return "too large";
+    *out = v * m;
+    return NULL;
+}
+
+const char *authn_hmac_parse_size(const char *arg, uint64_t *out)
+{
+    static const uint64_t mults[] = {1024, 1024 * 1024, 1024 * 1024 * 1024};
+
+    return parse_scaled(arg, "kmg", mults, out);
+}
+
+const char *authn_hmac_parse_seconds(const char *arg, uint64_t *out)
+{
+    static const uint64_t mults[] = {1, 60, 3600, 86400};
+
+    return parse_scaled(arg, "smhd", mults, out);
+}
+
+int authn_hmac_status_wants_json(const char *args)
+{
+    const char *p = args;
+
+    while (p && *p) {
+        size_t n = strcspn(p, "&;");
+        size_t k = strcspn(p, "=&;");
+
+        if (k > n)
+            k = n;
+        if (k == 4 && memcmp(p, "json", 4) == 0)
+            return 1;
+        p += n;
+        if (*p)
+            p++;
+    }
+    return 0;
+}
+
+static const char *const counter_names[AUTHN_HMAC_C_COUNT] = {
+    "hits",   "misses", "verifications", "verify_usec", "denied",
+    "unknown_user", "errors", "stores", "evictions"};
+
+const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
+                                     apr_time_t now, apr_pool_t *p)
+{
+    const char *name[AUTHN_HMAC_C_COUNT + 5];
+    uint64_t val[AUTHN_HMAC_C_COUNT + 5];
+    uint64_t v = s->counter[AUTHN_HMAC_C_VERIFICATIONS];
+    const char *out = json ? "{" : "";
+    int c, n = 0;
+
+    for (c = 0; c < AUTHN_HMAC_C_COUNT; c++, n++) {
+        name[n] = counter_names[c];
+        val[n] = s->counter[c];
+    }
+    name[n] = "verify_avg_usec";
+    val[n++] = v ? s->counter[AUTHN_HMAC_C_VERIFY_USEC] / v : 0;
+    name[n] = "entries";
+    val[n++] = s->entries;
+    name[n] = "slots";
+    val[n++] = s->slots;
+    name[n] = "cache_bytes";
+    val[n++] = s->bytes;
+    name[n] = "uptime_sec";
+    val[n++] = now > s->started ? (uint64_t)apr_time_sec(now - s->started) : 0;
+    for (c = 0; c < n; c++)
+        out = json ? apr_psprintf(p, "%s%s\n  \"%s\": %" APR_UINT64_T_FMT, out,
+                                  c ? "," : "", name[c], val[c])
+                   : apr_psprintf(p, "%s%s: %" APR_UINT64_T_FMT "\n", out,
+                                  name[c], val[c]);
+    return json ? apr_pstrcat(p, out, "\n}\n", NULL) : out;
+}

@@ -1,0 +1,184 @@
+/* Unit tests: the htpasswd parser and the per-process index. */
+#include "authn_hmac.h"
+#include "unit.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#include <apr_strings.h>
+
+typedef struct {
+    unsigned lines[16];
+    unsigned n;
+} bad_t;
+
+static void note_bad(void *baton, unsigned lineno, const char *why)
+{
+    bad_t *b = baton;
+
+    if (b->n < 16)
+        b->lines[b->n++] = lineno;
+    CHECK(why && *why);
+}
+
+/* Parses a copy of s (with the spare byte the parser may write). */
+static authn_hmac_htpasswd_t *parse(apr_pool_t *p, const char *s, size_t len,
+                                    bad_t *bad)
+{
+    char *buf = apr_palloc(p, len + 1);
+    authn_hmac_htpasswd_t *idx = NULL;
+
+    memcpy(buf, s, len);
+    memset(bad, 0, sizeof(*bad));
+    CHECK(authn_hmac_htpasswd_parse(&idx, buf, len, note_bad, bad, p) ==
+          APR_SUCCESS);
+    return idx;
+}
+
+static int has(authn_hmac_htpasswd_t *idx, const char *user, const char *hash)
+{
+    size_t len = 0;
+    const char *h = authn_hmac_htpasswd_get(idx, user, &len);
+
+    return h && len == strlen(hash) && memcmp(h, hash, len) == 0 &&
+           h[len] == '\0';
+}
+
+static void test_odd_lines(apr_pool_t *p)
+{
+    static const char f[] = "# comment\n"
+                            "\n"
+                            "alice:$2y$05$aaa\n"
+                            "no-colon-here\n"
+                            ":$2y$05$nouser\n"
+                            "emptyhash:\n"
+                            "  bob:{SHA}xyz=  \n"
+                            "nul\0user:x\n"
+                            "alice:$2y$05$second\n"
+                            "carol:$apr1$s$h:extra\n"
+                            "   \n";
+    bad_t bad;
+    authn_hmac_htpasswd_t *idx = parse(p, f, sizeof(f) - 1, &bad);
+
+    CHECK(has(idx, "alice", "$2y$05$aaa")); /* first line wins */
+    CHECK(has(idx, "bob", "{SHA}xyz="));
+    CHECK(has(idx, "carol", "$apr1$s$h:extra")); /* as mod_authn_file */
+    CHECK(authn_hmac_htpasswd_count(idx) == 3);
+    CHECK(bad.n == 4);
+    CHECK(bad.lines[0] == 4 && bad.lines[1] == 5 && bad.lines[2] == 6 &&
+          bad.lines[3] == 8);
+    CHECK(authn_hmac_htpasswd_bad_lines(idx) == 4);
+    CHECK(!has(idx, "no-colon-here", ""));
+    CHECK(authn_hmac_htpasswd_get(idx, "", &(size_t){0}) == NULL);
+}
+
+static void test_crlf_and_no_final_newline(apr_pool_t *p)
+{
+    static const char f[] = "alice:hashA\r\nbob:hashB\r\ncarol:hashC";
+    bad_t bad;
+    authn_hmac_htpasswd_t *idx = parse(p, f, sizeof(f) - 1, &bad);
+
+    CHECK(has(idx, "alice", "hashA"));
+    CHECK(has(idx, "bob", "hashB"));
+    CHECK(has(idx, "carol", "hashC"));
+    CHECK(bad.n == 0);
+}
+
+static void test_empty_file(apr_pool_t *p)
+{
+    bad_t bad;
+    authn_hmac_htpasswd_t *idx = parse(p, "", 0, &bad);
+
+    CHECK(authn_hmac_htpasswd_count(idx) == 0);
+    CHECK(authn_hmac_htpasswd_get(idx, "x", &(size_t){0}) == NULL);
+}
+
+static void test_ten_thousand_users(apr_pool_t *p)
+{
+    char *f = apr_palloc(p, 10000 * 40), *w = f;
+    bad_t bad;
+    authn_hmac_htpasswd_t *idx;
+    int i, found = 0;
+
+    for (i = 0; i < 10000; i++)
+        w += sprintf(w, "user%05d:$2y$05$hash%05d\n", i, i);
+    idx = parse(p, f, (size_t)(w - f), &bad);
+    CHECK(authn_hmac_htpasswd_count(idx) == 10000);
+    for (i = 0; i < 10000; i++) {
+        char u[16], h[32];
+
+        sprintf(u, "user%05d", i);
+        sprintf(h, "$2y$05$hash%05d", i);
+        found += has(idx, u, h);
+    }
+    CHECK(found == 10000);
+    CHECK(!has(idx, "user10000", "$2y$05$hash10000"));
+    CHECK(bad.n == 0);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The per-process view notices every change and never serves a stale or
+ * missing file. */
+static void test_userfile_follows_file(apr_pool_t *p)
+{
+    char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
+    const char *path, *hash = NULL;
+    authn_hmac_userfile_t *uf;
+    size_t len = 0;
+    bad_t bad;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:AAAA\nbob:BBBB\n");
+    uf = authn_hmac_userfile_make(path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    memset(&bad, 0, sizeof(bad));
+    CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
+                                     p) == APR_SUCCESS &&
+          strcmp(hash, "AAAA") == 0);
+    CHECK(authn_hmac_userfile_lookup(uf, "zed", &hash, &len, note_bad, &bad,
+                                     p) == APR_NOTFOUND);
+    /* Same size, new content, at once: seen on the very next lookup. */
+    write_text(path, "alice:CCCC\nbob:BBBB\n");
+    CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
+                                     p) == APR_SUCCESS &&
+          strcmp(hash, "CCCC") == 0);
+    /* A user removed. */
+    write_text(path, "bob:BBBB\n");
+    CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
+                                     p) == APR_NOTFOUND);
+    /* The file gone: an error, not the old index. */
+    unlink(path);
+    CHECK(authn_hmac_userfile_lookup(uf, "bob", &hash, &len, note_bad, &bad,
+                                     p) != APR_SUCCESS);
+    write_text(path, "bob:DDDD\nbad line\n");
+    CHECK(authn_hmac_userfile_lookup(uf, "bob", &hash, &len, note_bad, &bad,
+                                     p) == APR_SUCCESS &&
+          strcmp(hash, "DDDD") == 0);
+    CHECK(bad.n == 1 && bad.lines[0] == 2);
+    /* The bad line is reported once per read of the file, not per lookup. */
+    CHECK(authn_hmac_userfile_lookup(uf, "bob", &hash, &len, note_bad, &bad,
+                                     p) == APR_SUCCESS);
+    CHECK(bad.n == 1);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    apr_pool_t *p = unit_start();
+
+    RUN(test_odd_lines, p);
+    RUN(test_crlf_and_no_final_newline, p);
+    RUN(test_empty_file, p);
+    RUN(test_ten_thousand_users, p);
+    RUN(test_userfile_follows_file, p);
+    return unit_end();
+}

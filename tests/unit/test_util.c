@@ -1,0 +1,85 @@
+/* Unit tests: directive value parsers and the status output. */
+#include "authn_hmac.h"
+#include "unit.h"
+
+#include <string.h>
+
+static void test_sizes(apr_pool_t *p)
+{
+    uint64_t v = 0;
+
+    (void)p;
+    CHECK(!authn_hmac_parse_size("4M", &v) && v == 4u << 20);
+    CHECK(!authn_hmac_parse_size("512k", &v) && v == 512u << 10);
+    CHECK(!authn_hmac_parse_size("1G", &v) && v == 1u << 30);
+    CHECK(!authn_hmac_parse_size("65536", &v) && v == 65536);
+    CHECK(!authn_hmac_parse_size("0", &v) && v == 0);
+    CHECK(authn_hmac_parse_size("", &v));
+    CHECK(authn_hmac_parse_size("-1", &v));
+    CHECK(authn_hmac_parse_size("4MB", &v));
+    CHECK(authn_hmac_parse_size("4 M", &v));
+    CHECK(authn_hmac_parse_size("M", &v));
+    CHECK(authn_hmac_parse_size("4T", &v));
+    CHECK(authn_hmac_parse_size("99999999999999999999", &v));
+    CHECK(authn_hmac_parse_size("18014398509481984G", &v));
+}
+
+static void test_seconds(apr_pool_t *p)
+{
+    uint64_t v = 0;
+
+    (void)p;
+    CHECK(!authn_hmac_parse_seconds("300", &v) && v == 300);
+    CHECK(!authn_hmac_parse_seconds("300s", &v) && v == 300);
+    CHECK(!authn_hmac_parse_seconds("5m", &v) && v == 300);
+    CHECK(!authn_hmac_parse_seconds("2h", &v) && v == 7200);
+    CHECK(!authn_hmac_parse_seconds("1d", &v) && v == 86400);
+    CHECK(authn_hmac_parse_seconds("1.5", &v));
+    CHECK(authn_hmac_parse_seconds("abc", &v));
+    CHECK(authn_hmac_parse_seconds("10x", &v));
+}
+
+static void test_json_query(apr_pool_t *p)
+{
+    (void)p;
+    CHECK(authn_hmac_status_wants_json("json"));
+    CHECK(authn_hmac_status_wants_json("json=1"));
+    CHECK(authn_hmac_status_wants_json("a=b&json"));
+    CHECK(authn_hmac_status_wants_json("a;json=yes"));
+    CHECK(!authn_hmac_status_wants_json(NULL));
+    CHECK(!authn_hmac_status_wants_json(""));
+    CHECK(!authn_hmac_status_wants_json("jsonx"));
+    CHECK(!authn_hmac_status_wants_json("x=json"));
+    CHECK(!authn_hmac_status_wants_json("&&="));
+}
+
+static void test_status_format(apr_pool_t *p)
+{
+    authn_hmac_stats_t s;
+    const char *txt, *json;
+
+    memset(&s, 0, sizeof(s));
+    s.counter[AUTHN_HMAC_C_HITS] = 12;
+    s.counter[AUTHN_HMAC_C_VERIFICATIONS] = 2;
+    s.counter[AUTHN_HMAC_C_VERIFY_USEC] = 500000;
+    s.entries = 1;
+    txt = authn_hmac_status_format(&s, 0, 0, p);
+    json = authn_hmac_status_format(&s, 1, 0, p);
+    CHECK(strstr(txt, "hits: 12\n"));
+    CHECK(strstr(txt, "verify_avg_usec: 250000\n"));
+    CHECK(json[0] == '{' && strstr(json, "\"hits\": 12,"));
+    CHECK(strstr(json, "\"entries\": 1,"));
+    CHECK(strstr(json, "\"evictions\": 0,"));
+    CHECK(strstr(json, "\"uptime_sec\": 0\n}\n"));
+}
+
+int main(void)
+{
+    apr_pool_t *p = unit_start();
+
+    RUN(test_sizes, p);
+    RUN(test_seconds, p);
+    RUN(test_json_query, p);
+    RUN(test_status_format, p);
+    return unit_end();
+}
