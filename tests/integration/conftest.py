@@ -1,0 +1,84 @@
+"""Fixtures: a real httpd per MPM with the module built from this tree."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Httpd, htpasswd  # noqa: E402
+
+MPMS = os.environ.get("AUTHN_HMAC_MPMS", "prefork worker event").split()
+
+# /a/ and /b/ use two different htpasswd files (two scopes); /short/ uses
+# the file of /a/ with a 2-second TTL; /gone/ points at a file the tests
+# remove and restore; /nocache/ verifies every time.
+BODY = """
+Alias /a/ "{d}/htdocs/"
+Alias /b/ "{d}/htdocs/"
+Alias /short/ "{d}/htdocs/"
+Alias /gone/ "{d}/htdocs/"
+Alias /nocache/ "{d}/htdocs/"
+<Location /a/>
+    AuthType Basic
+    AuthName "a"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{d}/a.htpasswd"
+    Require valid-user
+</Location>
+<Location /b/>
+    AuthType Basic
+    AuthName "b"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{d}/b.htpasswd"
+    AuthHMACCacheTTL 5m
+    Require valid-user
+</Location>
+<Location /short/>
+    AuthType Basic
+    AuthName "a"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{d}/a.htpasswd"
+    AuthHMACCacheTTL 2
+    Require valid-user
+</Location>
+<Location /gone/>
+    AuthType Basic
+    AuthName "gone"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{d}/gone.htpasswd"
+    Require valid-user
+</Location>
+<Location /nocache/>
+    AuthType Basic
+    AuthName "a"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{d}/a.htpasswd"
+    AuthHMACCacheTTL 0
+    Require valid-user
+</Location>
+"""
+
+
+def make_server(mpm, **kw):
+    srv = Httpd(mpm=mpm, name=mpm, **kw)
+    srv.body = BODY.format(d=srv.dir)
+    srv.write_config()
+    with open(srv.path("htdocs", "index.html"), "w") as f:
+        f.write("<html><body>hello</body></html>\n")
+    with open(srv.path("htdocs", "page.css"), "w") as f:
+        f.write("body { color: #333 }\n" * 1200)  # ~25 KB
+    htpasswd(srv.path("a.htpasswd"), "alice", "correct horse", create=True)
+    htpasswd(srv.path("b.htpasswd"), "alice", "battery staple", create=True)
+    htpasswd(srv.path("gone.htpasswd"), "gina", "gina's pass", create=True)
+    return srv
+
+
+@pytest.fixture(scope="module", params=MPMS)
+def server(request):
+    srv = make_server(request.param)
+    srv.start()
+    yield srv
+    srv.stop()
+    problems = srv.log_problems()
+    srv.cleanup()
+    assert not problems, "unexpected error log lines:\n" + "\n".join(problems)

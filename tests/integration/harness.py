@@ -1,0 +1,293 @@
+"""Start a real httpd with the module built from this tree, and drive it.
+
+Used by the integration tests (through conftest.py) and by tools/demo.
+"""
+import base64
+import grp
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def settings():
+    """Paths found by configure (tests/integration/settings.json)."""
+    builddir = os.environ.get("top_builddir") or os.path.dirname(os.path.dirname(HERE))
+    path = os.path.join(builddir, "tests", "integration", "settings.json")
+    with open(path) as f:
+        return json.load(f)
+
+
+S = settings()
+IS_ROOT = os.geteuid() == 0
+
+MPM_CONF = {
+    "prefork": """StartServers 8
+MinSpareServers 8
+MaxSpareServers 16
+ServerLimit 16
+MaxRequestWorkers 16""",
+    "worker": """StartServers 2
+ServerLimit 4
+ThreadsPerChild 16
+MinSpareThreads 16
+MaxSpareThreads 64
+MaxRequestWorkers 64""",
+    "event": """StartServers 2
+ServerLimit 4
+ThreadsPerChild 16
+MinSpareThreads 16
+MaxSpareThreads 64
+MaxRequestWorkers 64""",
+}
+
+# Lines httpd or mod_auth_basic write on their own for what the tests do.
+EXPECTED_LOG = [
+    r"\[auth_basic:error\].*AH01617: user .*: authentication failure",
+    r"\[auth_basic:error\].*AH01618: user .* not found",
+    r"\[auth_basic:error\].*AH01614: client used wrong authentication scheme",
+    r"\[mpm_\w+:notice\]",
+    r"\[core:notice\].*AH00094",  # Command line: ...
+    r"\[core:notice\].*AH00060",  # SIGHUP received
+    r"\[core:notice\].*AH00171",  # Graceful restart requested
+    r"\[core:notice\].*AH00169",  # caught SIGTERM
+    r"\[core:notice\].*AH00163",  # resuming normal operations (older)
+    r"\[authn_hmac:info\].*random pepper",
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_user():
+    """The account httpd's children use when the tests run as root."""
+    for name in ("www-data", "nobody"):
+        try:
+            pw = pwd.getpwnam(name)
+            return name, grp.getgrgid(pw.pw_gid).gr_name
+        except KeyError:
+            continue
+    raise RuntimeError("no www-data or nobody account")
+
+
+def htpasswd(path, user, password, cost=12, create=False, delete=False):
+    """Runs the real htpasswd, as an admin would."""
+    args = [S["htpasswd"]]
+    if delete:
+        args += ["-D", path, user]
+    else:
+        args += (["-c"] if create else []) + ["-B", "-C", str(cost), "-b", path, user, password]
+    subprocess.run(args, check=True, capture_output=True)
+    os.chmod(path, 0o644)
+
+
+class Httpd:
+    """One httpd instance in its own directory, on its own loopback port."""
+
+    def __init__(self, mpm="event", as_user=None, global_conf="", body="", name="httpd"):
+        self.mpm = mpm
+        self.as_user = as_user  # run the whole server as this account
+        self.dir = tempfile.mkdtemp(prefix="authn_hmac_%s_" % name)
+        os.chmod(self.dir, 0o755)
+        self.port = free_port()
+        self.global_conf = global_conf
+        self.body = body
+        self.expected_log = list(EXPECTED_LOG)
+        self.secrets = set()  # strings that must never reach a log
+        for d in ("logs", "run", "htdocs"):
+            os.makedirs(self.path(d), exist_ok=True)
+        self.conf = self.path("httpd.conf")
+        self.write_config()
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def config_text(self):
+        mods = ["mpm_" + self.mpm, "authn_core", "authz_core", "authz_user", "authz_host",
+                "auth_basic", "mime", "alias", "authn_file"]
+        lines = ["LoadModule %s_module %s/mod_%s.so" % (m, S["moddir"], m) for m in mods]
+        lines.append("LoadModule authn_hmac_module %s" % S["module"])
+        user_lines = ""
+        if IS_ROOT and not self.as_user:
+            u, g = run_user()
+            user_lines = "User %s\nGroup %s" % (u, g)
+        return "\n".join(lines) + """
+ServerRoot "{d}"
+ServerName 127.0.0.1
+Listen 127.0.0.1:{port}
+PidFile "{d}/run/httpd.pid"
+DefaultRuntimeDir "{d}/run"
+Mutex default:{d}/run
+ErrorLog "{d}/logs/error_log"
+LogLevel warn authn_hmac:debug
+LogFormat "%u %>s %{{authn-hmac}}n %U" hmac
+CustomLog "{d}/logs/access_log" hmac
+DocumentRoot "{d}/htdocs"
+TypesConfig /dev/null
+KeepAlive On
+MaxKeepAliveRequests 0
+Timeout 30
+{user_lines}
+{mpm}
+{global_conf}
+<Directory />
+    Require all granted
+</Directory>
+<Location /authn-hmac-status>
+    SetHandler authn-hmac-status
+    Require local
+</Location>
+{body}
+""".format(d=self.dir, port=self.port, user_lines=user_lines, mpm=MPM_CONF[self.mpm],
+           global_conf=self.global_conf, body=self.body)
+
+    def write_config(self):
+        with open(self.conf, "w") as f:
+            f.write(self.config_text())
+        if self.as_user:
+            pw = pwd.getpwnam(self.as_user)
+            for root, dirs, files in os.walk(self.dir):
+                for n in dirs + files + [""]:
+                    os.chown(os.path.join(root, n), pw.pw_uid, pw.pw_gid)
+
+    def _cmd(self, *args):
+        cmd = [S["httpd"], "-d", self.dir, "-f", self.conf] + list(args)
+        if self.as_user:
+            cmd = ["runuser", "-u", self.as_user, "--"] + cmd
+        return cmd
+
+    def configtest(self):
+        """(exit code, output) of `httpd -t` on the current config."""
+        p = subprocess.run(self._cmd("-t"), capture_output=True, text=True)
+        return p.returncode, p.stdout + p.stderr
+
+    def pid(self):
+        try:
+            with open(self.path("run", "httpd.pid")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _answers(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def start(self):
+        p = subprocess.run(self._cmd("-k", "start"), capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError("httpd did not start: %s%s" % (p.stdout, p.stderr))
+        for _ in range(200):
+            if self._answers() and self.pid():
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("httpd did not come up:\n" + self.error_log())
+
+    def restart(self, graceful=True):
+        """Graceful or full restart; waits until the new generation serves."""
+        gen = self.generation()
+        subprocess.run(self._cmd("-k", "graceful" if graceful else "restart"), check=True,
+                       capture_output=True)
+        for _ in range(200):
+            if self.generation() > gen and self._answers():
+                return
+            time.sleep(0.05)
+        raise RuntimeError("httpd did not restart:\n" + self.error_log())
+
+    def generation(self):
+        return self.error_log().count("resuming normal operations")
+
+    def stop(self):
+        pid = self.pid()
+        subprocess.run(self._cmd("-k", "stop"), capture_output=True)
+        for _ in range(200):
+            if not pid or not os.path.exists("/proc/%d" % pid):
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+    def error_log(self):
+        try:
+            with open(self.path("logs", "error_log"), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def access_log(self):
+        try:
+            with open(self.path("logs", "access_log"), errors="replace") as f:
+                return f.read().splitlines()
+        except OSError:
+            return []
+
+    def expect_log(self, regex):
+        self.expected_log.append(regex)
+
+    def log_problems(self):
+        """Lines at warn or worse that no test expected, and any secret seen."""
+        bad = []
+        text = self.error_log()
+        for line in text.splitlines():
+            if not re.search(r"\[\w+:(warn|error|crit|alert|emerg)\]", line):
+                continue
+            if not any(re.search(e, line) for e in self.expected_log):
+                bad.append(line)
+        for s in self.secrets:
+            if s and s in text:
+                bad.append("a secret reached the error log: %r" % s)
+        return bad
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ------------------------------------------------------------ requests
+
+    def status_code(self, path, user=None, password=None, auth_header=None):
+        """HTTP status of a GET, with Basic credentials if given."""
+        cmd = [S["curl"], "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30"]
+        if user is not None:
+            raw = base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
+            cmd += ["-H", "Authorization: Basic " + raw]
+            self.secrets.add(password)
+        if auth_header is not None:
+            cmd += ["-H", "Authorization: " + auth_header]
+        p = subprocess.run(cmd + [self.url + path], capture_output=True, text=True)
+        return int(p.stdout or 0)
+
+    def status(self):
+        out = subprocess.run([S["curl"], "-s", "--max-time", "10",
+                              self.url + "/authn-hmac-status?json"],
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out)
+
+    def ab(self, path, user, password, n=2000, c=8, keepalive=True):
+        """Runs ab; returns (complete, failed, non2xx, output)."""
+        self.secrets.add(password)
+        cmd = [S["ab"], "-q", "-n", str(n), "-c", str(c), "-s", "60",
+               "-A", "%s:%s" % (user, password)]
+        if keepalive:
+            cmd.append("-k")
+        out = subprocess.run(cmd + [self.url + path], capture_output=True, text=True).stdout
+
+        def num(label):
+            m = re.search(label + r":\s+(\d+)", out)
+            return int(m.group(1)) if m else 0
+        return num("Complete requests"), num("Failed requests"), num("Non-2xx responses"), out

@@ -1,0 +1,171 @@
+"""What a user sees: the right password in, everything else out, and bcrypt
+run once per credential."""
+import os
+import time
+
+from harness import htpasswd
+
+PW = "correct horse"
+
+
+def counters_delta(server, before):
+    after = server.status()
+    return {k: after[k] - before[k] for k in before}
+
+
+def test_right_password_gives_200(server):
+    assert server.status_code("/a/index.html", "alice", PW) == 200
+
+
+def test_everything_else_gives_401(server):
+    s = server.status_code
+    assert s("/a/index.html") == 401
+    assert s("/a/index.html", "alice", "wrong") == 401
+    assert s("/a/index.html", "nobody-here", PW) == 401
+    assert s("/a/index.html", "alice", "") == 401
+    assert s("/a/index.html", "alice", PW + "x") == 401
+    assert s("/a/index.html", "alice", PW[:-1]) == 401
+    assert s("/a/index.html", "alice", "x" + PW) == 401
+    assert s("/a/index.html", "alice", PW.upper()) == 401
+    assert s("/a/index.html", "", PW) == 401
+    # Another user's password: bob exists with his own.
+    htpasswd(server.path("a.htpasswd"), "bob", "bobs password")
+    assert s("/a/index.html", "bob", PW) == 401
+    assert s("/a/index.html", "alice", "bobs password") == 401
+    assert s("/a/index.html", "bob", "bobs password") == 200
+    # After all that, the right one still works (a hit).
+    assert s("/a/index.html", "alice", PW) == 200
+
+
+def test_second_request_is_a_hit(server):
+    htpasswd(server.path("a.htpasswd"), "hannah", "hit me")
+    before = server.status()
+    assert server.status_code("/a/index.html", "hannah", "hit me") == 200
+    for _ in range(5):
+        assert server.status_code("/a/page.css", "hannah", "hit me") == 200
+    d = counters_delta(server, before)
+    assert d["verifications"] == 1
+    assert d["hits"] == 5
+    notes = [l.split()[2] for l in server.access_log() if l.startswith("hannah ")]
+    assert notes == ["verified"] + ["hit"] * 5
+
+
+def test_notes_name_what_happened(server):
+    server.status_code("/a/index.html", "alice", "wrong password")
+    server.status_code("/a/index.html", "no-such-user", "unknown users pass")
+    log = server.access_log()
+    assert any(l.startswith("alice 401 denied ") for l in log)
+    assert any(l.startswith("no-such-user 401 unknown-user ") for l in log)
+
+
+def test_failed_verification_is_never_cached(server):
+    before = server.status()
+    for _ in range(3):
+        assert server.status_code("/a/index.html", "alice", "not it") == 401
+    d = counters_delta(server, before)
+    assert d["verifications"] == 3 and d["denied"] == 3 and d["hits"] == 0
+
+
+def test_password_change_takes_effect_on_next_request(server):
+    f = server.path("a.htpasswd")
+    htpasswd(f, "carol", "old secret")
+    assert server.status_code("/a/index.html", "carol", "old secret") == 200
+    assert server.status_code("/a/index.html", "carol", "old secret") == 200  # cached
+    htpasswd(f, "carol", "new secret")
+    assert server.status_code("/a/index.html", "carol", "old secret") == 401
+    assert server.status_code("/a/index.html", "carol", "new secret") == 200
+    assert server.status_code("/a/index.html", "carol", "old secret") == 401
+
+
+def test_removed_user_is_refused_on_next_request(server):
+    f = server.path("a.htpasswd")
+    htpasswd(f, "dave", "dave's secret")
+    assert server.status_code("/a/index.html", "dave", "dave's secret") == 200
+    assert server.status_code("/a/index.html", "dave", "dave's secret") == 200
+    htpasswd(f, "dave", None, delete=True)
+    assert server.status_code("/a/index.html", "dave", "dave's secret") == 401
+
+
+def test_scopes_are_kept_apart(server):
+    # The same user in two files with two passwords: each realm takes only
+    # its own, even once the other is cached.
+    assert server.status_code("/a/index.html", "alice", PW) == 200
+    assert server.status_code("/b/index.html", "alice", PW) == 401
+    assert server.status_code("/b/index.html", "alice", "battery staple") == 200
+    assert server.status_code("/a/index.html", "alice", "battery staple") == 401
+
+
+def test_ttl_bounds_an_entry(server):
+    htpasswd(server.path("a.htpasswd"), "tess", "ttl pass")
+    assert server.status_code("/short/index.html", "tess", "ttl pass") == 200
+    before = server.status()
+    assert server.status_code("/short/index.html", "tess", "ttl pass") == 200
+    assert counters_delta(server, before)["verifications"] == 0
+    time.sleep(2.2)
+    before = server.status()
+    assert server.status_code("/short/index.html", "tess", "ttl pass") == 200
+    assert counters_delta(server, before)["verifications"] == 1
+
+
+def test_ttl_zero_verifies_every_time(server):
+    before = server.status()
+    for _ in range(2):
+        assert server.status_code("/nocache/index.html", "alice", PW) == 200
+    assert counters_delta(server, before)["verifications"] == 2
+
+
+def test_unreadable_file_is_a_500_and_no_cached_grant(server):
+    f = server.path("gone.htpasswd")
+    assert server.status_code("/gone/index.html", "gina", "gina's pass") == 200
+    assert server.status_code("/gone/index.html", "gina", "gina's pass") == 200
+    server.expect_log(r"\[authn_hmac:error\].*could not open password file: .*gone\.htpasswd")
+    os.rename(f, f + ".away")
+    try:
+        assert server.status_code("/gone/index.html", "gina", "gina's pass") == 500
+    finally:
+        os.rename(f + ".away", f)
+    assert server.status_code("/gone/index.html", "gina", "gina's pass") == 200
+    # Unreadable to the children (never root: as root they run as www-data).
+    os.chmod(f, 0)
+    try:
+        assert server.status_code("/gone/index.html", "gina", "gina's pass") == 500
+    finally:
+        os.chmod(f, 0o644)
+    assert "could not open password file" in server.error_log()
+
+
+def test_malformed_lines_warn_by_number_without_content(server):
+    f = server.path("b.htpasswd")
+    with open(f, "a") as out:
+        out.write("this-line-is-secret-garbage\n")
+    server.expect_log(r"\[authn_hmac:warn\].*b\.htpasswd line 2 has no ':' separator; line skipped")
+    assert server.status_code("/b/index.html", "alice", "battery staple") == 200
+    log = server.error_log()
+    assert "b.htpasswd line 2 has no ':' separator" in log
+    assert "this-line-is-secret-garbage" not in log
+
+
+def test_cost12_hits_skip_bcrypt_under_ab(server):
+    htpasswd(server.path("a.htpasswd"), "erin", "ab load pass", cost=12)
+    before = server.status()
+    complete, failed, non2xx, out = server.ab("/a/page.css", "erin", "ab load pass",
+                                              n=2000, c=8)
+    assert complete == 2000, out
+    assert failed == 0 and non2xx == 0, out
+    d = counters_delta(server, before)
+    # A cold start may run one bcrypt per concurrent connection; then none.
+    assert 1 <= d["verifications"] <= 8
+    assert d["hits"] >= 2000 - 8
+    assert d["hits"] + d["misses"] == 2000
+
+
+def test_counters_sum_over_all_children(server):
+    before = server.status()
+    for _ in range(30):
+        assert server.status_code("/a/index.html", "alice", PW) == 200
+    d = counters_delta(server, before)
+    assert d["hits"] + d["verifications"] == 30
+    st = server.status()
+    for k in ("hits", "misses", "verifications", "denied", "entries", "evictions"):
+        assert isinstance(st[k], int)
+    assert st["entries"] >= 3
