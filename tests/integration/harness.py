@@ -200,13 +200,27 @@ Timeout 30
             time.sleep(0.05)
         raise RuntimeError("httpd did not come up:\n" + self.error_log())
 
+    def children(self):
+        """PIDs of the parent's children."""
+        parent, kids = self.pid(), []
+        for d in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:
+                        kids.append(int(d))
+            except (OSError, ValueError, IndexError):
+                continue
+        return kids
+
     def restart(self, graceful=True):
-        """Graceful or full restart; waits until the new generation serves."""
-        gen = self.generation()
+        """Graceful or full restart; waits until the new generation serves
+        and every child of the old one is gone (an old child may otherwise
+        take one more connection, with the old cache)."""
+        gen, old = self.generation(), set(self.children())
         subprocess.run(self._cmd("-k", "graceful" if graceful else "restart"), check=True,
                        capture_output=True)
-        for _ in range(200):
-            if self.generation() > gen and self._answers():
+        for _ in range(400):
+            if self.generation() > gen and self._answers() and not old & set(self.children()):
                 return
             time.sleep(0.05)
         raise RuntimeError("httpd did not restart:\n" + self.error_log())

@@ -1,0 +1,141 @@
+"""Bad configuration stops `httpd -t` with a message naming the directive;
+good configuration starts."""
+import os
+
+import pytest
+
+from harness import IS_ROOT, Httpd, htpasswd
+
+SITE = """
+<Location /a/>
+    AuthType Basic
+    AuthName "a"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{d}/a.htpasswd"
+    {ttl}
+    Require valid-user
+</Location>
+"""
+
+
+@pytest.fixture
+def srv():
+    s = Httpd(mpm="event", name="conf")
+    yield s
+    s.cleanup()
+
+
+def configure(srv, global_conf="", ttl=""):
+    srv.global_conf = global_conf
+    srv.body = SITE.format(d=srv.dir, ttl=ttl)
+    srv.write_config()
+    return srv.configtest()
+
+
+def pepper(srv, size=32, mode=0o600, name="pepper"):
+    path = srv.path(name)
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+    os.chmod(path, mode)
+    return path
+
+
+def test_defaults_pass(srv):
+    rc, out = configure(srv)
+    assert rc == 0, out
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_pepper_readable_by_others_is_refused(srv, mode):
+    rc, out = configure(srv, "AuthHMACPepperFile %s" % pepper(srv, mode=mode))
+    assert rc != 0
+    assert "AuthHMACPepperFile" in out and "accessible by group or others" in out
+
+
+def test_short_pepper_is_refused(srv):
+    rc, out = configure(srv, "AuthHMACPepperFile %s" % pepper(srv, size=31))
+    assert rc != 0
+    assert "AuthHMACPepperFile" in out and "holds 31 bytes" in out and "32 to" in out
+
+
+def test_missing_pepper_is_refused(srv):
+    rc, out = configure(srv, "AuthHMACPepperFile %s" % srv.path("nope"))
+    assert rc != 0
+    assert "AuthHMACPepperFile" in out and "cannot open" in out
+
+
+def test_pepper_never_printed(srv):
+    path = srv.path("pepper")
+    with open(path, "w") as f:
+        f.write("PEPPER-TEXT-" * 2)  # 24 bytes: too short
+    os.chmod(path, 0o600)
+    rc, out = configure(srv, "AuthHMACPepperFile %s" % path)
+    assert rc != 0 and "PEPPER-TEXT" not in out
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "4MB", "1K", "2G", "4 M", "99999999999999999999"])
+def test_bad_cache_size_is_refused(srv, value):
+    rc, out = configure(srv, 'AuthHMACCacheSize "%s"' % value)
+    assert rc != 0
+    assert "AuthHMACCacheSize" in out and "16K to 1G" in out
+
+
+@pytest.mark.parametrize("value", ["forever", "-5", "1.5", "8d", "10y", "300 s"])
+def test_bad_ttl_is_refused(srv, value):
+    rc, out = configure(srv, ttl='AuthHMACCacheTTL "%s"' % value)
+    assert rc != 0
+    assert "AuthHMACCacheTTL" in out and "seconds from 0 to" in out
+
+
+def test_server_wide_directives_refused_in_vhost(srv):
+    rc, out = configure(srv, "<VirtualHost 127.0.0.1:%d>\n AuthHMACCacheSize 8M\n</VirtualHost>"
+                        % srv.port)
+    assert rc != 0
+    assert "AuthHMACCacheSize" in out and "VirtualHost" in out
+
+
+def test_good_values_start_and_serve(srv):
+    htpasswd(srv.path("a.htpasswd"), "alice", "pw for alice", create=True)
+    rc, out = configure(srv, "AuthHMACPepperFile %s\nAuthHMACCacheSize 64K" % pepper(srv),
+                        ttl="AuthHMACCacheTTL 10m")
+    assert rc == 0, out
+    srv.start()
+    assert srv.status_code("/a/", "alice", "pw for alice") in (200, 404)
+    assert srv.status_code("/a/", "alice", "pw for alice") in (200, 404)
+    st = srv.status()
+    assert st["verifications"] == 1 and st["hits"] == 1
+    assert st["cache_bytes"] <= 64 * 1024 and st["slots"] > 0
+    assert "random pepper" not in srv.error_log()
+    srv.stop()
+    assert not srv.log_problems()
+
+
+def test_random_pepper_logged_at_info(srv):
+    htpasswd(srv.path("a.htpasswd"), "alice", "pw for alice", create=True)
+    configure(srv, "LogLevel authn_hmac:info")
+    srv.start()
+    srv.stop()
+    assert "using a random pepper" in srv.error_log()
+    assert not srv.log_problems()
+
+
+def test_cache_size_zero_still_authenticates(srv):
+    htpasswd(srv.path("a.htpasswd"), "alice", "pw for alice", create=True)
+    rc, out = configure(srv, "AuthHMACCacheSize 0")
+    assert rc == 0, out
+    srv.start()
+    for _ in range(2):
+        assert srv.status_code("/a/", "alice", "pw for alice") in (200, 404)
+        assert srv.status_code("/a/", "alice", "wrong") == 401
+    st = srv.status()
+    assert st["verifications"] == 4 and st["hits"] == 0 and st["slots"] == 0
+    srv.stop()
+    assert not srv.log_problems()
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to chown the pepper to someone else")
+def test_pepper_owned_by_another_user_is_refused(srv):
+    path = pepper(srv)
+    os.chown(path, 65534, 65534)
+    rc, out = configure(srv, "AuthHMACPepperFile %s" % path)
+    assert rc != 0 and "must be owned by root" in out

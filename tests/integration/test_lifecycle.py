@@ -1,0 +1,61 @@
+"""Restarts, shared-memory hygiene, and running as an ordinary user."""
+import os
+import subprocess
+
+import pytest
+
+from conftest import make_server
+from harness import IS_ROOT
+
+
+def ipc_count(kind):
+    out = subprocess.run(["ipcs", kind], capture_output=True, text=True).stdout
+    return sum(1 for l in out.splitlines() if l[:2] == "0x")
+
+
+def shm_files():
+    return sorted(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else []
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "worker", "event"])
+def test_graceful_and_full_restarts(mpm):
+    before = (ipc_count("-m"), ipc_count("-s"), shm_files())
+    srv = make_server(mpm)
+    try:
+        srv.start()
+        assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+        for graceful in (True, True, False, True, False):
+            srv.restart(graceful=graceful)
+            assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+            assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+            assert srv.status_code("/a/index.html", "alice", "wrong") == 401
+            st = srv.status()
+            # A new generation starts a new, empty cache with a new pepper:
+            # one bcrypt for the right password, one for the wrong one.
+            assert st["verifications"] == 2 and st["hits"] == 1 and st["denied"] == 1
+        srv.stop()
+        assert (ipc_count("-m"), ipc_count("-s"), shm_files()) == before
+        problems = srv.log_problems()
+        assert not problems, problems
+        assert "Segmentation fault" not in srv.error_log()
+        assert "exit signal" not in srv.error_log()
+    finally:
+        srv.cleanup()
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the whole suite already runs as an ordinary user")
+def test_runs_as_an_ordinary_user():
+    srv = make_server("event", as_user="nobody")
+    try:
+        srv.start()
+        assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+        assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+        assert srv.status_code("/a/index.html", "alice", "wrong") == 401
+        st = srv.status()
+        assert st["verifications"] == 2 and st["hits"] == 1
+        owner = os.stat("/proc/%d" % srv.pid()).st_uid
+        assert owner == 65534 or owner != 0
+        srv.stop()
+        assert not srv.log_problems()
+    finally:
+        srv.cleanup()
