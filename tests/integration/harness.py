@@ -95,12 +95,14 @@ def htpasswd(path, user, password, cost=12, create=False, delete=False):
 class Httpd:
     """One httpd instance in its own directory, on its own loopback port."""
 
-    def __init__(self, mpm="event", as_user=None, global_conf="", body="", name="httpd"):
+    def __init__(self, mpm="event", as_user=None, global_conf="", body="", name="httpd",
+                 port=None, directory=None):
         self.mpm = mpm
         self.as_user = as_user  # run the whole server as this account
-        self.dir = tempfile.mkdtemp(prefix="authn_hmac_%s_" % name)
+        self.dir = directory or tempfile.mkdtemp(prefix="authn_hmac_%s_" % name)
+        os.makedirs(self.dir, exist_ok=True)
         os.chmod(self.dir, 0o755)
-        self.port = free_port()
+        self.port = port or free_port()
         self.global_conf = global_conf
         self.body = body
         self.expected_log = list(EXPECTED_LOG)
@@ -119,9 +121,14 @@ class Httpd:
 
     def config_text(self):
         mods = ["mpm_" + self.mpm, "authn_core", "authz_core", "authz_user", "authz_host",
-                "auth_basic", "mime", "alias", "authn_file"]
+                "auth_basic", "mime", "alias", "authn_file", "dir"]
         lines = ["LoadModule %s_module %s/mod_%s.so" % (m, S["moddir"], m) for m in mods]
-        lines.append("LoadModule authn_hmac_module %s" % S["module"])
+        module = S["module"]
+        if self.as_user:
+            # NB: the build tree may sit where that account cannot look.
+            module = self.path("mod_authn_hmac.so")
+            shutil.copy(S["module"], module)
+        lines.append("LoadModule authn_hmac_module %s" % module)
         user_lines = ""
         if IS_ROOT and not self.as_user:
             u, g = run_user()
@@ -138,6 +145,7 @@ LogLevel warn authn_hmac:debug
 LogFormat "%u %>s %{{authn-hmac}}n %U" hmac
 CustomLog "{d}/logs/access_log" hmac
 DocumentRoot "{d}/htdocs"
+DirectoryIndex index.html
 TypesConfig /dev/null
 KeepAlive On
 MaxKeepAliveRequests 0
@@ -148,11 +156,11 @@ Timeout 30
 <Directory />
     Require all granted
 </Directory>
+{body}
 <Location /authn-hmac-status>
     SetHandler authn-hmac-status
     Require local
 </Location>
-{body}
 """.format(d=self.dir, port=self.port, user_lines=user_lines, mpm=MPM_CONF[self.mpm],
            global_conf=self.global_conf, body=self.body)
 
