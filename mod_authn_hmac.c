@@ -28,21 +28,20 @@
 
 module AP_MODULE_DECLARE_DATA authn_hmac_module;
 
-
 #define D_USERFILE "AuthHMACUserFile"
-#define D_TTL "AuthHMACCacheTTL"
-#define D_PEPPER "AuthHMACPepperFile"
-#define D_SIZE "AuthHMACCacheSize"
+#define D_TTL      "AuthHMACCacheTTL"
+#define D_PEPPER   "AuthHMACPepperFile"
+#define D_SIZE     "AuthHMACCacheSize"
 
-#define MUTEX_TYPE "authn-hmac-shm"
-#define NOTE "authn-hmac"
+#define MUTEX_TYPE     "authn-hmac-shm"
+#define NOTE           "authn-hmac"
 #define STATUS_HANDLER "authn-hmac-status"
 
 #define DEFAULT_SIZE ((uint64_t)4 << 20)
-#define MIN_SIZE ((uint64_t)16 << 10)
-#define MAX_SIZE ((uint64_t)1 << 30)
-#define DEFAULT_TTL 300
-#define MAX_TTL (7 * 86400)
+#define MIN_SIZE     ((uint64_t)16 << 10)
+#define MAX_SIZE     ((uint64_t)1 << 30)
+#define DEFAULT_TTL  300
+#define MAX_TTL      (7 * 86400)
 
 typedef struct {
     authn_hmac_userfile_t *uf; /* shared by every section naming the file */
@@ -117,7 +116,8 @@ static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
         err = "too long";
     if (err)
         return apr_psprintf(cmd->pool,
-                            D_TTL ": '%s' is %s (seconds from 0 to %d, with an "
+                            D_TTL
+                            ": '%s' is %s (seconds from 0 to %d, with an "
                             "optional unit s, m, h or d; 0 turns caching off)",
                             arg, err, MAX_TTL);
     c->ttl = apr_time_from_sec((apr_time_t)v);
@@ -141,7 +141,7 @@ static const char *set_pepper(cmd_parms *cmd, void *dc, const char *arg)
     if (err)
         return apr_psprintf(cmd->pool,
                             D_PEPPER ": %s (a file of %d to %d random bytes, "
-                            "mode 0600 or 0400, owned by root)",
+                                     "mode 0600 or 0400, owned by root)",
                             err, AUTHN_HMAC_PEPPER_MIN, AUTHN_HMAC_SECRET_MAX);
     return NULL;
 }
@@ -160,8 +160,8 @@ static const char *set_size(cmd_parms *cmd, void *dc, const char *arg)
     if (err)
         return apr_psprintf(cmd->pool,
                             D_SIZE ": '%s' is %s (bytes with an optional unit "
-                            "K, M or G, from 16K to 1G; 0 turns the "
-                            "shared-memory cache off)",
+                                   "K, M or G, from 16K to 1G; 0 turns the "
+                                   "shared-memory cache off)",
                             arg, err);
     g.size = v;
     return NULL;
@@ -247,8 +247,8 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
         return HTTP_INTERNAL_SERVER_ERROR;
     }
     authn_hmac_table_format(apr_shm_baseaddr_get(g.shm), size, apr_time_now());
-    g.table = authn_hmac_table_attach(apr_shm_baseaddr_get(g.shm), g.mutex,
-                                      pconf);
+    g.table =
+        authn_hmac_table_attach(apr_shm_baseaddr_get(g.shm), g.mutex, pconf);
     ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
                  "authn_hmac: shared-memory cache of %" APR_SIZE_T_FMT " bytes",
                  size);
@@ -262,8 +262,8 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
 
     if (!g.mutex)
         return;
-    rv = apr_global_mutex_child_init(&g.mutex,
-                                     apr_global_mutex_lockfile(g.mutex), pchild);
+    rv = apr_global_mutex_child_init(
+        &g.mutex, apr_global_mutex_lockfile(g.mutex), pchild);
     if (rv != APR_SUCCESS)
         ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
                      "authn_hmac: cannot attach the cache mutex in this child");
@@ -393,12 +393,11 @@ static void register_hooks(apr_pool_t *p)
     ap_hook_handler(status_handler, NULL, NULL, APR_HOOK_MIDDLE);
 }
 
-AP_DECLARE_MODULE(authn_hmac) = {
-    STANDARD20_MODULE_STUFF,
-    create_dir_conf,
-    merge_dir_conf,
-    NULL,
-    NULL,
-    cmds,
-    register_hooks,
-    AP_MODULE_FLAG_NONE};
+AP_DECLARE_MODULE(authn_hmac) = {STANDARD20_MODULE_STUFF,
+                                 create_dir_conf,
+                                 merge_dir_conf,
+                                 NULL,
+                                 NULL,
+                                 cmds,
+                                 register_hooks,
+                                 AP_MODULE_FLAG_NONE};

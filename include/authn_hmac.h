@@ -39,7 +39,7 @@ apr_status_t authn_hmac_secret_random(authn_hmac_secret_t **out, size_t len,
 
 /* --------------------------------------------------------- credential MAC */
 
-#define AUTHN_HMAC_KEY_LEN 32 /* HMAC-SHA256 output */
+#define AUTHN_HMAC_KEY_LEN          32 /* HMAC-SHA256 output */
 #define AUTHN_HMAC_ENCODING_VERSION 1
 
 /* Receives the encoding piece by piece. */
@@ -49,10 +49,10 @@ typedef void (*authn_hmac_sink_fn)(void *baton, const void *data, size_t len);
  * a 4-byte big-endian version, then each field as a 4-byte big-endian length
  * followed by its bytes. Returns the number of bytes sent to sink. */
 size_t authn_hmac_encode(authn_hmac_sink_fn sink, void *baton,
-                         const char *scope, size_t scope_len,
-                         const char *user, size_t user_len,
-                         const char *password, size_t password_len,
-                         const char *hash, size_t hash_len);
+                         const char *scope, size_t scope_len, const char *user,
+                         size_t user_len, const char *password,
+                         size_t password_len, const char *hash,
+                         size_t hash_len);
 
 typedef struct authn_hmac_mac authn_hmac_mac_t;
 
@@ -78,8 +78,9 @@ typedef void (*authn_hmac_badline_fn)(void *baton, unsigned lineno,
                                       const char *why);
 
 /* Parses an htpasswd file held in buf (modified in place; it must live as
- * long as p, and have one writable byte past len). Blank lines and '#' comments are skipped silently; for a user
- * listed twice the first line wins, as in mod_authn_file. */
+ * long as p, and have one writable byte past len). Blank lines and '#' comments
+ * are skipped silently; for a user listed twice the first line wins, as in
+ * mod_authn_file. */
 apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
                                        size_t len, authn_hmac_badline_fn bad,
                                        void *baton, apr_pool_t *p);
@@ -129,9 +130,9 @@ enum authn_hmac_counter {
 
 typedef struct {
     uint64_t counter[AUTHN_HMAC_C_COUNT];
-    uint64_t entries;  /* live (unexpired) entries */
-    uint64_t slots;    /* capacity in entries */
-    uint64_t bytes;    /* size of the shared segment */
+    uint64_t entries; /* live (unexpired) entries */
+    uint64_t slots;   /* capacity in entries */
+    uint64_t bytes;   /* size of the shared segment */
     apr_time_t started;
 } authn_hmac_stats_t;
 
@@ -146,9 +147,8 @@ apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now);
 
 /* A process-local handle on a formatted segment. mutex serializes writers
  * (readers never lock); it may be NULL only in single-process tests. */
-authn_hmac_table_t *authn_hmac_table_attach(void *base,
-                                            apr_global_mutex_t *mutex,
-                                            apr_pool_t *p);
+authn_hmac_table_t *
+authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p);
 
 /* 1 if key is present, unexpired at now and stored less than ttl ago. */
 int authn_hmac_table_lookup(authn_hmac_table_t *t,

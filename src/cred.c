@@ -35,10 +35,9 @@ static size_t put_field(authn_hmac_sink_fn sink, void *baton, const char *s,
 }
 
 size_t authn_hmac_encode(authn_hmac_sink_fn sink, void *baton,
-                         const char *scope, size_t scope_len,
-                         const char *user, size_t user_len,
-                         const char *password, size_t password_len,
-                         const char *hash, size_t hash_len)
+                         const char *scope, size_t scope_len, const char *user,
+                         size_t user_len, const char *password,
+                         size_t password_len, const char *hash, size_t hash_len)
 {
     size_t n = 4;
 
@@ -78,8 +77,8 @@ apr_status_t authn_hmac_mac_create(authn_hmac_mac_t **out,
     if (!m->tmpl)
         return APR_ENOMEM;
     apr_pool_cleanup_register(p, m, mac_cleanup, apr_pool_cleanup_null);
-    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, sha256,
-                                                 0);
+    params[0] =
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, sha256, 0);
     params[1] = OSSL_PARAM_construct_end();
     if (!EVP_MAC_init(m->tmpl, pepper->data, pepper->len, params))
         return APR_EGENERAL;
@@ -115,8 +114,8 @@ apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
     if (!s.ctx)
         return APR_ENOMEM;
     s.ok = 1;
-    authn_hmac_encode(mac_sink, &s, scope, scope_len, user, user_len,
-                      password, password_len, hash, hash_len);
+    authn_hmac_encode(mac_sink, &s, scope, scope_len, user, user_len, password,
+                      password_len, hash, hash_len);
     if (s.ok && !EVP_MAC_final(s.ctx, key, &outl, AUTHN_HMAC_KEY_LEN))
         s.ok = 0;
     EVP_MAC_CTX_free(s.ctx); /* cleanses the state that saw the password */

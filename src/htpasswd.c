@@ -150,8 +150,8 @@ static int same_file(const apr_finfo_t *a, const apr_finfo_t *b)
 
 /* Reads and indexes the file; called with uf->lock held. On failure the old
  * index is dropped so that nothing stale can be used. */
-static apr_status_t rebuild(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
-                            void *baton)
+static apr_status_t rebuild(authn_hmac_userfile_t *uf,
+                            authn_hmac_badline_fn bad, void *baton)
 {
     apr_pool_t *np = NULL;
     apr_file_t *f = NULL;

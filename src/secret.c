@@ -45,8 +45,8 @@ static apr_status_t secret_alloc(secret_page_t **out, size_t len, apr_pool_t *p)
     s->maplen = ((len + (size_t)pagesz - 1) / (size_t)pagesz) * (size_t)pagesz;
     if (s->maplen == 0)
         s->maplen = (size_t)pagesz;
-    m = mmap(NULL, s->maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-             -1, 0);
+    m = mmap(NULL, s->maplen, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         return errno;
 #ifdef MADV_DONTDUMP
@@ -81,14 +81,16 @@ const char *authn_hmac_secret_read(authn_hmac_secret_t **out, const char *path,
         goto done;
     }
     if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-        err = apr_psprintf(p, "'%s' is accessible by group or others "
-                              "(mode %04o; it must be 0600 or 0400)",
+        err = apr_psprintf(p,
+                           "'%s' is accessible by group or others "
+                           "(mode %04o; it must be 0600 or 0400)",
                            path, (unsigned)(st.st_mode & 07777));
         goto done;
     }
     if (st.st_uid != geteuid() && st.st_uid != 0) {
-        err = apr_psprintf(p, "'%s' must be owned by root or by the user "
-                              "starting httpd (uid %lu), not uid %lu",
+        err = apr_psprintf(p,
+                           "'%s' must be owned by root or by the user "
+                           "starting httpd (uid %lu), not uid %lu",
                            path, (unsigned long)geteuid(),
                            (unsigned long)st.st_uid);
         goto done;

@@ -14,8 +14,8 @@
 #include <openssl/crypto.h>
 
 #define TABLE_MAGIC 0x61686d6163740001ULL /* "ahmact", layout 1 */
-#define WAYS 8                            /* slots per set */
-#define READ_TRIES 64                     /* then treat the slot as a miss */
+#define WAYS        8                     /* slots per set */
+#define READ_TRIES  64                    /* then treat the slot as a miss */
 
 typedef struct {
     uint32_t seq; /* odd while a writer is inside */
@@ -72,9 +72,8 @@ apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now)
     return APR_SUCCESS;
 }
 
-authn_hmac_table_t *authn_hmac_table_attach(void *base,
-                                            apr_global_mutex_t *mutex,
-                                            apr_pool_t *p)
+authn_hmac_table_t *
+authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p)
 {
     authn_hmac_table_t *t;
     header_t *h = base;
@@ -212,7 +211,8 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
 
     memset(out, 0, sizeof(*out));
     for (c = 0; c < AUTHN_HMAC_C_COUNT; c++)
-        out->counter[c] = __atomic_load_n(&t->hdr->counter[c], __ATOMIC_RELAXED);
+        out->counter[c] =
+            __atomic_load_n(&t->hdr->counter[c], __ATOMIC_RELAXED);
     for (i = 0; i < n; i++)
         if (__atomic_load_n(&t->slots[i].expires, __ATOMIC_RELAXED) > now)
             out->entries++;

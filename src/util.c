@@ -68,8 +68,8 @@ int authn_hmac_status_wants_json(const char *args)
 }
 
 static const char *const counter_names[AUTHN_HMAC_C_COUNT] = {
-    "hits",   "misses", "verifications", "verify_usec", "denied",
-    "unknown_user", "errors", "stores", "evictions"};
+    "hits",         "misses", "verifications", "verify_usec", "denied",
+    "unknown_user", "errors", "stores",        "evictions"};
 
 const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
                                      apr_time_t now, apr_pool_t *p)

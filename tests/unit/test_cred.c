@@ -42,9 +42,9 @@ static int same(const buf_t *a, const buf_t *b)
 static void test_encoding_layout(apr_pool_t *p)
 {
     buf_t b = enc("S", "ab", 2, "c", 1, "H");
-    static const unsigned char want[] = {0, 0, 0, 1,   0, 0, 0, 1, 'S',
-                                         0, 0, 0, 2,   'a', 'b',   0, 0,
-                                         0, 1, 'c',    0, 0, 0, 1, 'H'};
+    static const unsigned char want[] = {0, 0,   0, 1, 0,   0,   0,  1, 'S',
+                                         0, 0,   0, 2, 'a', 'b', 0,  0, 0,
+                                         1, 'c', 0, 0, 0,   1,   'H'};
 
     (void)p;
     CHECK(b.len == sizeof(want));

@@ -122,7 +122,7 @@ static void test_zero_budget(apr_pool_t *p)
     CHECK(counter(t, AUTHN_HMAC_C_HITS) == 3);
 }
 
-#define WRITERS 4
+#define WRITERS    4
 #define PER_WRITER 2000
 
 /* Several processes write at once through the global mutex while another
@@ -131,8 +131,8 @@ static void test_zero_budget(apr_pool_t *p)
 static void test_concurrent_writers(apr_pool_t *p)
 {
     size_t size = authn_hmac_table_size(4u << 20);
-    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     apr_global_mutex_t *mutex = NULL;
     authn_hmac_table_t *t;
     pid_t pids[WRITERS + 1];
