@@ -16,9 +16,11 @@
 #include "ap_provider.h"
 #include "mod_auth.h"
 #include "util_mutex.h"
+#include "ap_mpm.h"
 
 #include "apr_md5.h"
 #include "apr_shm.h"
+#include "apr_lib.h"
 #include "apr_strings.h"
 
 #include <stdlib.h>
@@ -32,6 +34,11 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define D_TTL      "AuthHMACCacheTTL"
 #define D_PEPPER   "AuthHMACPepperFile"
 #define D_SIZE     "AuthHMACCacheSize"
+#define D_REDIS    "AuthHMACRedisServer"
+#define D_RAUTH    "AuthHMACRedisAuthFile"
+#define D_RTIMEOUT "AuthHMACRedisTimeout"
+#define D_RPREFIX  "AuthHMACRedisPrefix"
+#define D_RDB      "AuthHMACRedisDatabase"
 
 #define MUTEX_TYPE     "authn-hmac-shm"
 #define NOTE           "authn-hmac"
@@ -42,6 +49,10 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define MAX_SIZE     ((uint64_t)1 << 30)
 #define DEFAULT_TTL  300
 #define MAX_TTL      (7 * 86400)
+
+#define DEFAULT_REDIS_TIMEOUT_MS 50
+#define MAX_REDIS_TIMEOUT_MS     10000
+#define DEFAULT_REDIS_PREFIX     "authn_hmac:"
 
 typedef struct {
     authn_hmac_userfile_t *uf; /* shared by every section naming the file */
@@ -60,6 +71,9 @@ static struct {
     apr_global_mutex_t *mutex;
     apr_shm_t *shm;
     authn_hmac_table_t *table;
+    const char *redis_name; /* as configured; NULL: no Redis */
+    authn_hmac_redis_conf_t redis;
+    authn_hmac_redis_pool_t *redis_pool; /* per child */
 } g;
 
 /* ------------------------------------------------------------ directives */
@@ -167,6 +181,104 @@ static const char *set_size(cmd_parms *cmd, void *dc, const char *arg)
     return NULL;
 }
 
+static const char *set_redis(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+
+    (void)dc;
+    if (err)
+        return err;
+    err = authn_hmac_redis_parse_server(arg, &g.redis, cmd->pool);
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            D_REDIS ": '%s': %s (host:port, [IPv6]:port or "
+                                    "/path/to/redis.sock)",
+                            arg, err);
+    g.redis_name = apr_pstrdup(cmd->pool, arg);
+    return NULL;
+}
+
+static const char *set_redis_auth(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    const char *path = ap_server_root_relative(cmd->pool, arg);
+    authn_hmac_secret_t *secret = NULL;
+
+    (void)dc;
+    if (err)
+        return err;
+    if (!path)
+        return apr_pstrcat(cmd->pool, D_RAUTH ": invalid path '", arg, "'",
+                           NULL);
+    err = authn_hmac_secret_read(&secret, path, 1, AUTHN_HMAC_SECRET_MAX,
+                                 cmd->pool);
+    if (!err)
+        err = authn_hmac_redis_parse_auth(secret, &g.redis);
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            D_RAUTH
+                            ": %s (one line, 'password' or 'username "
+                            "password', in a file of mode 0600 or 0400 owned "
+                            "by root)",
+                            err);
+    return NULL;
+}
+
+static const char *set_redis_timeout(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    uint64_t v = 0;
+
+    (void)dc;
+    if (err)
+        return err;
+    if (authn_hmac_parse_size(arg, &v) || v != (uint64_t)atoi(arg) || v < 1 ||
+        v > MAX_REDIS_TIMEOUT_MS)
+        return apr_psprintf(cmd->pool,
+                            D_RTIMEOUT ": '%s' is not valid (milliseconds "
+                                       "from 1 to %d)",
+                            arg, MAX_REDIS_TIMEOUT_MS);
+    g.redis.timeout_ms = (int)v;
+    return NULL;
+}
+
+static const char *set_redis_prefix(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    const char *c;
+
+    (void)dc;
+    if (err)
+        return err;
+    for (c = arg; *c; c++)
+        if (!apr_isgraph(*c))
+            break;
+    if (*c || strlen(arg) > 64)
+        return apr_psprintf(cmd->pool,
+                            D_RPREFIX ": '%s' is not valid (up to 64 "
+                                      "printable characters, no spaces)",
+                            arg);
+    g.redis.prefix = apr_pstrdup(cmd->pool, arg);
+    return NULL;
+}
+
+static const char *set_redis_db(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    uint64_t v = 0;
+
+    (void)dc;
+    if (err)
+        return err;
+    if (authn_hmac_parse_size(arg, &v) || v != (uint64_t)atoi(arg) || v > 65535)
+        return apr_psprintf(cmd->pool,
+                            D_RDB ": '%s' is not valid (a database number "
+                                  "from 0 to 65535)",
+                            arg);
+    g.redis.db = (int)v;
+    return NULL;
+}
+
 static const command_rec cmds[] = {
     AP_INIT_TAKE1(D_USERFILE, set_userfile, NULL, RSRC_CONF | ACCESS_CONF,
                   "the htpasswd file to check credentials against"),
@@ -177,6 +289,16 @@ static const command_rec cmds[] = {
                   "file holding the secret pepper (default: random per start)"),
     AP_INIT_TAKE1(D_SIZE, set_size, NULL, RSRC_CONF,
                   "shared-memory cache size (default 4M)"),
+    AP_INIT_TAKE1(D_REDIS, set_redis, NULL, RSRC_CONF,
+                  "Redis server shared by a farm: host:port or a socket path"),
+    AP_INIT_TAKE1(D_RAUTH, set_redis_auth, NULL, RSRC_CONF,
+                  "file holding the Redis password, or user and password"),
+    AP_INIT_TAKE1(D_RTIMEOUT, set_redis_timeout, NULL, RSRC_CONF,
+                  "Redis connect and command timeout in ms (default 50)"),
+    AP_INIT_TAKE1(D_RPREFIX, set_redis_prefix, NULL, RSRC_CONF,
+                  "prefix of the Redis keys (default authn_hmac:)"),
+    AP_INIT_TAKE1(D_RDB, set_redis_db, NULL, RSRC_CONF,
+                  "Redis database number (default 0)"),
     {NULL}};
 
 /* ----------------------------------------------------------------- hooks */
@@ -188,7 +310,25 @@ static int pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
     memset(&g, 0, sizeof(g));
     g.size = DEFAULT_SIZE;
     g.userfiles = apr_hash_make(pconf);
+    g.redis.timeout_ms = DEFAULT_REDIS_TIMEOUT_MS;
+    g.redis.prefix = DEFAULT_REDIS_PREFIX;
     return ap_mutex_register(pconf, MUTEX_TYPE, NULL, APR_LOCK_DEFAULT, 0);
+}
+
+/* Checks that span directives, so that `apachectl -t` sees them. */
+static int check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
+                        server_rec *s)
+{
+    (void)pconf;
+    (void)plog;
+    (void)ptemp;
+    if (g.redis_name && !g.pepper) {
+        ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s,
+                     D_REDIS " needs " D_PEPPER ": the servers sharing a "
+                             "Redis must share one pepper");
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+    return OK;
 }
 
 /* Anonymous shared memory, or a named segment in the runtime dir where the
@@ -267,6 +407,17 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
     if (rv != APR_SUCCESS)
         ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
                      "authn_hmac: cannot attach the cache mutex in this child");
+    if (g.redis_name) {
+        int threads = 1;
+
+        ap_mpm_query(AP_MPMQ_MAX_THREADS, &threads);
+        rv = authn_hmac_redis_pool_create(
+            &g.redis_pool, &g.redis, threads > 0 ? threads : 1,
+            &authn_hmac_table_redis_health(g.table)->conns, pchild);
+        if (rv != APR_SUCCESS)
+            ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                         "authn_hmac: cannot set up the Redis pool");
+    }
     for (hi = apr_hash_first(pchild, g.userfiles); hi; hi = apr_hash_next(hi)) {
         rv = authn_hmac_userfile_child_init(apr_hash_this_val(hi), pchild);
         if (rv != APR_SUCCESS)
@@ -293,6 +444,106 @@ static authn_status done(request_rec *r, const char *note, authn_status st)
     return st;
 }
 
+/* After a Redis operation: gives the connection back (or drops it), keeps
+ * the shared health, and logs an outage once and its end once. */
+static void redis_done(request_rec *r, authn_hmac_redis_conn_t *conn,
+                       authn_hmac_redis_rc rc, const char *why)
+{
+    authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(g.table);
+    apr_time_t now = apr_time_now();
+    apr_interval_time_t outage = 0;
+
+    if (conn)
+        authn_hmac_redis_pool_release(g.redis_pool, conn,
+                                      rc != AUTHN_HMAC_REDIS_OK);
+    if (rc == AUTHN_HMAC_REDIS_OK) {
+        if (authn_hmac_redis_succeeded(h, now, &outage))
+            ap_log_rerror(
+                APLOG_MARK, APLOG_NOTICE, 0, r,
+                "authn_hmac: Redis at %s is back after %" APR_TIME_T_FMT " s",
+                g.redis_name, apr_time_sec(outage));
+        return;
+    }
+    authn_hmac_table_count(g.table,
+                           rc == AUTHN_HMAC_REDIS_TIMEOUT
+                               ? AUTHN_HMAC_C_REDIS_TIMEOUTS
+                               : AUTHN_HMAC_C_REDIS_ERRORS,
+                           1);
+    if (authn_hmac_redis_failed(h, now))
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
+                      "authn_hmac: Redis at %s is unavailable (%s); using "
+                      "shared memory and bcrypt until it is back",
+                      g.redis_name, why);
+    else
+        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
+                      "authn_hmac: Redis at %s: %s", g.redis_name, why);
+}
+
+/* A pooled Redis connection; NULL (and *skip set) when the breaker is open
+ * or Redis cannot be reached. */
+static authn_hmac_redis_conn_t *redis_conn(request_rec *r, int *skip)
+{
+    authn_hmac_redis_conn_t *conn = NULL;
+    const char *why = "";
+    authn_hmac_redis_rc rc;
+
+    if (!authn_hmac_redis_allowed(authn_hmac_table_redis_health(g.table),
+                                  apr_time_now())) {
+        authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_SKIPPED, 1);
+        *skip = 1;
+        return NULL;
+    }
+    rc = authn_hmac_redis_pool_acquire(g.redis_pool, &conn, &why, r->pool);
+    if (rc != AUTHN_HMAC_REDIS_OK) {
+        redis_done(r, NULL, rc, why);
+        *skip = 1;
+        return NULL;
+    }
+    return conn;
+}
+
+/* Looks the key up in Redis; on a hit, fills shared memory for no longer
+ * than the entry has left. A failure sets *skip, so that this request
+ * waits for Redis at most once. */
+static int redis_lookup(request_rec *r, const unsigned char *key,
+                        apr_time_t now, apr_interval_time_t ttl, int *skip)
+{
+    authn_hmac_redis_conn_t *conn = redis_conn(r, skip);
+    apr_time_t stored = 0, expires = 0;
+    const char *why = "";
+    authn_hmac_redis_rc rc;
+    int found = 0;
+
+    if (!conn)
+        return 0;
+    rc = authn_hmac_redis_get(conn, key, now, ttl, &found, &stored, &expires,
+                              &why, r->pool);
+    redis_done(r, conn, rc, why);
+    if (rc != AUTHN_HMAC_REDIS_OK) {
+        *skip = 1;
+        return 0;
+    }
+    authn_hmac_table_count(
+        g.table, found ? AUTHN_HMAC_C_REDIS_HITS : AUTHN_HMAC_C_REDIS_MISSES,
+        1);
+    if (found)
+        authn_hmac_table_store(g.table, key, now, stored, expires);
+    return found;
+}
+
+static void redis_store(request_rec *r, const unsigned char *key,
+                        apr_time_t now, apr_interval_time_t ttl, int *skip)
+{
+    authn_hmac_redis_conn_t *conn = redis_conn(r, skip);
+    const char *why = "";
+
+    if (conn)
+        redis_done(
+            r, conn,
+            authn_hmac_redis_set(conn, key, now, now, now + ttl, &why, r->pool),
+            why);
+}
+
 static authn_status check_password(request_rec *r, const char *user,
                                    const char *password)
 {
@@ -301,7 +552,7 @@ static authn_status check_password(request_rec *r, const char *user,
     const char *hash = NULL;
     size_t hash_len = 0;
     apr_time_t t0, t1;
-    int have_key;
+    int have_key, skip_redis = 0;
     apr_status_t rv;
 
     if (!c->uf || !g.table) {
@@ -334,7 +585,14 @@ static authn_status check_password(request_rec *r, const char *user,
         return done(r, "hit", AUTH_GRANTED);
     }
     authn_hmac_table_count(g.table, AUTHN_HMAC_C_MISSES, 1);
+    if (have_key && g.redis_pool &&
+        redis_lookup(r, key, t0, c->ttl, &skip_redis)) {
+        explicit_bzero(key, sizeof(key));
+        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "authn_hmac: Redis hit");
+        return done(r, "redis-hit", AUTH_GRANTED);
+    }
 
+    t0 = apr_time_now();
     rv = apr_password_validate(password, hash);
     t1 = apr_time_now();
     authn_hmac_table_count(g.table, AUTHN_HMAC_C_VERIFICATIONS, 1);
@@ -345,8 +603,11 @@ static authn_status check_password(request_rec *r, const char *user,
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_DENIED, 1);
         return done(r, "denied", AUTH_DENIED);
     }
-    if (have_key)
-        authn_hmac_table_store(g.table, key, t1, t1 + c->ttl);
+    if (have_key) {
+        authn_hmac_table_store(g.table, key, t1, t1, t1 + c->ttl);
+        if (g.redis_pool && !skip_redis)
+            redis_store(r, key, t1, c->ttl, &skip_redis);
+    }
     explicit_bzero(key, sizeof(key));
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
                   "authn_hmac: verified in %" APR_TIME_T_FMT " us, cached",
@@ -378,6 +639,7 @@ static int status_handler(request_rec *r)
     if (r->header_only)
         return OK;
     authn_hmac_table_stats(g.table, now, &st);
+    st.redis = g.redis_name != NULL;
     ap_rputs(authn_hmac_status_format(&st, json, now, r->pool), r);
     return OK;
 }
@@ -388,6 +650,7 @@ static void register_hooks(apr_pool_t *p)
                               AUTHN_PROVIDER_VERSION, &provider,
                               AP_AUTH_INTERNAL_PER_CONF);
     ap_hook_pre_config(pre_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_check_config(check_config, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_post_config(post_config, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_child_init(child_init, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_handler(status_handler, NULL, NULL, APR_HOOK_MIDDLE);

@@ -125,14 +125,22 @@ enum authn_hmac_counter {
     AUTHN_HMAC_C_ERRORS,
     AUTHN_HMAC_C_STORES,
     AUTHN_HMAC_C_EVICTIONS,
+    AUTHN_HMAC_C_REDIS_HITS,
+    AUTHN_HMAC_C_REDIS_MISSES,
+    AUTHN_HMAC_C_REDIS_ERRORS,
+    AUTHN_HMAC_C_REDIS_TIMEOUTS,
+    AUTHN_HMAC_C_REDIS_SKIPPED, /* while the breaker was open */
     AUTHN_HMAC_C_COUNT
 };
 
 typedef struct {
     uint64_t counter[AUTHN_HMAC_C_COUNT];
-    uint64_t entries; /* live (unexpired) entries */
-    uint64_t slots;   /* capacity in entries */
-    uint64_t bytes;   /* size of the shared segment */
+    int redis;              /* Redis is configured */
+    uint64_t redis_breaker; /* 1 while the breaker skips Redis */
+    uint64_t redis_conns;   /* open connections, all processes */
+    uint64_t entries;       /* live (unexpired) entries */
+    uint64_t slots;         /* capacity in entries */
+    uint64_t bytes;         /* size of the shared segment */
     apr_time_t started;
 } authn_hmac_stats_t;
 
@@ -155,17 +163,127 @@ int authn_hmac_table_lookup(authn_hmac_table_t *t,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             apr_time_t now, apr_interval_time_t ttl);
 
-/* Stores key until `expires`. When its set is full, an expired entry is
- * replaced first, then the oldest. */
+/* Stores key, verified at `stored`, until `expires`. When its set is full,
+ * an entry expired at `now` is replaced first, then the oldest. */
 apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                                     const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                                    apr_time_t now, apr_time_t expires);
+                                    apr_time_t now, apr_time_t stored,
+                                    apr_time_t expires);
 
 void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
                             uint64_t delta);
 
+/* Redis health shared by every process, so that an outage is logged once
+ * and the breaker holds for all. Lives in the shared segment. */
+typedef struct {
+    uint64_t failures;     /* consecutive */
+    uint64_t opens;        /* consecutive breaker openings: the backoff */
+    int64_t breaker_until; /* apr_time_t; skip Redis before it */
+    int64_t down_since;    /* apr_time_t; 0 while healthy */
+    int64_t conns;         /* open connections */
+} authn_hmac_redis_health_t;
+
+authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t);
+
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
                             authn_hmac_stats_t *out);
+
+/* ------------------------------------------------------------------ Redis */
+
+#define AUTHN_HMAC_REDIS_PORT 6379
+
+typedef struct {
+    const char *host; /* NULL for a unix socket */
+    int port;
+    const char *socket; /* path, or NULL */
+    int timeout_ms;
+    const char *prefix;
+    int db;
+    const char *user;     /* ACL user, or NULL */
+    const char *password; /* NULL: no AUTH. NB: points into a secret page */
+    size_t password_len;
+} authn_hmac_redis_conf_t;
+
+/* "host:port", "host", "[v6addr]:port" or "/path/to.sock". Returns NULL or
+ * what is wrong. */
+const char *authn_hmac_redis_parse_server(const char *arg,
+                                          authn_hmac_redis_conf_t *conf,
+                                          apr_pool_t *p);
+
+/* Splits a Redis auth file ("password" or "username password", one line)
+ * in place. Returns NULL or what is wrong. */
+const char *authn_hmac_redis_parse_auth(authn_hmac_secret_t *secret,
+                                        authn_hmac_redis_conf_t *conf);
+
+typedef struct authn_hmac_redis_conn authn_hmac_redis_conn_t;
+
+/* Outcome of one Redis operation. */
+typedef enum {
+    AUTHN_HMAC_REDIS_OK,
+    AUTHN_HMAC_REDIS_TIMEOUT,
+    AUTHN_HMAC_REDIS_ERROR /* refused, closed, wrong secret, garbage... */
+} authn_hmac_redis_rc;
+
+/* Connects, then runs AUTH and SELECT. On failure *why says what went wrong
+ * (never a secret). */
+authn_hmac_redis_rc
+authn_hmac_redis_connect(const authn_hmac_redis_conf_t *conf,
+                         authn_hmac_redis_conn_t **out, const char **why,
+                         apr_pool_t *p);
+
+void authn_hmac_redis_close(authn_hmac_redis_conn_t *c);
+
+/* Idle connections of one process, for its threads. A connection is taken
+ * per operation and given back, or closed if it failed. */
+typedef struct authn_hmac_redis_pool authn_hmac_redis_pool_t;
+
+apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
+                                          const authn_hmac_redis_conf_t *conf,
+                                          int max_idle, int64_t *conns,
+                                          apr_pool_t *p);
+
+/* An idle connection, or a new one (connected, AUTH and SELECT done). */
+authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
+                                                  authn_hmac_redis_conn_t **c,
+                                                  const char **why,
+                                                  apr_pool_t *p);
+
+void authn_hmac_redis_pool_release(authn_hmac_redis_pool_t *rp,
+                                   authn_hmac_redis_conn_t *c, int broken);
+
+/* Looks key up. *found is set when the entry exists, was verified less than
+ * ttl before now, and has life left; *stored and *expires then bound it. */
+authn_hmac_redis_rc authn_hmac_redis_get(
+    authn_hmac_redis_conn_t *c, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    apr_time_t now, apr_interval_time_t ttl, int *found, apr_time_t *stored,
+    apr_time_t *expires, const char **why, apr_pool_t *p);
+
+/* SET key stored PX (expires - now). */
+authn_hmac_redis_rc
+authn_hmac_redis_set(authn_hmac_redis_conn_t *c,
+                     const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                     apr_time_t now, apr_time_t stored, apr_time_t expires,
+                     const char **why, apr_pool_t *p);
+
+/* Interprets the replies to GET and PTTL (exposed for tests and fuzzing).
+ * Returns AUTHN_HMAC_REDIS_ERROR for anything but a well-formed answer. */
+struct redisReply;
+authn_hmac_redis_rc authn_hmac_redis_interpret(const struct redisReply *get,
+                                               const struct redisReply *pttl,
+                                               apr_time_t now,
+                                               apr_interval_time_t ttl,
+                                               int *found, apr_time_t *stored,
+                                               apr_time_t *expires);
+
+/* Whether to try Redis at now (the breaker is closed or its time is up). */
+int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now);
+
+/* Records a failure; returns 1 if it began an outage (log it once). */
+int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now);
+
+/* Records a success; returns 1 if it ended an outage, with its length. */
+int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t now,
+                               apr_interval_time_t *outage);
 
 /* ------------------------------------------------------------- utilities */
 

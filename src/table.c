@@ -32,6 +32,8 @@ typedef struct {
     uint64_t size;
     int64_t started;
     char pad0[32];
+    authn_hmac_redis_health_t redis;
+    char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
     uint64_t counter[AUTHN_HMAC_C_COUNT];
     char pad1[64 - (AUTHN_HMAC_C_COUNT * 8) % 64];
 } header_t;
@@ -160,13 +162,14 @@ int authn_hmac_table_lookup(authn_hmac_table_t *t,
 
 apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                                     const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                                    apr_time_t now, apr_time_t expires)
+                                    apr_time_t now, apr_time_t stored,
+                                    apr_time_t expires)
 {
     slot_t *set, *victim = NULL;
     apr_status_t rv;
     int i;
 
-    if (t->nsets == 0 || expires <= now)
+    if (t->nsets == 0 || expires <= now || stored > now)
         return APR_SUCCESS;
     if (t->mutex && (rv = apr_global_mutex_lock(t->mutex)) != APR_SUCCESS)
         return rv;
@@ -190,7 +193,7 @@ apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                 victim = &set[i];
         authn_hmac_table_count(t, AUTHN_HMAC_C_EVICTIONS, 1);
     }
-    slot_write(victim, key, now, expires);
+    slot_write(victim, key, stored, expires);
     authn_hmac_table_count(t, AUTHN_HMAC_C_STORES, 1);
     if (t->mutex)
         apr_global_mutex_unlock(t->mutex);
@@ -201,6 +204,11 @@ void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
                             uint64_t delta)
 {
     __atomic_fetch_add(&t->hdr->counter[c], delta, __ATOMIC_RELAXED);
+}
+
+authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t)
+{
+    return &t->hdr->redis;
 }
 
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
@@ -216,6 +224,10 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
     for (i = 0; i < n; i++)
         if (__atomic_load_n(&t->slots[i].expires, __ATOMIC_RELAXED) > now)
             out->entries++;
+    out->redis_breaker =
+        __atomic_load_n(&t->hdr->redis.breaker_until, __ATOMIC_RELAXED) > now;
+    out->redis_conns =
+        (uint64_t)__atomic_load_n(&t->hdr->redis.conns, __ATOMIC_RELAXED);
     out->slots = n;
     out->bytes = t->hdr->size;
     out->started = t->hdr->started;

@@ -68,14 +68,16 @@ int authn_hmac_status_wants_json(const char *args)
 }
 
 static const char *const counter_names[AUTHN_HMAC_C_COUNT] = {
-    "hits",         "misses", "verifications", "verify_usec", "denied",
-    "unknown_user", "errors", "stores",        "evictions"};
+    "hits",           "misses",       "verifications", "verify_usec",
+    "denied",         "unknown_user", "errors",        "stores",
+    "evictions",      "redis_hits",   "redis_misses",  "redis_errors",
+    "redis_timeouts", "redis_skipped"};
 
 const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
                                      apr_time_t now, apr_pool_t *p)
 {
-    const char *name[AUTHN_HMAC_C_COUNT + 5];
-    uint64_t val[AUTHN_HMAC_C_COUNT + 5];
+    const char *name[AUTHN_HMAC_C_COUNT + 8];
+    uint64_t val[AUTHN_HMAC_C_COUNT + 8];
     uint64_t v = s->counter[AUTHN_HMAC_C_VERIFICATIONS];
     const char *out = json ? "{" : "";
     int c, n = 0;
@@ -86,6 +88,12 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
     }
     name[n] = "verify_avg_usec";
     val[n++] = v ? s->counter[AUTHN_HMAC_C_VERIFY_USEC] / v : 0;
+    name[n] = "redis";
+    val[n++] = (uint64_t)s->redis;
+    name[n] = "redis_breaker_open";
+    val[n++] = s->redis_breaker;
+    name[n] = "redis_connections";
+    val[n++] = s->redis_conns;
     name[n] = "entries";
     val[n++] = s->entries;
     name[n] = "slots";

@@ -44,7 +44,7 @@ static void test_ttl(apr_pool_t *p)
 
     make_key(k, 5, 1);
     CHECK(!authn_hmac_table_lookup(t, k, now, SEC(300)));
-    CHECK(authn_hmac_table_store(t, k, now, now + SEC(10)) == APR_SUCCESS);
+    CHECK(authn_hmac_table_store(t, k, now, now, now + SEC(10)) == APR_SUCCESS);
     CHECK(authn_hmac_table_lookup(t, k, now + SEC(9), SEC(300)));
     CHECK(!authn_hmac_table_lookup(t, k, now + SEC(10), SEC(300)));
     /* A section with a shorter TTL sees the entry expire sooner. */
@@ -62,7 +62,7 @@ static void test_full_key_compare(apr_pool_t *p)
 
     make_key(a, 7, 1);
     make_key(b, 7, 2); /* same set, same first 28 bytes */
-    authn_hmac_table_store(t, a, now, now + SEC(60));
+    authn_hmac_table_store(t, a, now, now, now + SEC(60));
     CHECK(authn_hmac_table_lookup(t, a, now, SEC(60)));
     CHECK(!authn_hmac_table_lookup(t, b, now, SEC(60)));
     b[28] = a[28];
@@ -82,12 +82,13 @@ static void test_eviction(apr_pool_t *p)
     CHECK(st.slots == 8);
     for (i = 0; i < 8; i++) {
         make_key(k, 0, i);
-        authn_hmac_table_store(t, k, now + SEC(i), now + SEC(100 + i));
+        authn_hmac_table_store(t, k, now + SEC(i), now + SEC(i),
+                               now + SEC(100 + i));
     }
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 0);
     /* Full: the oldest goes. */
     make_key(k, 0, 100);
-    authn_hmac_table_store(t, k, now + SEC(20), now + SEC(120));
+    authn_hmac_table_store(t, k, now + SEC(20), now + SEC(20), now + SEC(120));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 1);
     make_key(k, 0, 0);
     CHECK(!authn_hmac_table_lookup(t, k, now + SEC(20), SEC(300)));
@@ -97,7 +98,8 @@ static void test_eviction(apr_pool_t *p)
      * now+102 the entries stored at 1 and 2 (expiring 101, 102) are dead,
      * though entry 1 is the oldest live one before them. */
     make_key(k, 0, 200);
-    authn_hmac_table_store(t, k, now + SEC(102), now + SEC(300));
+    authn_hmac_table_store(t, k, now + SEC(102), now + SEC(102),
+                           now + SEC(300));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 1);
     make_key(k, 0, 3);
     CHECK(authn_hmac_table_lookup(t, k, now + SEC(102), SEC(300)));
@@ -105,7 +107,8 @@ static void test_eviction(apr_pool_t *p)
     CHECK(st.entries == 7);
     /* Storing a key again refreshes it in place. */
     make_key(k, 0, 3);
-    authn_hmac_table_store(t, k, now + SEC(103), now + SEC(400));
+    authn_hmac_table_store(t, k, now + SEC(103), now + SEC(103),
+                           now + SEC(400));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 1);
     CHECK(authn_hmac_table_lookup(t, k, now + SEC(200), SEC(300)));
 }
@@ -116,7 +119,8 @@ static void test_zero_budget(apr_pool_t *p)
     unsigned char k[32];
 
     make_key(k, 1, 1);
-    CHECK(authn_hmac_table_store(t, k, SEC(1), SEC(100)) == APR_SUCCESS);
+    CHECK(authn_hmac_table_store(t, k, SEC(1), SEC(1), SEC(100)) ==
+          APR_SUCCESS);
     CHECK(!authn_hmac_table_lookup(t, k, SEC(2), SEC(100)));
     authn_hmac_table_count(t, AUTHN_HMAC_C_HITS, 3);
     CHECK(counter(t, AUTHN_HMAC_C_HITS) == 3);
@@ -159,7 +163,7 @@ static void test_concurrent_writers(apr_pool_t *p)
                     make_key(k, n * 7919u + (uint32_t)i * 104729u,
                              (uint32_t)i << 16 | n);
                     k[8] = (unsigned char)i; /* writers never share a key */
-                    if (authn_hmac_table_store(t, k, now, now + SEC(60)))
+                    if (authn_hmac_table_store(t, k, now, now, now + SEC(60)))
                         bad = 1;
                 }
                 else {
