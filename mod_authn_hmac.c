@@ -447,7 +447,8 @@ static authn_status done(request_rec *r, const char *note, authn_status st)
 /* After a Redis operation: gives the connection back (or drops it), keeps
  * the shared health, and logs an outage once and its end once. */
 static void redis_done(request_rec *r, authn_hmac_redis_conn_t *conn,
-                       authn_hmac_redis_rc rc, const char *why)
+                       apr_time_t started, authn_hmac_redis_rc rc,
+                       const char *why)
 {
     authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(g.table);
     apr_time_t now = apr_time_now();
@@ -457,7 +458,7 @@ static void redis_done(request_rec *r, authn_hmac_redis_conn_t *conn,
         authn_hmac_redis_pool_release(g.redis_pool, conn,
                                       rc != AUTHN_HMAC_REDIS_OK);
     if (rc == AUTHN_HMAC_REDIS_OK) {
-        if (authn_hmac_redis_succeeded(h, now, &outage))
+        if (authn_hmac_redis_succeeded(h, started, now, &outage))
             ap_log_rerror(
                 APLOG_MARK, APLOG_NOTICE, 0, r,
                 "authn_hmac: Redis at %s is back after %" APR_TIME_T_FMT " s",
@@ -481,21 +482,23 @@ static void redis_done(request_rec *r, authn_hmac_redis_conn_t *conn,
 
 /* A pooled Redis connection; NULL (and *skip set) when the breaker is open
  * or Redis cannot be reached. */
-static authn_hmac_redis_conn_t *redis_conn(request_rec *r, int *skip)
+static authn_hmac_redis_conn_t *redis_conn(request_rec *r, apr_time_t *started,
+                                           int *skip)
 {
     authn_hmac_redis_conn_t *conn = NULL;
     const char *why = "";
     authn_hmac_redis_rc rc;
 
+    *started = apr_time_now();
     if (!authn_hmac_redis_allowed(authn_hmac_table_redis_health(g.table),
-                                  apr_time_now())) {
+                                  *started)) {
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_SKIPPED, 1);
         *skip = 1;
         return NULL;
     }
     rc = authn_hmac_redis_pool_acquire(g.redis_pool, &conn, &why, r->pool);
     if (rc != AUTHN_HMAC_REDIS_OK) {
-        redis_done(r, NULL, rc, why);
+        redis_done(r, NULL, *started, rc, why);
         *skip = 1;
         return NULL;
     }
@@ -508,8 +511,8 @@ static authn_hmac_redis_conn_t *redis_conn(request_rec *r, int *skip)
 static int redis_lookup(request_rec *r, const unsigned char *key,
                         apr_time_t now, apr_interval_time_t ttl, int *skip)
 {
-    authn_hmac_redis_conn_t *conn = redis_conn(r, skip);
-    apr_time_t stored = 0, expires = 0;
+    apr_time_t started, stored = 0, expires = 0;
+    authn_hmac_redis_conn_t *conn = redis_conn(r, &started, skip);
     const char *why = "";
     authn_hmac_redis_rc rc;
     int found = 0;
@@ -518,7 +521,7 @@ static int redis_lookup(request_rec *r, const unsigned char *key,
         return 0;
     rc = authn_hmac_redis_get(conn, key, now, ttl, &found, &stored, &expires,
                               &why, r->pool);
-    redis_done(r, conn, rc, why);
+    redis_done(r, conn, started, rc, why);
     if (rc != AUTHN_HMAC_REDIS_OK) {
         *skip = 1;
         return 0;
@@ -534,14 +537,15 @@ static int redis_lookup(request_rec *r, const unsigned char *key,
 static void redis_store(request_rec *r, const unsigned char *key,
                         apr_time_t now, apr_interval_time_t ttl, int *skip)
 {
-    authn_hmac_redis_conn_t *conn = redis_conn(r, skip);
+    apr_time_t started;
+    authn_hmac_redis_conn_t *conn = redis_conn(r, &started, skip);
     const char *why = "";
+    authn_hmac_redis_rc rc;
 
-    if (conn)
-        redis_done(
-            r, conn,
-            authn_hmac_redis_set(conn, key, now, now, now + ttl, &why, r->pool),
-            why);
+    if (!conn)
+        return;
+    rc = authn_hmac_redis_set(conn, key, now, now, now + ttl, &why, r->pool);
+    redis_done(r, conn, started, rc, why);
 }
 
 static authn_status check_password(request_rec *r, const char *user,

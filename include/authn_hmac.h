@@ -281,9 +281,10 @@ int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now);
 /* Records a failure; returns 1 if it began an outage (log it once). */
 int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now);
 
-/* Records a success; returns 1 if it ended an outage, with its length. */
-int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t now,
-                               apr_interval_time_t *outage);
+/* Records the success of an operation begun at `started`; returns 1 if it
+ * ended an outage, with the outage's length. */
+int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
+                               apr_time_t now, apr_interval_time_t *outage);
 
 /* ------------------------------------------------------------- utilities */
 

@@ -449,13 +449,15 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now)
                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
-int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t now,
-                               apr_interval_time_t *outage)
+int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
+                               apr_time_t now, apr_interval_time_t *outage)
 {
     int64_t since = __atomic_load_n(&h->down_since, __ATOMIC_RELAXED);
 
     __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
-    if (since == 0)
+    /* NB: an answer to a command sent before the outage began proves
+     * nothing about now. */
+    if (since == 0 || started <= since)
         return 0;
     __atomic_store_n(&h->opens, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELAXED);

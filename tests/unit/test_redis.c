@@ -176,10 +176,15 @@ static void test_health(apr_pool_t *p)
     authn_hmac_redis_failed(&h, now + SEC(1));
     CHECK(!authn_hmac_redis_allowed(&h, now + SEC(3) - 1));
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(3)));
+    /* An answer to a command sent before the outage began ends nothing. */
+    CHECK(authn_hmac_redis_succeeded(&h, now - 1, now + SEC(7), &outage) == 0);
+    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(3) - 1));
     /* Recovery ends the outage once, with its length. */
-    CHECK(authn_hmac_redis_succeeded(&h, now + SEC(7), &outage) == 1 &&
+    CHECK(authn_hmac_redis_succeeded(&h, now + SEC(6), now + SEC(7), &outage) ==
+              1 &&
           outage == SEC(7));
-    CHECK(authn_hmac_redis_succeeded(&h, now + SEC(8), &outage) == 0);
+    CHECK(authn_hmac_redis_succeeded(&h, now + SEC(8), now + SEC(8), &outage) ==
+          0);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(8)));
     CHECK(authn_hmac_redis_failed(&h, now + SEC(9)) == 1); /* a new outage */
 }
