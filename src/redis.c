@@ -235,14 +235,19 @@ struct authn_hmac_redis_pool {
     int64_t *conns; /* shared count of open connections */
 };
 
+/* Closes a connection and counts it gone. */
+static void pool_close(authn_hmac_redis_pool_t *rp, authn_hmac_redis_conn_t *c)
+{
+    authn_hmac_redis_close(c);
+    __atomic_sub_fetch(rp->conns, 1, __ATOMIC_RELAXED);
+}
+
 static apr_status_t pool_cleanup(void *data)
 {
     authn_hmac_redis_pool_t *rp = data;
 
-    while (rp->nidle > 0) {
-        authn_hmac_redis_close(rp->idle[--rp->nidle]);
-        __atomic_sub_fetch(rp->conns, 1, __ATOMIC_RELAXED);
-    }
+    while (rp->nidle > 0)
+        pool_close(rp, rp->idle[--rp->nidle]);
     return APR_SUCCESS;
 }
 
@@ -289,18 +294,19 @@ authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
 void authn_hmac_redis_pool_release(authn_hmac_redis_pool_t *rp,
                                    authn_hmac_redis_conn_t *c, int broken)
 {
-    if (!broken) {
-        apr_thread_mutex_lock(rp->lock);
-        if (rp->nidle < rp->max) {
-            rp->idle[rp->nidle++] = c;
-            c = NULL;
-        }
-        apr_thread_mutex_unlock(rp->lock);
+    apr_thread_mutex_lock(rp->lock);
+    if (!broken && rp->nidle < rp->max) {
+        rp->idle[rp->nidle++] = c;
+        c = NULL;
     }
-    if (c) {
-        authn_hmac_redis_close(c);
-        __atomic_sub_fetch(rp->conns, 1, __ATOMIC_RELAXED);
-    }
+    /* NB: one broken connection means the server went away or restarted:
+     * the idle ones are most likely dead too. Drop them, so that recovery
+     * is not delayed by one failure per stale connection. */
+    while (broken && rp->nidle > 0)
+        pool_close(rp, rp->idle[--rp->nidle]);
+    apr_thread_mutex_unlock(rp->lock);
+    if (c)
+        pool_close(rp, c);
 }
 
 /* prefix + lowercase hex of the key. */
@@ -442,7 +448,7 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now)
 
         __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&h->breaker_until,
-                         now + apr_time_from_sec((apr_time_t)1 << shift),
+                         now + apr_time_from_sec((apr_time_t)2 << shift),
                          __ATOMIC_RELAXED);
     }
     return __atomic_compare_exchange_n(&h->down_since, &zero, now, 0,

@@ -107,6 +107,7 @@ class Httpd:
         self.body = body
         self.expected_log = list(EXPECTED_LOG)
         self.secrets = set()  # strings that must never reach a log
+        self.sent = {}  # user -> requests sent with that user's credentials
         for d in ("logs", "run", "htdocs"):
             os.makedirs(self.path(d), exist_ok=True)
         self.conf = self.path("httpd.conf")
@@ -259,6 +260,17 @@ Timeout 30
         except OSError:
             return []
 
+    def notes(self, user):
+        """The authn-hmac notes of user's requests, in order. Waits for the
+        access log to catch up: it is written after the response."""
+        want = self.sent.get(user, 0)
+        for _ in range(100):
+            got = [l.split()[2] for l in self.access_log() if l.startswith(user + " ")]
+            if len(got) >= want:
+                return got
+            time.sleep(0.02)
+        return got
+
     def expect_log(self, regex):
         self.expected_log.append(regex)
 
@@ -289,6 +301,7 @@ Timeout 30
             raw = base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
             cmd += ["-H", "Authorization: Basic " + raw]
             self.secrets.add(password)
+            self.sent[user] = self.sent.get(user, 0) + 1
         if auth_header is not None:
             cmd += ["-H", "Authorization: " + auth_header]
         p = subprocess.run(cmd + [self.url + path], capture_output=True, text=True)
@@ -300,11 +313,12 @@ Timeout 30
                              capture_output=True, text=True, check=True).stdout
         return json.loads(out)
 
-    def ab(self, path, user, password, n=2000, c=8, keepalive=True):
+    def ab(self, path, user, password, n=2000, c=8, keepalive=True, seconds=None):
         """Runs ab; returns (complete, failed, non2xx, output)."""
         self.secrets.add(password)
-        cmd = [S["ab"], "-q", "-n", str(n), "-c", str(c), "-s", "60",
-               "-A", "%s:%s" % (user, password)]
+        # NB: -t implies -n 50000 unless -n comes after it.
+        cmd = [S["ab"], "-q"] + (["-t", str(seconds)] if seconds else [])
+        cmd += ["-n", str(n), "-c", str(c), "-s", "60", "-A", "%s:%s" % (user, password)]
         if keepalive:
             cmd.append("-k")
         out = subprocess.run(cmd + [self.url + path], capture_output=True, text=True).stdout
@@ -312,4 +326,84 @@ Timeout 30
         def num(label):
             m = re.search(label + r":\s+(\d+)", out)
             return int(m.group(1)) if m else 0
+        self.sent[user] = self.sent.get(user, 0) + num("Complete requests")
         return num("Complete requests"), num("Failed requests"), num("Non-2xx responses"), out
+
+
+class Redis:
+    """A real redis-server on a loopback port (or a unix socket), with a
+    password and optionally an ACL user, and no persistence."""
+
+    def __init__(self, password="redis-test-secret", acl_user=None, unix=False):
+        self.dir = tempfile.mkdtemp(prefix="authn_hmac_redis_")
+        os.chmod(self.dir, 0o755)
+        self.port = free_port()
+        self.password = password
+        self.acl_user = acl_user  # (name, password)
+        self.socket = os.path.join(self.dir, "redis.sock") if unix else None
+        self.proc = None
+
+    @property
+    def address(self):
+        return self.socket or "127.0.0.1:%d" % self.port
+
+    def start(self):
+        conf = ["port %d" % self.port, "bind 127.0.0.1", "save \"\"", "appendonly no",
+                "daemonize no", "dir %s" % self.dir, "databases 16", "loglevel warning",
+                "logfile %s/redis.log" % self.dir]
+        if self.socket:
+            conf += ["unixsocket %s" % self.socket, "unixsocketperm 777"]
+        if self.password:
+            conf.append("requirepass \"%s\"" % self.password)
+        if self.acl_user:
+            conf.append("user %s on >%s ~* +@all" % self.acl_user)
+        with open(os.path.join(self.dir, "redis.conf"), "w") as f:
+            f.write("\n".join(conf) + "\n")
+        self.proc = subprocess.Popen(["redis-server", os.path.join(self.dir, "redis.conf")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            if self.ping():
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def cli(self, *args):
+        cmd = ["redis-cli", "--no-auth-warning"]
+        cmd += ["-s", self.socket] if self.socket else ["-p", str(self.port)]
+        if self.password:
+            cmd += ["-a", self.password]
+        p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=10)
+        return p.stdout.strip()
+
+    def ping(self):
+        try:
+            return self.cli("PING") == "PONG"
+        except (subprocess.TimeoutExpired, OSError):
+            return False
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def auth_file(self, path, text):
+        """A Redis auth file as the module wants it: 0600, one line."""
+        with open(path, "w") as f:
+            f.write(text + "\n")
+        os.chmod(path, 0o600)
+        return path

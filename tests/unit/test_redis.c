@@ -168,17 +168,17 @@ static void test_health(apr_pool_t *p)
     CHECK(authn_hmac_redis_failed(&h, now) == 0); /* logged once */
     CHECK(authn_hmac_redis_allowed(&h, now));
     CHECK(authn_hmac_redis_failed(&h, now) == 0); /* third: breaker opens */
-    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(1) - 1));
-    CHECK(authn_hmac_redis_allowed(&h, now + SEC(1)));
+    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(2) - 1));
+    CHECK(authn_hmac_redis_allowed(&h, now + SEC(2)));
     /* Half-open: the next failures open it for longer (backoff). */
-    authn_hmac_redis_failed(&h, now + SEC(1));
-    authn_hmac_redis_failed(&h, now + SEC(1));
-    authn_hmac_redis_failed(&h, now + SEC(1));
-    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(3) - 1));
-    CHECK(authn_hmac_redis_allowed(&h, now + SEC(3)));
+    authn_hmac_redis_failed(&h, now + SEC(2));
+    authn_hmac_redis_failed(&h, now + SEC(2));
+    authn_hmac_redis_failed(&h, now + SEC(2));
+    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(6) - 1));
+    CHECK(authn_hmac_redis_allowed(&h, now + SEC(6)));
     /* An answer to a command sent before the outage began ends nothing. */
     CHECK(authn_hmac_redis_succeeded(&h, now - 1, now + SEC(7), &outage) == 0);
-    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(3) - 1));
+    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(6) - 1));
     /* Recovery ends the outage once, with its length. */
     CHECK(authn_hmac_redis_succeeded(&h, now + SEC(6), now + SEC(7), &outage) ==
               1 &&

@@ -1,0 +1,342 @@
+"""The Redis tier: one bcrypt per credential for a farm, and Redis trouble
+never turning into a 500 or a grant without a check."""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+from harness import Httpd, Redis, htpasswd
+
+SITE = """
+Alias /w/ "{d}/htdocs/"
+<Location /w/>
+    AuthType Basic
+    AuthName "wiki"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{users}"
+    Require valid-user
+</Location>
+"""
+OUTAGE = r"\[authn_hmac:warn\].*Redis at .* is unavailable"
+
+
+class Shared:
+    """What the servers of a farm share: a pepper and an htpasswd file."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="authn_hmac_farm_")
+        os.chmod(self.dir, 0o755)
+        self.pepper = os.path.join(self.dir, "pepper")
+        with open(self.pepper, "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(self.pepper, 0o600)
+        self.users = os.path.join(self.dir, "users")
+        htpasswd(self.users, "alice", "alice farm pass", create=True)
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def farm_server(shared, redis, extra="", name="farm", mpm="event", auth=True):
+    srv = Httpd(mpm=mpm, name=name)
+    lines = ["AuthHMACPepperFile %s" % shared.pepper,
+             "AuthHMACRedisServer %s" % redis.address]
+    if auth and redis.password:
+        lines.append("AuthHMACRedisAuthFile %s"
+                     % redis.auth_file(srv.path("redis.auth"), redis.password))
+    srv.global_conf = "\n".join(lines) + "\n" + extra
+    srv.body = SITE.format(d=srv.dir, users=shared.users)
+    srv.write_config()
+    with open(srv.path("htdocs", "index.html"), "w") as f:
+        f.write("wiki page\n")
+    if redis.password:
+        srv.secrets.add(redis.password)
+    return srv
+
+
+def note_of_last(srv, user):
+    notes = srv.notes(user)
+    return notes[-1] if notes else None
+
+
+def delta(srv, before):
+    after = srv.status()
+    return {k: after[k] - before[k] for k in before}
+
+
+@pytest.fixture(scope="module")
+def farm():
+    shared, redis = Shared(), Redis().start()
+    a = farm_server(shared, redis, name="farmA").start()
+    b = farm_server(shared, redis, name="farmB").start()
+    yield shared, redis, a, b
+    problems = []
+    for s in (a, b):
+        s.stop()
+        problems += s.log_problems()
+        s.cleanup()
+    redis.cleanup()
+    shared.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+def test_verified_on_one_server_is_a_hit_on_the_other(farm):
+    shared, redis, a, b = farm
+    htpasswd(shared.users, "sam", "sam's farm pass")
+    before = b.status()
+    assert a.status_code("/w/", "sam", "sam's farm pass") == 200
+    assert note_of_last(a, "sam") == "verified"
+    assert b.status_code("/w/", "sam", "sam's farm pass") == 200
+    assert note_of_last(b, "sam") == "redis-hit"
+    assert b.status_code("/w/", "sam", "sam's farm pass") == 200
+    assert note_of_last(b, "sam") == "hit"  # now in B's shared memory too
+    d = delta(b, before)
+    assert d["verifications"] == 0
+    assert d["redis_hits"] == 1 and d["hits"] == 1
+    assert b.status()["redis"] == 1 and b.status()["redis_connections"] >= 1
+
+
+def test_a_wrong_password_is_not_shared(farm):
+    shared, redis, a, b = farm
+    before = b.status()
+    assert a.status_code("/w/", "alice", "not alice's") == 401
+    assert b.status_code("/w/", "alice", "not alice's") == 401
+    d = delta(b, before)
+    assert d["verifications"] == 1 and d["denied"] == 1 and d["redis_hits"] == 0
+
+
+def test_revocation_reaches_every_server(farm):
+    shared, redis, a, b = farm
+    htpasswd(shared.users, "rita", "rita old pass")
+    assert a.status_code("/w/", "rita", "rita old pass") == 200
+    assert b.status_code("/w/", "rita", "rita old pass") == 200
+    htpasswd(shared.users, "rita", "rita new pass")
+    assert a.status_code("/w/", "rita", "rita old pass") == 401
+    assert b.status_code("/w/", "rita", "rita old pass") == 401
+    assert a.status_code("/w/", "rita", "rita new pass") == 200
+    assert b.status_code("/w/", "rita", "rita new pass") == 200
+    assert note_of_last(b, "rita") == "redis-hit"
+    htpasswd(shared.users, "rita", None, delete=True)
+    assert a.status_code("/w/", "rita", "rita new pass") == 401
+    assert b.status_code("/w/", "rita", "rita new pass") == 401
+
+
+def test_redis_holds_only_macs_and_times(farm):
+    shared, redis, a, b = farm
+    htpasswd(shared.users, "mac", "mac only pass")
+    assert a.status_code("/w/", "mac", "mac only pass") == 200
+    keys = redis.cli("--scan", "--pattern", "*").split()
+    assert keys
+    for k in keys:
+        assert re.fullmatch(r"authn_hmac:[0-9a-f]{64}", k), k
+        assert re.fullmatch(r"\d{16}", redis.cli("GET", k))
+        assert 0 < int(redis.cli("PTTL", k)) <= 300000
+    dump = " ".join(keys + [redis.cli("GET", k) for k in keys])
+    for secret in ("mac", "mac only pass", "alice", "$2y$"):
+        assert secret not in dump.replace("authn_hmac:", "")
+
+
+@pytest.fixture
+def shared():
+    s = Shared()
+    yield s
+    s.cleanup()
+
+
+def finish(srv, *extra_expected):
+    srv.stop()
+    for e in extra_expected:
+        srv.expect_log(e)
+    problems = srv.log_problems()
+    srv.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("kind", ["acl-user", "unix-socket"])
+def test_acl_user_and_unix_socket(shared, kind):
+    if kind == "acl-user":
+        redis = Redis(password="default-user-pass", acl_user=("app", "app-user-pass")).start()
+        srv = farm_server(shared, redis, auth=False,
+                          extra="AuthHMACCacheSize 0\nAuthHMACRedisAuthFile %s" %
+                          redis.auth_file(os.path.join(shared.dir, "auth"),
+                                          "app app-user-pass"))
+        srv.secrets.add("app-user-pass")
+    else:
+        redis = Redis(unix=True).start()
+        srv = farm_server(shared, redis, extra="AuthHMACCacheSize 0")
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+        st = srv.status()
+        assert st["verifications"] == 1 and st["redis_hits"] == 1
+        assert st["redis_errors"] == 0 and st["redis_timeouts"] == 0
+        assert note_of_last(srv, "alice") == "redis-hit"
+        finish(srv)
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+
+
+@pytest.mark.parametrize("what", ["password", "database"])
+def test_wrong_secret_or_database_falls_back(shared, what):
+    redis = Redis(password="the-right-redis-pass").start()
+    if what == "password":
+        srv = farm_server(shared, redis, auth=False,
+                          extra="AuthHMACRedisAuthFile %s" % redis.auth_file(
+                              os.path.join(shared.dir, "auth"), "a-wrong-redis-pass"))
+        srv.secrets.add("a-wrong-redis-pass")
+        why = r"AUTH refused: (WRONGPASS|ERR invalid password)"
+    else:
+        srv = farm_server(shared, redis, extra="AuthHMACRedisDatabase 99")
+        why = r"SELECT refused: ERR DB index is out of range"
+    try:
+        srv.start()
+        for _ in range(3):
+            assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+            assert srv.status_code("/w/", "alice", "wrong") == 401
+        st = srv.status()
+        assert st["redis_errors"] >= 1 and st["redis_hits"] == 0
+        assert st["verifications"] == 4  # 1 right (then shm hits) + 3 wrong
+        log = srv.error_log()
+        warnings = re.findall(OUTAGE + ".*", log)
+        assert len(warnings) == 1, warnings
+        assert re.search(why, warnings[0]), warnings[0]
+        finish(srv, OUTAGE)
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+
+
+def test_outage_under_load_never_fails_a_request(shared):
+    """kill -9 the Redis server during 20 s of ab -k -c 16, then start it
+    again. Shared memory is off so that every request goes to Redis."""
+    redis = Redis().start()
+    srv = farm_server(shared, redis, extra="AuthHMACCacheSize 0", mpm="event")
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200  # warm
+        result = {}
+
+        def load():
+            result["ab"] = srv.ab("/w/", "alice", "alice farm pass", n=10000000, c=16,
+                                  seconds=20)
+        t = threading.Thread(target=load)
+        t.start()
+        time.sleep(5)
+        redis.kill9()
+        time.sleep(5)
+        redis.start()
+        t.join()
+        complete, failed, non2xx, out = result["ab"]
+        assert complete > 100, out
+        assert failed == 0 and non2xx == 0, out
+        st = srv.status()
+        assert st["redis_errors"] + st["redis_timeouts"] >= 1
+        assert st["redis_hits"] > 0 and st["verifications"] >= 2
+        log = srv.error_log()
+        assert len(re.findall(OUTAGE, log)) == 1, log
+        assert len(re.findall(r"\[authn_hmac:notice\].*Redis at .* is back after", log)) == 1, log
+        finish(srv, OUTAGE)
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+
+
+def test_hung_redis_costs_one_timeout_then_the_breaker_holds(shared):
+    redis = Redis().start()
+    srv = farm_server(shared, redis, extra="AuthHMACRedisTimeout 50")
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200  # pool warm
+        bcrypt = srv.status()["verify_avg_usec"] / 1e6
+        for i in range(6):
+            htpasswd(shared.users, "hung%d" % i, "hung pass %d" % i)
+        redis.pause()
+        try:
+            t0 = time.monotonic()
+            assert srv.status_code("/w/", "hung0", "hung pass 0") == 200
+            elapsed = time.monotonic() - t0
+            # One 50 ms timeout plus one bcrypt, with room for a slow machine.
+            assert elapsed < 0.05 + bcrypt * 1.5 + 0.3, (elapsed, bcrypt)
+            for i in range(1, 4):
+                assert srv.status_code("/w/", "hung%d" % i, "hung pass %d" % i) == 200
+            st = srv.status()
+            assert st["redis_breaker_open"] == 1, st
+            waits = st["redis_timeouts"] + st["redis_errors"]
+            assert 1 <= waits <= 3
+            for i in range(4, 6):
+                assert srv.status_code("/w/", "hung%d" % i, "hung pass %d" % i) == 200
+            st = srv.status()
+            assert st["redis_timeouts"] + st["redis_errors"] == waits  # no more waits
+            assert st["redis_skipped"] >= 2
+        finally:
+            redis.resume()
+        finish(srv, OUTAGE)
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+
+
+def test_redis_down_at_start_is_not_an_error(shared):
+    redis = Redis()  # never started
+    srv = farm_server(shared, redis, auth=False)
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+        assert srv.status_code("/w/", "alice", "bad") == 401
+        finish(srv, OUTAGE)
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+
+
+CONFIG_ERRORS = [
+    ("AuthHMACRedisServer 127.0.0.1:6379", False,
+     "AuthHMACRedisServer needs AuthHMACPepperFile"),
+    ("AuthHMACRedisServer 127.0.0.1:99999", True, "AuthHMACRedisServer: '127.0.0.1:99999': bad port"),
+    ("AuthHMACRedisServer ::1:6379", True, "needs [brackets]"),
+    ("AuthHMACRedisServer 127.0.0.1\nAuthHMACRedisTimeout 0", True,
+     "AuthHMACRedisTimeout: '0' is not valid (milliseconds from 1 to"),
+    ("AuthHMACRedisServer 127.0.0.1\nAuthHMACRedisTimeout 50ms", True,
+     "AuthHMACRedisTimeout: '50ms' is not valid"),
+    ("AuthHMACRedisServer 127.0.0.1\nAuthHMACRedisDatabase -1", True,
+     "AuthHMACRedisDatabase: '-1' is not valid"),
+    ("AuthHMACRedisServer 127.0.0.1\nAuthHMACRedisPrefix \"a b\"", True,
+     "AuthHMACRedisPrefix: 'a b' is not valid"),
+]
+
+
+@pytest.mark.parametrize("conf,with_pepper,message", CONFIG_ERRORS)
+def test_bad_redis_configuration_is_refused(shared, conf, with_pepper, message):
+    srv = Httpd(name="redisconf")
+    try:
+        srv.global_conf = (("AuthHMACPepperFile %s\n" % shared.pepper) if with_pepper else "") + conf
+        srv.write_config()
+        rc, out = srv.configtest()
+        assert rc != 0 and message in out, out
+    finally:
+        srv.cleanup()
+
+
+def test_redis_auth_file_permissions(shared):
+    srv = Httpd(name="redisconf")
+    try:
+        path = srv.path("auth")
+        with open(path, "w") as f:
+            f.write("super secret redis pass\n")
+        os.chmod(path, 0o644)
+        srv.global_conf = "AuthHMACPepperFile %s\nAuthHMACRedisServer 127.0.0.1\n" \
+                          "AuthHMACRedisAuthFile %s" % (shared.pepper, path)
+        srv.write_config()
+        rc, out = srv.configtest()
+        assert rc != 0 and "AuthHMACRedisAuthFile" in out and "group or others" in out
+        assert "super secret" not in out
+    finally:
+        srv.cleanup()
