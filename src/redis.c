@@ -18,7 +18,7 @@
 #include <hiredis/hiredis.h>
 
 #define BREAKER_AFTER     3       /* consecutive failures */
-#define BREAKER_MAX_SHIFT 3       /* backoff 1, 2, 4, 8 s */
+#define BREAKER_MAX_SHIFT 3       /* backoff 2, 4, 8, 16 s */
 #define CLOCK_SKEW_USEC   5000000 /* between the servers of a farm */
 
 struct authn_hmac_redis_conn {
@@ -439,17 +439,23 @@ int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now)
 int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now)
 {
     int64_t zero = 0;
+    int64_t until = __atomic_load_n(&h->breaker_until, __ATOMIC_RELAXED);
     uint64_t n = __atomic_add_fetch(&h->failures, 1, __ATOMIC_RELAXED);
 
-    if (n >= BREAKER_AFTER) {
-        uint64_t opens = __atomic_fetch_add(&h->opens, 1, __ATOMIC_RELAXED);
+    /* NB: a burst of failures from requests that were all in flight opens
+     * the breaker once, not once each: only the one that swaps the closed
+     * state for an open one moves the backoff on. */
+    if (n >= BREAKER_AFTER && until <= now) {
+        uint64_t opens = __atomic_load_n(&h->opens, __ATOMIC_RELAXED);
         unsigned shift =
             opens < BREAKER_MAX_SHIFT ? (unsigned)opens : BREAKER_MAX_SHIFT;
+        int64_t next = now + apr_time_from_sec((apr_time_t)2 << shift);
 
-        __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&h->breaker_until,
-                         now + apr_time_from_sec((apr_time_t)2 << shift),
-                         __ATOMIC_RELAXED);
+        if (__atomic_compare_exchange_n(&h->breaker_until, &until, next, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            __atomic_add_fetch(&h->opens, 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
+        }
     }
     return __atomic_compare_exchange_n(&h->down_since, &zero, now, 0,
                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED);

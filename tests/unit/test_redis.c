@@ -169,6 +169,11 @@ static void test_health(apr_pool_t *p)
     CHECK(authn_hmac_redis_allowed(&h, now));
     CHECK(authn_hmac_redis_failed(&h, now) == 0); /* third: breaker opens */
     CHECK(!authn_hmac_redis_allowed(&h, now + SEC(2) - 1));
+    /* More failures of requests already in flight do not push it further. */
+    authn_hmac_redis_failed(&h, now);
+    authn_hmac_redis_failed(&h, now);
+    authn_hmac_redis_failed(&h, now);
+    authn_hmac_redis_failed(&h, now);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(2)));
     /* Half-open: the next failures open it for longer (backoff). */
     authn_hmac_redis_failed(&h, now + SEC(2));
