@@ -4,12 +4,15 @@
 #include <string.h>
 
 #include <bsd/string.h>
-#include <openssl/core_names.h>
 #include <openssl/evp.h>
-#include <openssl/params.h>
+
+/* HMAC-SHA256 (RFC 2104) from two digest states keyed once: copying a
+ * state costs a fraction of duplicating an EVP_MAC context. */
+#define SHA256_BLOCK 64
 
 struct authn_hmac_mac {
-    EVP_MAC_CTX *tmpl; /* keyed once; duplicated per computation */
+    EVP_MD_CTX *inner; /* SHA-256 after (K ^ ipad) */
+    EVP_MD_CTX *outer; /* SHA-256 after (K ^ opad) */
 };
 
 /* Sends a 4-byte big-endian value. */
@@ -53,8 +56,9 @@ static apr_status_t mac_cleanup(void *data)
 {
     authn_hmac_mac_t *m = data;
 
-    EVP_MAC_CTX_free(m->tmpl); /* OpenSSL cleanses the key state */
-    m->tmpl = NULL;
+    EVP_MD_CTX_free(m->inner); /* OpenSSL cleanses the states */
+    EVP_MD_CTX_free(m->outer);
+    m->inner = m->outer = NULL;
     return APR_SUCCESS;
 }
 
@@ -63,31 +67,46 @@ apr_status_t authn_hmac_mac_create(authn_hmac_mac_t **out,
                                    apr_pool_t *p)
 {
     authn_hmac_mac_t *m = apr_pcalloc(p, sizeof(*m));
-    static char sha256[] = "SHA256";
-    OSSL_PARAM params[2];
-    EVP_MAC *hmac;
+    unsigned char k0[SHA256_BLOCK], ipad[SHA256_BLOCK], opad[SHA256_BLOCK];
+    apr_status_t rv = APR_EGENERAL;
+    EVP_MD *sha256;
+    int i;
 
-    if (pepper->len > 0x7fffffff)
-        return APR_EINVAL;
-    hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-    if (!hmac)
+    sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (!sha256)
         return APR_ENOTIMPL;
-    m->tmpl = EVP_MAC_CTX_new(hmac);
-    EVP_MAC_free(hmac); /* the context keeps its own reference */
-    if (!m->tmpl)
-        return APR_ENOMEM;
+    m->inner = EVP_MD_CTX_new();
+    m->outer = EVP_MD_CTX_new();
     apr_pool_cleanup_register(p, m, mac_cleanup, apr_pool_cleanup_null);
-    params[0] =
-        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, sha256, 0);
-    params[1] = OSSL_PARAM_construct_end();
-    if (!EVP_MAC_init(m->tmpl, pepper->data, pepper->len, params))
-        return APR_EGENERAL;
-    *out = m;
-    return APR_SUCCESS;
+    memset(k0, 0, sizeof(k0));
+    if (pepper->len > SHA256_BLOCK) {
+        if (!EVP_Digest(pepper->data, pepper->len, k0, NULL, sha256, NULL))
+            goto done;
+    }
+    else {
+        memcpy(k0, pepper->data, pepper->len);
+    }
+    for (i = 0; i < SHA256_BLOCK; i++) {
+        ipad[i] = k0[i] ^ 0x36;
+        opad[i] = k0[i] ^ 0x5c;
+    }
+    if (m->inner && m->outer && EVP_DigestInit_ex(m->inner, sha256, NULL) &&
+        EVP_DigestUpdate(m->inner, ipad, sizeof(ipad)) &&
+        EVP_DigestInit_ex(m->outer, sha256, NULL) &&
+        EVP_DigestUpdate(m->outer, opad, sizeof(opad))) {
+        *out = m;
+        rv = APR_SUCCESS;
+    }
+done:
+    EVP_MD_free(sha256); /* the contexts keep their own references */
+    explicit_bzero(k0, sizeof(k0));
+    explicit_bzero(ipad, sizeof(ipad));
+    explicit_bzero(opad, sizeof(opad));
+    return rv;
 }
 
 typedef struct {
-    EVP_MAC_CTX *ctx;
+    EVP_MD_CTX *ctx;
     int ok;
 } mac_sink_t;
 
@@ -95,7 +114,7 @@ static void mac_sink(void *baton, const void *data, size_t len)
 {
     mac_sink_t *s = baton;
 
-    if (s->ok && !EVP_MAC_update(s->ctx, data, len))
+    if (s->ok && !EVP_DigestUpdate(s->ctx, data, len))
         s->ok = 0;
 }
 
@@ -106,20 +125,22 @@ apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
                                     const char *hash, size_t hash_len,
                                     unsigned char key[AUTHN_HMAC_KEY_LEN])
 {
+    unsigned char inner[AUTHN_HMAC_KEY_LEN];
+    unsigned int il = 0, ol = 0;
     mac_sink_t s;
-    size_t outl = 0;
 
-    /* NB: the password is streamed into the MAC; no copy of it is made. */
-    s.ctx = EVP_MAC_CTX_dup(mac->tmpl);
-    if (!s.ctx)
-        return APR_ENOMEM;
-    s.ok = 1;
+    /* NB: the password is streamed into the digest; no copy of it is made. */
+    s.ctx = EVP_MD_CTX_new();
+    s.ok = s.ctx && EVP_MD_CTX_copy_ex(s.ctx, mac->inner);
     authn_hmac_encode(mac_sink, &s, scope, scope_len, user, user_len, password,
                       password_len, hash, hash_len);
-    if (s.ok && !EVP_MAC_final(s.ctx, key, &outl, AUTHN_HMAC_KEY_LEN))
-        s.ok = 0;
-    EVP_MAC_CTX_free(s.ctx); /* cleanses the state that saw the password */
-    if (!s.ok || outl != AUTHN_HMAC_KEY_LEN) {
+    s.ok = s.ok && EVP_DigestFinal_ex(s.ctx, inner, &il) &&
+           EVP_MD_CTX_copy_ex(s.ctx, mac->outer) &&
+           EVP_DigestUpdate(s.ctx, inner, il) &&
+           EVP_DigestFinal_ex(s.ctx, key, &ol);
+    EVP_MD_CTX_free(s.ctx); /* cleanses the state that saw the password */
+    explicit_bzero(inner, sizeof(inner));
+    if (!s.ok || ol != AUTHN_HMAC_KEY_LEN) {
         explicit_bzero(key, AUTHN_HMAC_KEY_LEN);
         return APR_EGENERAL;
     }

@@ -151,6 +151,26 @@ static void test_mac_matches_hmac_of_encoding(apr_pool_t *p)
     CHECK(memcmp(k1, k2, 32) != 0);
 }
 
+/* Peppers longer than SHA-256's block are hashed first (RFC 2104). */
+static void test_mac_with_long_pepper(apr_pool_t *p)
+{
+    authn_hmac_secret_t *pep = NULL;
+    authn_hmac_mac_t *m;
+    unsigned char k[32], want[32];
+    size_t wl = 0, i;
+    buf_t b = enc("/s", "u", 1, "pw", 2, "h");
+
+    CHECK(authn_hmac_secret_random(&pep, 200, p) == APR_SUCCESS);
+    for (i = 0; i < pep->len; i++)
+        pep->data[i] = (unsigned char)i;
+    CHECK(authn_hmac_mac_create(&m, pep, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_compute(m, "/s", 2, "u", 1, "pw", 2, "h", 1, k) ==
+          APR_SUCCESS);
+    CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, pep->data, pep->len,
+                    b.buf, b.len, want, sizeof(want), &wl) != NULL);
+    CHECK(wl == 32 && memcmp(k, want, 32) == 0);
+}
+
 static void test_mac_depends_on_pepper(apr_pool_t *p)
 {
     authn_hmac_mac_t *m1, *m2;
@@ -213,6 +233,7 @@ int main(void)
     RUN(test_encoding_injective, p);
     RUN(test_scope_and_hash_matter, p);
     RUN(test_mac_matches_hmac_of_encoding, p);
+    RUN(test_mac_with_long_pepper, p);
     RUN(test_mac_depends_on_pepper, p);
     RUN(test_secret_file_checks, p);
     return unit_end();
