@@ -232,8 +232,7 @@ static const char *set_redis_timeout(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    if (authn_hmac_parse_size(arg, &v) || v != (uint64_t)atoi(arg) || v < 1 ||
-        v > MAX_REDIS_TIMEOUT_MS)
+    if (authn_hmac_parse_uint(arg, MAX_REDIS_TIMEOUT_MS, &v) || v < 1)
         return apr_psprintf(cmd->pool,
                             D_RTIMEOUT ": '%s' is not valid (milliseconds "
                                        "from 1 to %d)",

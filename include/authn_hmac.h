@@ -295,6 +295,9 @@ const char *authn_hmac_parse_size(const char *arg, uint64_t *out);
  * wrong. */
 const char *authn_hmac_parse_seconds(const char *arg, uint64_t *out);
 
+/* A plain decimal number from 0 to max. Returns NULL or what is wrong. */
+const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
+
 /* Whether a status query string asks for JSON ("json", "json=1", "a&json"). */
 int authn_hmac_status_wants_json(const char *args);
 

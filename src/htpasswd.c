@@ -215,6 +215,8 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
     size_t hl = 0;
     apr_status_t rv;
 
+    if (!uf->lock)
+        return APR_EINIT; /* child_init did not run or failed */
     /* NB: stat before taking the lock; a change racing with this request is
      * seen by the next one. */
     rv = apr_stat(&now, uf->path, USERFILE_WANTED, p);

@@ -48,6 +48,19 @@ const char *authn_hmac_parse_seconds(const char *arg, uint64_t *out)
     return parse_scaled(arg, "smhd", mults, out);
 }
 
+const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out)
+{
+    static const uint64_t none[] = {1};
+    uint64_t v = 0;
+    const char *err = parse_scaled(arg, "", none, &v);
+
+    if (!err && v > max)
+        err = "too large";
+    if (!err)
+        *out = v;
+    return err;
+}
+
 int authn_hmac_status_wants_json(const char *args)
 {
     const char *p = args;

@@ -39,6 +39,20 @@ static void test_seconds(apr_pool_t *p)
     CHECK(authn_hmac_parse_seconds("10x", &v));
 }
 
+static void test_uint(apr_pool_t *p)
+{
+    uint64_t v = 0;
+
+    (void)p;
+    CHECK(!authn_hmac_parse_uint("50", 100, &v) && v == 50);
+    CHECK(!authn_hmac_parse_uint("0", 100, &v) && v == 0);
+    CHECK(authn_hmac_parse_uint("101", 100, &v));
+    CHECK(authn_hmac_parse_uint("50ms", 100, &v));
+    CHECK(authn_hmac_parse_uint("1k", 2000, &v));
+    CHECK(authn_hmac_parse_uint("-1", 100, &v));
+    CHECK(authn_hmac_parse_uint("", 100, &v));
+}
+
 static void test_json_query(apr_pool_t *p)
 {
     (void)p;
@@ -79,6 +93,7 @@ int main(void)
 
     RUN(test_sizes, p);
     RUN(test_seconds, p);
+    RUN(test_uint, p);
     RUN(test_json_query, p);
     RUN(test_status_format, p);
     return unit_end();
