@@ -412,7 +412,7 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
         ap_mpm_query(AP_MPMQ_MAX_THREADS, &threads);
         rv = authn_hmac_redis_pool_create(
             &g.redis_pool, &g.redis, threads > 0 ? threads : 1,
-            &authn_hmac_table_redis_health(g.table)->conns, pchild);
+            authn_hmac_table_redis_health(g.table), pchild);
         if (rv != APR_SUCCESS)
             ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
                          "authn_hmac: cannot set up the Redis pool");

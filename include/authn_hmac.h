@@ -181,6 +181,7 @@ typedef struct {
     int64_t breaker_until; /* apr_time_t; skip Redis before it */
     int64_t down_since;    /* apr_time_t; 0 while healthy */
     int64_t conns;         /* open connections */
+    uint64_t epoch;        /* outages so far: older connections are stale */
 } authn_hmac_redis_health_t;
 
 authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t);
@@ -239,7 +240,8 @@ typedef struct authn_hmac_redis_pool authn_hmac_redis_pool_t;
 
 apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
                                           const authn_hmac_redis_conf_t *conf,
-                                          int max_idle, int64_t *conns,
+                                          int max_idle,
+                                          authn_hmac_redis_health_t *health,
                                           apr_pool_t *p);
 
 /* An idle connection, or a new one (connected, AUTH and SELECT done). */

@@ -24,6 +24,7 @@
 struct authn_hmac_redis_conn {
     redisContext *ctx;
     const authn_hmac_redis_conf_t *conf;
+    uint64_t epoch; /* the shared outage count when it was made */
 };
 
 const char *authn_hmac_redis_parse_server(const char *arg,
@@ -232,14 +233,14 @@ struct authn_hmac_redis_pool {
     apr_thread_mutex_t *lock;
     authn_hmac_redis_conn_t **idle;
     int nidle, max;
-    int64_t *conns; /* shared count of open connections */
+    authn_hmac_redis_health_t *health; /* shared by all processes */
 };
 
 /* Closes a connection and counts it gone. */
 static void pool_close(authn_hmac_redis_pool_t *rp, authn_hmac_redis_conn_t *c)
 {
     authn_hmac_redis_close(c);
-    __atomic_sub_fetch(rp->conns, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&rp->health->conns, 1, __ATOMIC_RELAXED);
 }
 
 static apr_status_t pool_cleanup(void *data)
@@ -253,7 +254,8 @@ static apr_status_t pool_cleanup(void *data)
 
 apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
                                           const authn_hmac_redis_conf_t *conf,
-                                          int max_idle, int64_t *conns,
+                                          int max_idle,
+                                          authn_hmac_redis_health_t *health,
                                           apr_pool_t *p)
 {
     authn_hmac_redis_pool_t *rp = apr_pcalloc(p, sizeof(*rp));
@@ -262,7 +264,7 @@ apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
     rp->conf = conf;
     rp->max = max_idle > 0 ? max_idle : 1;
     rp->idle = apr_pcalloc(p, sizeof(*rp->idle) * (size_t)rp->max);
-    rp->conns = conns;
+    rp->health = health;
     rv = apr_thread_mutex_create(&rp->lock, APR_THREAD_MUTEX_DEFAULT, p);
     if (rv != APR_SUCCESS)
         return rv;
@@ -276,18 +278,29 @@ authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
                                                   const char **why,
                                                   apr_pool_t *p)
 {
+    uint64_t epoch = __atomic_load_n(&rp->health->epoch, __ATOMIC_RELAXED);
     authn_hmac_redis_rc rc;
 
     *c = NULL;
     apr_thread_mutex_lock(rp->lock);
-    if (rp->nidle > 0)
+    /* NB: a connection made before the last outage began (seen by any
+     * process) is presumed dead: this process may have skipped Redis the
+     * whole time, with the breaker open, and never noticed. */
+    while (!*c && rp->nidle > 0) {
         *c = rp->idle[--rp->nidle];
+        if ((*c)->epoch != epoch) {
+            pool_close(rp, *c);
+            *c = NULL;
+        }
+    }
     apr_thread_mutex_unlock(rp->lock);
     if (*c)
         return AUTHN_HMAC_REDIS_OK;
     rc = authn_hmac_redis_connect(rp->conf, c, why, p);
-    if (rc == AUTHN_HMAC_REDIS_OK)
-        __atomic_add_fetch(rp->conns, 1, __ATOMIC_RELAXED);
+    if (rc == AUTHN_HMAC_REDIS_OK) {
+        (*c)->epoch = epoch;
+        __atomic_add_fetch(&rp->health->conns, 1, __ATOMIC_RELAXED);
+    }
     return rc;
 }
 
@@ -457,8 +470,11 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now)
             __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
         }
     }
-    return __atomic_compare_exchange_n(&h->down_since, &zero, now, 0,
-                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    if (!__atomic_compare_exchange_n(&h->down_since, &zero, now, 0,
+                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return 0;
+    __atomic_add_fetch(&h->epoch, 1, __ATOMIC_RELAXED);
+    return 1;
 }
 
 int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,

@@ -191,7 +191,9 @@ static void test_health(apr_pool_t *p)
     CHECK(authn_hmac_redis_succeeded(&h, now + SEC(8), now + SEC(8), &outage) ==
           0);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(8)));
+    CHECK(h.epoch == 1); /* connections made before it are stale */
     CHECK(authn_hmac_redis_failed(&h, now + SEC(9)) == 1); /* a new outage */
+    CHECK(h.epoch == 2);
 }
 
 int main(void)
