@@ -378,11 +378,13 @@ authn_hmac_redis_interpret(const redisReply *get, const redisReply *pttl,
         return AUTHN_HMAC_REDIS_ERROR; /* never trust an entry without end */
     if (when > now + CLOCK_SKEW_USEC || now - when >= ttl)
         return AUTHN_HMAC_REDIS_OK; /* too old for this section, or odd */
+    if (when > now)
+        when = now; /* another server's clock, a little ahead */
     end = now + (apr_time_t)pttl->integer * 1000;
     if (end > when + ttl)
         end = when + ttl;
     *found = 1;
-    *stored = when < now ? when : now;
+    *stored = when;
     *expires = end;
     return AUTHN_HMAC_REDIS_OK;
 }

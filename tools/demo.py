@@ -4,7 +4,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
-os.environ.setdefault("top_builddir", os.path.join(HERE, ".."))
+os.environ.setdefault("top_builddir", os.path.join(HERE, "..", "build"))
 from harness import Httpd, htpasswd  # noqa: E402
 
 DIR = os.environ.get("AUTHN_HMAC_DEMO_DIR", "/tmp/authn_hmac_demo")

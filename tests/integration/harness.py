@@ -20,7 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def settings():
     """Paths found by configure (tests/integration/settings.json)."""
-    builddir = os.environ.get("top_builddir") or os.path.dirname(os.path.dirname(HERE))
+    builddir = os.environ.get("top_builddir") or os.path.join(
+        os.path.dirname(os.path.dirname(HERE)), "build")
     path = os.path.join(builddir, "tests", "integration", "settings.json")
     with open(path) as f:
         return json.load(f)
@@ -180,9 +181,27 @@ Timeout 30
             cmd = ["runuser", "-u", self.as_user, "--"] + cmd
         return cmd
 
+    def _env(self):
+        """httpd's environment: with a sanitizer build, its runtime is
+        preloaded (httpd itself is not instrumented) and reports go to
+        logs/san.<pid>, which log_problems() turns into failures."""
+        env = dict(os.environ)
+        if S.get("preload"):
+            out = self.path("logs", "san")
+            env["LD_PRELOAD"] = S["preload"]
+            # NB: httpd keeps pools until exit by design; leaks are checked
+            # by the unit tests and the fuzzers instead.
+            env["ASAN_OPTIONS"] = "detect_leaks=0:halt_on_error=1:log_path=" + out
+            env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1:log_path=" + out
+        return env
+
+    def _run(self, *args, check=False):
+        return subprocess.run(self._cmd(*args), capture_output=True, text=True,
+                              env=self._env(), check=check)
+
     def configtest(self):
         """(exit code, output) of `httpd -t` on the current config."""
-        p = subprocess.run(self._cmd("-t"), capture_output=True, text=True)
+        p = self._run("-t")
         return p.returncode, p.stdout + p.stderr
 
     def pid(self):
@@ -200,7 +219,7 @@ Timeout 30
             return False
 
     def start(self):
-        p = subprocess.run(self._cmd("-k", "start"), capture_output=True, text=True)
+        p = self._run("-k", "start")
         if p.returncode != 0:
             raise RuntimeError("httpd did not start: %s%s" % (p.stdout, p.stderr))
         for _ in range(200):
@@ -226,8 +245,7 @@ Timeout 30
         and every child of the old one is gone (an old child may otherwise
         take one more connection, with the old cache)."""
         gen, old = self.generation(), set(self.children())
-        subprocess.run(self._cmd("-k", "graceful" if graceful else "restart"), check=True,
-                       capture_output=True)
+        self._run("-k", "graceful" if graceful else "restart", check=True)
         for _ in range(400):
             if self.generation() > gen and self._answers() and not old & set(self.children()):
                 return
@@ -239,7 +257,7 @@ Timeout 30
 
     def stop(self):
         pid = self.pid()
-        subprocess.run(self._cmd("-k", "stop"), capture_output=True)
+        self._run("-k", "stop")
         for _ in range(200):
             if not pid or not os.path.exists("/proc/%d" % pid):
                 return
@@ -286,6 +304,11 @@ Timeout 30
         for s in self.secrets:
             if s and s in text:
                 bad.append("a secret reached the error log: %r" % s)
+        logs = self.path("logs")
+        for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+            if name.startswith("san."):
+                with open(os.path.join(logs, name), errors="replace") as f:
+                    bad.append("sanitizer report %s:\n%s" % (name, f.read()[:4000]))
         return bad
 
     def cleanup(self):

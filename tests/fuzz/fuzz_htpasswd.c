@@ -1,0 +1,46 @@
+/* libFuzzer target: the htpasswd parser and index lookups. */
+#include "authn_hmac.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void ignore(void *baton, unsigned lineno, const char *why)
+{
+    (void)baton;
+    (void)lineno;
+    if (!why || !*why)
+        abort(); /* every bad line must say why */
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static apr_pool_t *root;
+    apr_pool_t *p;
+    authn_hmac_htpasswd_t *idx = NULL;
+    char *buf;
+    size_t hl = 0;
+    const char *h;
+
+    if (!root) {
+        apr_initialize();
+        apr_pool_create(&root, NULL);
+    }
+    apr_pool_create(&p, root);
+    /* Exactly the bytes plus the one spare byte the parser may write. */
+    buf = malloc(size + 1);
+    memcpy(buf, data, size);
+    if (authn_hmac_htpasswd_parse(&idx, buf, size, ignore, NULL, p) !=
+        APR_SUCCESS)
+        abort();
+    h = authn_hmac_htpasswd_get(idx, "alice", &hl);
+    if (h && strlen(h) != hl)
+        abort();
+    (void)authn_hmac_htpasswd_get(idx, "", &hl);
+    if (authn_hmac_htpasswd_count(idx) > size)
+        abort();
+    free(buf);
+    apr_pool_destroy(p);
+    return 0;
+}
