@@ -298,7 +298,7 @@ static const command_rec cmds[] = {
                   "prefix of the Redis keys (default authn_hmac:)"),
     AP_INIT_TAKE1(D_RDB, set_redis_db, NULL, RSRC_CONF,
                   "Redis database number (default 0)"),
-    {NULL}};
+    {NULL, {NULL}, NULL, 0, RAW_ARGS, NULL}};
 
 /* ----------------------------------------------------------------- hooks */
 
