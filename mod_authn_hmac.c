@@ -48,7 +48,7 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define MIN_SIZE     ((uint64_t)16 << 10)
 #define MAX_SIZE     ((uint64_t)1 << 30)
 #define DEFAULT_TTL  300
-#define MAX_TTL      (7 * 86400)
+#define MAX_TTL      604800 /* 7 days */
 
 #define DEFAULT_REDIS_TIMEOUT_MS 50
 #define MAX_REDIS_TIMEOUT_MS     10000
@@ -269,7 +269,7 @@ static const char *set_redis_db(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    if (authn_hmac_parse_size(arg, &v) || v != (uint64_t)atoi(arg) || v > 65535)
+    if (authn_hmac_parse_uint(arg, 65535, &v))
         return apr_psprintf(cmd->pool,
                             D_RDB ": '%s' is not valid (a database number "
                                   "from 0 to 65535)",
@@ -628,7 +628,7 @@ static int status_handler(request_rec *r)
     apr_time_t now = apr_time_now();
     int json;
 
-    if (!r->handler || strcmp(r->handler, STATUS_HANDLER))
+    if (!r->handler || strcmp(r->handler, STATUS_HANDLER) != 0)
         return DECLINED;
     r->allowed = AP_METHOD_BIT << M_GET;
     if (r->method_number != M_GET)

@@ -168,11 +168,13 @@ static apr_status_t rebuild(authn_hmac_userfile_t *uf,
     rv = apr_pool_create(&np, uf->pool);
     if (rv != APR_SUCCESS)
         return rv;
+    memset(&st, 0, sizeof(st));
     rv = apr_file_open(&f, uf->path, APR_FOPEN_READ, APR_OS_DEFAULT, np);
-    if (rv == APR_SUCCESS)
+    if (rv == APR_SUCCESS) {
         rv = apr_file_info_get(&st, USERFILE_WANTED, f);
-    if (rv == APR_INCOMPLETE)
-        rv = APR_SUCCESS;
+        if (rv == APR_INCOMPLETE)
+            rv = APR_SUCCESS;
+    }
     if (rv == APR_SUCCESS && st.filetype != APR_REG)
         rv = APR_EBADF;
     if (rv == APR_SUCCESS && (apr_uint64_t)st.size > ((apr_uint64_t)1 << 30))

@@ -166,7 +166,7 @@ authn_hmac_redis_connect(const authn_hmac_redis_conf_t *conf,
     authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_OK;
 
     tv.tv_sec = conf->timeout_ms / 1000;
-    tv.tv_usec = (conf->timeout_ms % 1000) * 1000;
+    tv.tv_usec = (suseconds_t)(conf->timeout_ms % 1000) * 1000;
     ctx = conf->socket ? redisConnectUnixWithTimeout(conf->socket, tv)
                        : redisConnectWithTimeout(conf->host, conf->port, tv);
     if (!ctx || ctx->err) {
@@ -263,7 +263,8 @@ apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
 
     rp->conf = conf;
     rp->max = max_idle > 0 ? max_idle : 1;
-    rp->idle = apr_pcalloc(p, sizeof(*rp->idle) * (size_t)rp->max);
+    rp->idle =
+        apr_pcalloc(p, sizeof(authn_hmac_redis_conn_t *) * (size_t)rp->max);
     rp->health = health;
     rv = apr_thread_mutex_create(&rp->lock, APR_THREAD_MUTEX_DEFAULT, p);
     if (rv != APR_SUCCESS)
@@ -297,7 +298,7 @@ authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
     if (*c)
         return AUTHN_HMAC_REDIS_OK;
     rc = authn_hmac_redis_connect(rp->conf, c, why, p);
-    if (rc == AUTHN_HMAC_REDIS_OK) {
+    if (rc == AUTHN_HMAC_REDIS_OK && *c) {
         (*c)->epoch = epoch;
         __atomic_add_fetch(&rp->health->conns, 1, __ATOMIC_RELAXED);
     }
@@ -328,14 +329,14 @@ static const char *redis_key(const authn_hmac_redis_conf_t *conf,
 {
     static const char hex[] = "0123456789abcdef";
     size_t pl = strlen(conf->prefix), i;
-    char *k = apr_palloc(p, pl + 2 * AUTHN_HMAC_KEY_LEN + 1);
+    char *k = apr_palloc(p, pl + (size_t)2 * AUTHN_HMAC_KEY_LEN + 1);
 
     memcpy(k, conf->prefix, pl);
     for (i = 0; i < AUTHN_HMAC_KEY_LEN; i++) {
         k[pl + 2 * i] = hex[key[i] >> 4];
         k[pl + 2 * i + 1] = hex[key[i] & 15];
     }
-    k[pl + 2 * AUTHN_HMAC_KEY_LEN] = '\0';
+    k[pl + (size_t)2 * AUTHN_HMAC_KEY_LEN] = '\0';
     return k;
 }
 

@@ -48,7 +48,7 @@ static apr_status_t secret_alloc(secret_page_t **out, size_t len, apr_pool_t *p)
     m = mmap(NULL, s->maplen, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
-        return errno;
+        return errno ? errno : APR_ENOMEM;
 #ifdef MADV_DONTDUMP
     (void)madvise(m, s->maplen, MADV_DONTDUMP);
 #endif
@@ -101,7 +101,7 @@ const char *authn_hmac_secret_read(authn_hmac_secret_t **out, const char *path,
                            (unsigned long)max);
         goto done;
     }
-    if (secret_alloc(&s, (size_t)st.st_size, p) != APR_SUCCESS) {
+    if (secret_alloc(&s, (size_t)st.st_size, p) != APR_SUCCESS || !s) {
         err = "cannot allocate memory for the secret";
         goto done;
     }
@@ -127,9 +127,11 @@ done:
 apr_status_t authn_hmac_secret_random(authn_hmac_secret_t **out, size_t len,
                                       apr_pool_t *p)
 {
-    secret_page_t *s;
+    secret_page_t *s = NULL;
     apr_status_t rv = secret_alloc(&s, len, p);
 
+    if (rv == APR_SUCCESS && !s)
+        rv = APR_ENOMEM;
     if (rv == APR_SUCCESS)
         rv = apr_generate_random_bytes(s->pub.data, len);
     if (rv == APR_SUCCESS)

@@ -36,7 +36,8 @@ static const char *parse_scaled(const char *arg, const char *units,
 
 const char *authn_hmac_parse_size(const char *arg, uint64_t *out)
 {
-    static const uint64_t mults[] = {1024, 1024 * 1024, 1024 * 1024 * 1024};
+    static const uint64_t mults[] = {UINT64_C(1) << 10, UINT64_C(1) << 20,
+                                     UINT64_C(1) << 30};
 
     return parse_scaled(arg, "kmg", mults, out);
 }

@@ -74,8 +74,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     o.cap = size + 4 + 4 * 4;
     o.buf = malloc(o.cap);
     o.len = 0;
-    n = authn_hmac_encode(sink, &o, f[0], fl[0], f[1], fl[1], f[2], fl[2],
-                          f[3], fl[3]);
+    n = authn_hmac_encode(sink, &o, f[0], fl[0], f[1], fl[1], f[2], fl[2], f[3],
+                          fl[3]);
     if (n != o.len || n != size + 20)
         abort();
     /* Decode: version, then four length-prefixed fields, nothing left. */
@@ -93,8 +93,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (pos != o.len)
         abort();
     free(o.buf);
-    if (authn_hmac_mac_compute(mac, f[0], fl[0], f[1], fl[1], f[2], fl[2],
-                               f[3], fl[3], key) != APR_SUCCESS)
+    if (authn_hmac_mac_compute(mac, f[0], fl[0], f[1], fl[1], f[2], fl[2], f[3],
+                               fl[3], key) != APR_SUCCESS)
         abort();
     return 0;
 }
