@@ -5,9 +5,27 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Httpd, htpasswd  # noqa: E402
+from harness import VALGRIND, Httpd, htpasswd  # noqa: E402
 
 MPMS = os.environ.get("AUTHN_HMAC_MPMS", "prefork worker event").split()
+if VALGRIND:
+    # httpd -X: no restarts, no other accounts, and timings 20-50x slower.
+    # Prefork: one process, one thread, and a plain exit path.
+    MPMS = ["prefork"]
+    collect_ignore = ["test_lifecycle.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    if not VALGRIND:
+        return
+    skip = pytest.mark.skip(reason="timing- or load-bound: not run under valgrind")
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(skip)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: timing- or load-bound; skipped under valgrind")
 
 # /a/ and /b/ use two different htpasswd files (two scopes); /short/ uses
 # the file of /a/ with a 2-second TTL; /gone/ points at a file the tests

@@ -29,6 +29,10 @@ def settings():
 
 S = settings()
 IS_ROOT = os.geteuid() == 0
+# make check-valgrind: httpd -X under memcheck, with these suppressions.
+VALGRIND = os.environ.get("AUTHN_HMAC_VALGRIND")
+# bcrypt cost of test users (lowered under valgrind, where cost 12 takes ~10 s).
+COST = int(os.environ.get("AUTHN_HMAC_TEST_COST", "12"))
 
 MPM_CONF = {
     "prefork": """StartServers 8
@@ -82,13 +86,14 @@ def run_user():
     raise RuntimeError("no www-data or nobody account")
 
 
-def htpasswd(path, user, password, cost=12, create=False, delete=False):
+def htpasswd(path, user, password, cost=None, create=False, delete=False):
     """Runs the real htpasswd, as an admin would."""
     args = [S["htpasswd"]]
     if delete:
         args += ["-D", path, user]
     else:
-        args += (["-c"] if create else []) + ["-B", "-C", str(cost), "-b", path, user, password]
+        args += (["-c"] if create else []) + ["-B", "-C", str(cost or COST), "-b", path, user,
+                                              password]
     subprocess.run(args, check=True, capture_output=True)
     os.chmod(path, 0o644)
 
@@ -96,9 +101,9 @@ def htpasswd(path, user, password, cost=12, create=False, delete=False):
 class Httpd:
     """One httpd instance in its own directory, on its own loopback port."""
 
-    def __init__(self, mpm="event", as_user=None, global_conf="", body="", name="httpd",
+    def __init__(self, mpm=None, as_user=None, global_conf="", body="", name="httpd",
                  port=None, directory=None):
-        self.mpm = mpm
+        self.mpm = mpm or ("prefork" if VALGRIND else "event")
         self.as_user = as_user  # run the whole server as this account
         self.dir = directory or tempfile.mkdtemp(prefix="authn_hmac_%s_" % name)
         os.makedirs(self.dir, exist_ok=True)
@@ -219,6 +224,8 @@ Timeout 30
             return False
 
     def start(self):
+        if VALGRIND:
+            return self._start_valgrind()
         p = self._run("-k", "start")
         if p.returncode != 0:
             raise RuntimeError("httpd did not start: %s%s" % (p.stdout, p.stderr))
@@ -227,6 +234,32 @@ Timeout 30
                 return self
             time.sleep(0.05)
         raise RuntimeError("httpd did not come up:\n" + self.error_log())
+
+    def _serves(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=30) as c:
+                c.sendall(b"GET /authn-hmac-status HTTP/1.0\r\n\r\n")
+                return c.recv(64).startswith(b"HTTP/1.1 200")
+        except OSError:
+            return False
+
+    def _start_valgrind(self):
+        """httpd -X (one process, in the foreground) under memcheck."""
+        cmd = ["valgrind", "--tool=memcheck", "--trace-children=no", "--num-callers=30",
+               "--leak-check=full", "--show-leak-kinds=definite",
+               "--errors-for-leak-kinds=definite", "--suppressions=" + VALGRIND,
+               "--log-file=" + self.path("logs", "valgrind.%p")]
+        self.proc = subprocess.Popen(cmd + self._cmd("-X"), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, env=self._env())
+        for _ in range(1200):
+            # NB: the port answers before startup is over; a served request
+            # marks its end.
+            if self._answers() and self._serves():
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError("httpd -X under valgrind did not come up:\n" + self.error_log())
 
     def children(self):
         """PIDs of the parent's children."""
@@ -256,6 +289,17 @@ Timeout 30
         return self.error_log().count("resuming normal operations")
 
     def stop(self):
+        proc = getattr(self, "proc", None)
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            self.proc = None
+            return
         pid = self.pid()
         self._run("-k", "stop")
         for _ in range(200):
@@ -306,6 +350,12 @@ Timeout 30
                 bad.append("a secret reached the error log: %r" % s)
         logs = self.path("logs")
         for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+            if name.startswith("valgrind."):
+                with open(os.path.join(logs, name), errors="replace") as f:
+                    text = f.read()
+                m = re.search(r"ERROR SUMMARY: (\d+) errors", text)
+                if not m or int(m.group(1)):
+                    bad.append("memcheck %s:\n%s" % (name, text[-6000:]))
             if name.startswith("san."):
                 with open(os.path.join(logs, name), errors="replace") as f:
                     bad.append("sanitizer report %s:\n%s" % (name, f.read()[:4000]))

@@ -3,6 +3,8 @@ run once per credential."""
 import os
 import time
 
+import pytest
+
 from harness import htpasswd
 
 PW = "correct horse"
@@ -93,6 +95,7 @@ def test_scopes_are_kept_apart(server):
     assert server.status_code("/a/index.html", "alice", "battery staple") == 401
 
 
+@pytest.mark.slow
 def test_ttl_bounds_an_entry(server):
     htpasswd(server.path("a.htpasswd"), "tess", "ttl pass")
     assert server.status_code("/short/index.html", "tess", "ttl pass") == 200
@@ -143,6 +146,7 @@ def test_malformed_lines_warn_by_number_without_content(server):
     assert "this-line-is-secret-garbage" not in log
 
 
+@pytest.mark.slow
 def test_cost12_hits_skip_bcrypt_under_ab(server):
     htpasswd(server.path("a.htpasswd"), "erin", "ab load pass", cost=12)
     before = server.status()

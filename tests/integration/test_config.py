@@ -20,7 +20,7 @@ SITE = """
 
 @pytest.fixture
 def srv():
-    s = Httpd(mpm="event", name="conf")
+    s = Httpd(name="conf")
     yield s
     s.cleanup()
 

@@ -49,7 +49,7 @@ BURST = 10000
 
 @pytest.fixture(scope="module")
 def srv():
-    s = Httpd(mpm="event", name="hostile", global_conf="AuthHMACCacheSize 16K")
+    s = Httpd(name="hostile", global_conf="AuthHMACCacheSize 16K")
     s.body = SITE.format(d=s.dir)
     s.write_config()
     with open(s.path("htdocs", "index.html"), "w") as f:
@@ -164,6 +164,7 @@ def test_same_credential_on_another_realm(srv):
     assert raw_get(srv, "/hmac/", basic(b"alice", b"alice other pass")) == 401
 
 
+@pytest.mark.slow
 def test_burst_of_ten_thousand_users_through_a_small_cache(srv):
     """10,000 distinct users, 8 at a time, through a cache of 16 KB (~250
     entries): every right password 200, every wrong one 401, no crash."""

@@ -42,7 +42,7 @@ class Shared:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def farm_server(shared, redis, extra="", name="farm", mpm="event", auth=True):
+def farm_server(shared, redis, extra="", name="farm", mpm=None, auth=True):
     srv = Httpd(mpm=mpm, name=name)
     lines = ["AuthHMACPepperFile %s" % shared.pepper,
              "AuthHMACRedisServer %s" % redis.address]
@@ -213,6 +213,7 @@ def test_wrong_secret_or_database_falls_back(shared, what):
         redis.cleanup()
 
 
+@pytest.mark.slow
 def test_outage_under_load_never_fails_a_request(shared):
     """kill -9 the Redis server during 20 s of ab -k -c 16, then start it
     again. Shared memory is off so that every request goes to Redis."""
@@ -248,6 +249,7 @@ def test_outage_under_load_never_fails_a_request(shared):
         redis.cleanup()
 
 
+@pytest.mark.slow
 def test_hung_redis_costs_one_timeout_then_the_breaker_holds(shared):
     redis = Redis().start()
     srv = farm_server(shared, redis, extra="AuthHMACRedisTimeout 50")
