@@ -267,6 +267,11 @@ authn_hmac_redis_set(authn_hmac_redis_conn_t *c,
                      apr_time_t now, apr_time_t stored, apr_time_t expires,
                      const char **why, apr_pool_t *p);
 
+/* Makes a hiredis reader refuse arrays of more than a few elements (they
+ * would be allocated before being read). Returns 0 if it could not. */
+struct redisReader;
+int authn_hmac_redis_limit_reader(struct redisReader *r);
+
 /* Interprets the replies to GET and PTTL (exposed for tests and fuzzing).
  * Returns AUTHN_HMAC_REDIS_ERROR for anything but a well-formed answer. */
 struct redisReply;

@@ -8,6 +8,7 @@
 #include "authn_hmac.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -108,6 +109,48 @@ const char *authn_hmac_redis_parse_auth(authn_hmac_secret_t *secret,
     return NULL;
 }
 
+/* ---------------------------------------------------- bounded replies */
+
+/* The module's commands never get an array back; hiredis would allocate an
+ * array's element vector before reading it, so a hostile or broken server
+ * could make a child allocate gigabytes with "*2000000000". Found by
+ * fuzz_redis_reply. */
+#define MAX_ARRAY_ELEMENTS 16
+
+static redisReplyObjectFunctions limited_fns;
+static void *(*default_create_array)(const redisReadTask *, int);
+static pthread_once_t limited_once = PTHREAD_ONCE_INIT;
+
+static void *limited_create_array(const redisReadTask *task, int elements)
+{
+    if (elements > MAX_ARRAY_ELEMENTS)
+        return NULL; /* the reader reports an error: a failed command */
+    return default_create_array(task, elements);
+}
+
+/* Copies hiredis's default reply functions, with arrays bounded. */
+static void limited_init(void)
+{
+    redisReader *r = redisReaderCreate();
+
+    if (r && r->fn) {
+        limited_fns = *r->fn;
+        default_create_array = r->fn->createArray;
+        limited_fns.createArray = limited_create_array;
+    }
+    if (r)
+        redisReaderFree(r);
+}
+
+int authn_hmac_redis_limit_reader(redisReader *r)
+{
+    pthread_once(&limited_once, limited_init);
+    if (!r || !default_create_array)
+        return 0;
+    r->fn = &limited_fns;
+    return 1;
+}
+
 /* Classifies a context error; a read or write that ran out of time shows as
  * EAGAIN in hiredis. */
 static authn_hmac_redis_rc ctx_error(redisContext *ctx, const char **why,
@@ -171,6 +214,11 @@ authn_hmac_redis_connect(const authn_hmac_redis_conf_t *conf,
                        : redisConnectWithTimeout(conf->host, conf->port, tv);
     if (!ctx || ctx->err) {
         rc = ctx_error(ctx, why, "connect", p);
+        goto done;
+    }
+    if (!authn_hmac_redis_limit_reader(ctx->reader)) {
+        *why = "connect: cannot set up the reply reader";
+        rc = AUTHN_HMAC_REDIS_ERROR;
         goto done;
     }
     if (redisSetTimeout(ctx, tv) != REDIS_OK) {

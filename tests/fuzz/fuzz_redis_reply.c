@@ -21,6 +21,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int found = 0;
     authn_hmac_redis_rc rc;
 
+    /* As the module reads them: with arrays bounded. */
+    if (!authn_hmac_redis_limit_reader(rd))
+        abort();
     redisReaderFeed(rd, (const char *)data, size);
     if (redisReaderGetReply(rd, &get) == REDIS_OK && get)
         (void)redisReaderGetReply(rd, &pttl);

@@ -155,6 +155,30 @@ static void test_interpret(apr_pool_t *p)
           !found);
 }
 
+/* A reply announcing a huge array is refused before anything is allocated
+ * for it (fuzz_redis_reply ran out of memory on "*290055555"). */
+static void test_huge_array_refused(apr_pool_t *p)
+{
+    static const char huge[] = "*290055555\r\n";
+    static const char small[] = "*2\r\n:1\r\n:2\r\n";
+    redisReader *rd = redisReaderCreate();
+    void *r = NULL;
+
+    (void)p;
+    CHECK(authn_hmac_redis_limit_reader(rd));
+    redisReaderFeed(rd, huge, sizeof(huge) - 1);
+    CHECK(redisReaderGetReply(rd, &r) == REDIS_ERR && r == NULL);
+    redisReaderFree(rd);
+    rd = redisReaderCreate();
+    CHECK(authn_hmac_redis_limit_reader(rd));
+    redisReaderFeed(rd, small, sizeof(small) - 1);
+    CHECK(redisReaderGetReply(rd, &r) == REDIS_OK && r &&
+          ((redisReply *)r)->elements == 2);
+    if (r)
+        freeReplyObject(r);
+    redisReaderFree(rd);
+}
+
 static void test_health(apr_pool_t *p)
 {
     authn_hmac_redis_health_t h;
@@ -203,6 +227,7 @@ int main(void)
     RUN(test_parse_server, p);
     RUN(test_parse_auth, p);
     RUN(test_interpret, p);
+    RUN(test_huge_array_refused, p);
     RUN(test_health, p);
     return unit_end();
 }
