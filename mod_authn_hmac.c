@@ -57,6 +57,7 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 typedef struct {
     authn_hmac_userfile_t *uf; /* shared by every section naming the file */
     const char *scope;         /* canonical path: keeps two files apart */
+    size_t scope_len;
     apr_interval_time_t ttl;
     int ttl_set;
 } dir_conf;
@@ -93,6 +94,7 @@ static void *merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
 
     c->uf = add->uf ? add->uf : base->uf;
     c->scope = add->uf ? add->scope : base->scope;
+    c->scope_len = add->uf ? add->scope_len : base->scope_len;
     c->ttl_set = add->ttl_set || base->ttl_set;
     c->ttl = add->ttl_set ? add->ttl : base->ttl;
     return c;
@@ -116,6 +118,7 @@ static const char *set_userfile(cmd_parms *cmd, void *dc, const char *arg)
      * request time it is a 500, as with mod_authn_file. */
     real = realpath(path, NULL);
     c->scope = real ? apr_pstrdup(cmd->pool, real) : path;
+    c->scope_len = strlen(c->scope);
     free(real);
     return NULL;
 }
@@ -578,7 +581,7 @@ static authn_status check_password(request_rec *r, const char *user,
 
     t0 = apr_time_now();
     have_key = c->ttl > 0 &&
-               authn_hmac_mac_compute(g.mac, c->scope, strlen(c->scope), user,
+               authn_hmac_mac_compute(g.mac, c->scope, c->scope_len, user,
                                       strlen(user), password, strlen(password),
                                       hash, hash_len, key) == APR_SUCCESS;
     if (have_key && authn_hmac_table_lookup(g.table, key, t0, c->ttl)) {
