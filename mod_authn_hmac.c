@@ -227,20 +227,32 @@ static const char *set_redis_auth(cmd_parms *cmd, void *dc, const char *arg)
     return NULL;
 }
 
-static const char *set_redis_timeout(cmd_parms *cmd, void *dc, const char *arg)
+/* A server-wide integer directive: where it goes and what it accepts. */
+typedef struct {
+    int *field;
+    uint64_t min, max;
+    const char *accepts;
+} int_spec;
+
+static int_spec redis_timeout_spec = {&g.redis.timeout_ms, 1,
+                                      MAX_REDIS_TIMEOUT_MS,
+                                      "milliseconds from 1 to 10000"};
+static int_spec redis_db_spec = {&g.redis.db, 0, 65535,
+                                 "a database number from 0 to 65535"};
+
+static const char *set_global_int(cmd_parms *cmd, void *dc, const char *arg)
 {
+    const int_spec *spec = cmd->info;
     const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
     uint64_t v = 0;
 
     (void)dc;
     if (err)
         return err;
-    if (authn_hmac_parse_uint(arg, MAX_REDIS_TIMEOUT_MS, &v) || v < 1)
-        return apr_psprintf(cmd->pool,
-                            D_RTIMEOUT ": '%s' is not valid (milliseconds "
-                                       "from 1 to %d)",
-                            arg, MAX_REDIS_TIMEOUT_MS);
-    g.redis.timeout_ms = (int)v;
+    if (authn_hmac_parse_uint(arg, spec->max, &v) || v < spec->min)
+        return apr_psprintf(cmd->pool, "%s: '%s' is not valid (%s)",
+                            cmd->cmd->name, arg, spec->accepts);
+    *spec->field = (int)v;
     return NULL;
 }
 
@@ -264,23 +276,6 @@ static const char *set_redis_prefix(cmd_parms *cmd, void *dc, const char *arg)
     return NULL;
 }
 
-static const char *set_redis_db(cmd_parms *cmd, void *dc, const char *arg)
-{
-    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
-    uint64_t v = 0;
-
-    (void)dc;
-    if (err)
-        return err;
-    if (authn_hmac_parse_uint(arg, 65535, &v))
-        return apr_psprintf(cmd->pool,
-                            D_RDB ": '%s' is not valid (a database number "
-                                  "from 0 to 65535)",
-                            arg);
-    g.redis.db = (int)v;
-    return NULL;
-}
-
 static const command_rec cmds[] = {
     AP_INIT_TAKE1(D_USERFILE, set_userfile, NULL, RSRC_CONF | ACCESS_CONF,
                   "the htpasswd file to check credentials against"),
@@ -295,11 +290,11 @@ static const command_rec cmds[] = {
                   "Redis server shared by a farm: host:port or a socket path"),
     AP_INIT_TAKE1(D_RAUTH, set_redis_auth, NULL, RSRC_CONF,
                   "file holding the Redis password, or user and password"),
-    AP_INIT_TAKE1(D_RTIMEOUT, set_redis_timeout, NULL, RSRC_CONF,
+    AP_INIT_TAKE1(D_RTIMEOUT, set_global_int, &redis_timeout_spec, RSRC_CONF,
                   "Redis connect and command timeout in ms (default 50)"),
     AP_INIT_TAKE1(D_RPREFIX, set_redis_prefix, NULL, RSRC_CONF,
                   "prefix of the Redis keys (default authn_hmac:)"),
-    AP_INIT_TAKE1(D_RDB, set_redis_db, NULL, RSRC_CONF,
+    AP_INIT_TAKE1(D_RDB, set_global_int, &redis_db_spec, RSRC_CONF,
                   "Redis database number (default 0)"),
     {NULL, {NULL}, NULL, 0, RAW_ARGS, NULL}};
 
