@@ -74,6 +74,7 @@ static struct {
     authn_hmac_table_t *table;
     const char *redis_name; /* as configured; NULL: no Redis */
     authn_hmac_redis_conf_t redis;
+    authn_hmac_secret_t *redis_secret;  /* from AuthHMACRedisAuthFile */
     authn_hmac_redis_pool_t *redis_pool; /* per child */
 } g;
 
@@ -205,7 +206,6 @@ static const char *set_redis_auth(cmd_parms *cmd, void *dc, const char *arg)
 {
     const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
     const char *path = ap_server_root_relative(cmd->pool, arg);
-    authn_hmac_secret_t *secret = NULL;
 
     (void)dc;
     if (err)
@@ -213,10 +213,10 @@ static const char *set_redis_auth(cmd_parms *cmd, void *dc, const char *arg)
     if (!path)
         return apr_pstrcat(cmd->pool, D_RAUTH ": invalid path '", arg, "'",
                            NULL);
-    err = authn_hmac_secret_read(&secret, path, 1, AUTHN_HMAC_SECRET_MAX,
-                                 cmd->pool);
+    err = authn_hmac_secret_read(&g.redis_secret, path, 1,
+                                 AUTHN_HMAC_SECRET_MAX, cmd->pool);
     if (!err)
-        err = authn_hmac_redis_parse_auth(secret, &g.redis);
+        err = authn_hmac_redis_parse_auth(g.redis_secret, &g.redis);
     if (err)
         return apr_psprintf(cmd->pool,
                             D_RAUTH
@@ -399,6 +399,13 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
 
     if (!g.mutex)
         return;
+    /* NB: a child does not inherit its parent's memory locks; the pages
+     * stay excluded from core dumps. The pepper itself is not needed once
+     * the subkeys are derived: this child's copy goes. */
+    authn_hmac_mac_relock(g.mac);
+    authn_hmac_secret_relock(g.redis_secret);
+    authn_hmac_secret_wipe(g.pepper);
+    g.pepper = NULL;
     rv = apr_global_mutex_child_init(
         &g.mutex, apr_global_mutex_lockfile(g.mutex), pchild);
     if (rv != APR_SUCCESS)
@@ -441,33 +448,46 @@ static authn_status done(request_rec *r, const char *note, authn_status st)
     return st;
 }
 
+/* One request's use of Redis. Its waits share one budget of
+ * AuthHMACRedisTimeout, and its first failure ends its use of Redis. */
+typedef struct {
+    apr_interval_time_t left; /* of the budget */
+    int off;                  /* a failure or the breaker: no more Redis */
+    int probe;                /* this request probes a half-open breaker */
+    apr_time_t started;       /* monotonic, of the current operation */
+    authn_hmac_entries_t es;  /* the user's entries that GET found */
+} redis_req;
+
 /* After a Redis operation: gives the connection back (or drops it), keeps
  * the shared health, and logs an outage once and its end once. */
-static void redis_done(request_rec *r, authn_hmac_redis_conn_t *conn,
-                       apr_time_t started, authn_hmac_redis_rc rc,
-                       const char *why)
+static void redis_end(request_rec *r, redis_req *rq,
+                      authn_hmac_redis_conn_t *conn, authn_hmac_redis_rc rc,
+                      const char *why)
 {
     authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(g.table);
-    apr_time_t now = apr_time_now();
+    apr_time_t now = authn_hmac_monotonic();
     apr_interval_time_t outage = 0;
 
+    rq->left -= now - rq->started;
     if (conn)
         authn_hmac_redis_pool_release(g.redis_pool, conn,
                                       rc != AUTHN_HMAC_REDIS_OK);
     if (rc == AUTHN_HMAC_REDIS_OK) {
-        if (authn_hmac_redis_succeeded(h, started, now, &outage))
+        if (authn_hmac_redis_succeeded(h, rq->started, now, &outage))
             ap_log_rerror(
                 APLOG_MARK, APLOG_NOTICE, 0, r,
                 "authn_hmac: Redis at %s is back after %" APR_TIME_T_FMT " s",
                 g.redis_name, apr_time_sec(outage));
+        rq->probe = 0;
         return;
     }
+    rq->off = 1;
     authn_hmac_table_count(g.table,
                            rc == AUTHN_HMAC_REDIS_TIMEOUT
                                ? AUTHN_HMAC_C_REDIS_TIMEOUTS
                                : AUTHN_HMAC_C_REDIS_ERRORS,
                            1);
-    if (authn_hmac_redis_failed(h, now))
+    if (authn_hmac_redis_failed(h, now, rq->probe))
         ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
                       "authn_hmac: Redis at %s is unavailable (%s); using "
                       "shared memory and bcrypt until it is back",
@@ -477,83 +497,113 @@ static void redis_done(request_rec *r, authn_hmac_redis_conn_t *conn,
                       "authn_hmac: Redis at %s: %s", g.redis_name, why);
 }
 
-/* A pooled Redis connection; NULL (and *skip set) when the breaker is open
- * or Redis cannot be reached. */
-static authn_hmac_redis_conn_t *redis_conn(request_rec *r, apr_time_t *started,
-                                           int *skip)
+/* A pooled Redis connection and the deadline of the operation; NULL when
+ * this request is done with Redis, the breaker is open, or Redis cannot be
+ * reached. */
+static authn_hmac_redis_conn_t *redis_begin(request_rec *r, redis_req *rq,
+                                            apr_time_t *deadline)
 {
+    authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(g.table);
     authn_hmac_redis_conn_t *conn = NULL;
     const char *why = "";
     authn_hmac_redis_rc rc;
+    int go;
 
-    *started = apr_time_now();
-    if (!authn_hmac_redis_allowed(authn_hmac_table_redis_health(g.table),
-                                  *started)) {
+    if (rq->off || rq->left <= 0)
+        return NULL;
+    rq->started = authn_hmac_monotonic();
+    go = authn_hmac_redis_allowed(
+        h, rq->started,
+        apr_time_from_msec(g.redis.timeout_ms) + apr_time_from_sec(1));
+    if (!go) {
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_SKIPPED, 1);
-        *skip = 1;
+        rq->off = 1;
         return NULL;
     }
-    rc = authn_hmac_redis_pool_acquire(g.redis_pool, &conn, &why, r->pool);
+    rq->probe = go == 2;
+    *deadline = rq->started + rq->left;
+    rc = authn_hmac_redis_pool_acquire(g.redis_pool, &conn, *deadline, &why,
+                                       r->pool);
     if (rc != AUTHN_HMAC_REDIS_OK) {
-        redis_done(r, NULL, *started, rc, why);
-        *skip = 1;
+        redis_end(r, rq, NULL, rc, why);
         return NULL;
     }
     return conn;
 }
 
-/* Looks the key up in Redis; on a hit, fills shared memory for no longer
- * than the entry has left. A failure sets *skip, so that this request
- * waits for Redis at most once. */
-static int redis_lookup(request_rec *r, const unsigned char *key,
-                        apr_time_t now, apr_interval_time_t ttl, int *skip)
+/* Looks the user's entry up in Redis; on a hit for this credential, fills
+ * shared memory for no longer than the entry has left. A value whose tag
+ * does not verify is a miss, whoever wrote it. */
+static int redis_lookup(request_rec *r, redis_req *rq, const unsigned char *key,
+                        const unsigned char *uid, apr_time_t now,
+                        apr_interval_time_t ttl)
 {
-    apr_time_t started, stored = 0, expires = 0;
-    authn_hmac_redis_conn_t *conn = redis_conn(r, &started, skip);
+    apr_time_t deadline = 0, stored = 0, expires = 0;
+    authn_hmac_redis_conn_t *conn = redis_begin(r, rq, &deadline);
+    authn_hmac_value_state st = AUTHN_HMAC_VALUE_NONE;
     const char *why = "";
     authn_hmac_redis_rc rc;
-    int found = 0;
+    int found;
 
     if (!conn)
         return 0;
-    rc = authn_hmac_redis_get(conn, key, now, ttl, &found, &stored, &expires,
-                              &why, r->pool);
-    redis_done(r, conn, started, rc, why);
-    if (rc != AUTHN_HMAC_REDIS_OK) {
-        *skip = 1;
+    rc = authn_hmac_redis_get(conn, &g.redis, g.mac, uid, deadline, &rq->es,
+                              &st, &why, r->pool);
+    redis_end(r, rq, conn, rc, why);
+    if (rc != AUTHN_HMAC_REDIS_OK)
         return 0;
+    if (st == AUTHN_HMAC_VALUE_FORGED) {
+        authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_FORGED, 1);
+        ap_log_rerror(
+            APLOG_MARK,
+            authn_hmac_redis_forged_first(authn_hmac_table_redis_health(g.table))
+                ? APLOG_WARNING
+                : APLOG_DEBUG,
+            0, r,
+            "authn_hmac: Redis returned an entry that does not verify "
+            "(forged, damaged, or written with another pepper); treated as "
+            "a miss. Is %s the farm's Redis?",
+            g.redis_name);
     }
+    found = st == AUTHN_HMAC_VALUE_VALID &&
+            authn_hmac_entries_find(&rq->es, key, now, ttl, &stored, &expires);
     authn_hmac_table_count(
         g.table, found ? AUTHN_HMAC_C_REDIS_HITS : AUTHN_HMAC_C_REDIS_MISSES,
         1);
     if (found)
-        authn_hmac_table_store(g.table, key, now, stored, expires);
+        authn_hmac_table_store(g.table, key, uid, now, stored, expires);
     return found;
 }
 
-static void redis_store(request_rec *r, const unsigned char *key,
-                        apr_time_t now, apr_interval_time_t ttl, int *skip)
+/* Makes the credential the user's newest entry in Redis, keeping the
+ * newest other one that GET found. */
+static void redis_store(request_rec *r, redis_req *rq, const unsigned char *key,
+                        const unsigned char *uid, apr_time_t now,
+                        apr_interval_time_t ttl)
 {
-    apr_time_t started;
-    authn_hmac_redis_conn_t *conn = redis_conn(r, &started, skip);
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn;
     const char *why = "";
     authn_hmac_redis_rc rc;
 
+    authn_hmac_entries_add(&rq->es, key, now, now + ttl, now);
+    conn = redis_begin(r, rq, &deadline);
     if (!conn)
         return;
-    rc = authn_hmac_redis_set(conn, key, now, now, now + ttl, &why, r->pool);
-    redis_done(r, conn, started, rc, why);
+    rc = authn_hmac_redis_set(conn, &g.redis, g.mac, uid, &rq->es, now,
+                              deadline, &why, r->pool);
+    redis_end(r, rq, conn, rc, why);
 }
 
 static authn_status check_password(request_rec *r, const char *user,
                                    const char *password)
 {
     dir_conf *c = ap_get_module_config(r->per_dir_config, &authn_hmac_module);
-    unsigned char key[AUTHN_HMAC_KEY_LEN];
+    unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
     const char *hash = NULL;
-    size_t hash_len = 0;
+    size_t hash_len = 0, user_len = strlen(user);
     apr_time_t t0, t1;
-    int have_key, skip_redis = 0;
+    redis_req rq;
     apr_status_t rv;
 
     if (!c->uf || !g.table) {
@@ -573,21 +623,30 @@ static authn_status check_password(request_rec *r, const char *user,
                       "authn_hmac: could not open password file: %s", c->scope);
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
+    if (hash_len == 0) {
+        /* A line without a hash: its user can never log in. */
+        authn_hmac_table_count(g.table, AUTHN_HMAC_C_DENIED, 1);
+        return done(r, "denied", AUTH_DENIED);
+    }
 
+    memset(&rq, 0, sizeof(rq));
+    rq.left = apr_time_from_msec(g.redis.timeout_ms);
+    rq.off = !g.redis_pool || c->ttl == 0;
     t0 = apr_time_now();
-    have_key = c->ttl > 0 &&
-               authn_hmac_mac_compute(g.mac, c->scope, c->scope_len, user,
-                                      strlen(user), password, strlen(password),
-                                      hash, hash_len, key) == APR_SUCCESS;
-    if (have_key && authn_hmac_table_lookup(g.table, key, t0, c->ttl)) {
-        explicit_bzero(key, sizeof(key));
-        authn_hmac_table_count(g.table, AUTHN_HMAC_C_HITS, 1);
-        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "authn_hmac: cache hit");
-        return done(r, "hit", AUTH_GRANTED);
+    if (c->ttl > 0) {
+        authn_hmac_mac_compute(g.mac, c->scope, c->scope_len, user, user_len,
+                               password, strlen(password), hash, hash_len, key);
+        authn_hmac_user_id(g.mac, c->scope, c->scope_len, user, user_len, uid);
+        if (authn_hmac_table_lookup(g.table, key, uid, t0, c->ttl)) {
+            explicit_bzero(key, sizeof(key));
+            authn_hmac_table_count(g.table, AUTHN_HMAC_C_HITS, 1);
+            ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
+                          "authn_hmac: cache hit");
+            return done(r, "hit", AUTH_GRANTED);
+        }
     }
     authn_hmac_table_count(g.table, AUTHN_HMAC_C_MISSES, 1);
-    if (have_key && g.redis_pool &&
-        redis_lookup(r, key, t0, c->ttl, &skip_redis)) {
+    if (c->ttl > 0 && redis_lookup(r, &rq, key, uid, t0, c->ttl)) {
         explicit_bzero(key, sizeof(key));
         ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "authn_hmac: Redis hit");
         return done(r, "redis-hit", AUTH_GRANTED);
@@ -604,10 +663,9 @@ static authn_status check_password(request_rec *r, const char *user,
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_DENIED, 1);
         return done(r, "denied", AUTH_DENIED);
     }
-    if (have_key) {
-        authn_hmac_table_store(g.table, key, t1, t1, t1 + c->ttl);
-        if (g.redis_pool && !skip_redis)
-            redis_store(r, key, t1, c->ttl, &skip_redis);
+    if (c->ttl > 0) {
+        authn_hmac_table_store(g.table, key, uid, t1, t1, t1 + c->ttl);
+        redis_store(r, &rq, key, uid, t1, c->ttl);
     }
     explicit_bzero(key, sizeof(key));
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,

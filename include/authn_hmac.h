@@ -37,10 +37,28 @@ const char *authn_hmac_secret_read(authn_hmac_secret_t **out, const char *path,
 apr_status_t authn_hmac_secret_random(authn_hmac_secret_t **out, size_t len,
                                       apr_pool_t *p);
 
+/* A new zeroed secret of len bytes, on page boundaries. */
+apr_status_t authn_hmac_secret_alloc(authn_hmac_secret_t **out, size_t len,
+                                     apr_pool_t *p);
+
+/* Locks the secret's pages again: a child of fork() does not inherit the
+ * parent's locks (it does keep their exclusion from core dumps). */
+void authn_hmac_secret_relock(const authn_hmac_secret_t *secret);
+
+/* Wipes and unmaps the secret now (a child that does not need it). */
+void authn_hmac_secret_wipe(authn_hmac_secret_t *secret);
+
 /* --------------------------------------------------------- credential MAC */
 
-#define AUTHN_HMAC_KEY_LEN          32 /* HMAC-SHA256 output */
-#define AUTHN_HMAC_ENCODING_VERSION 1
+#define AUTHN_HMAC_KEY_LEN 32 /* HMAC-SHA256 output */
+/* The version of the encodings below, of the Redis values and of the labels
+ * of the subkeys: a cache written by another version never matches. */
+#define AUTHN_HMAC_ENCODING_VERSION 2
+
+/* HKDF-SHA256 info labels of the three subkeys of the pepper. */
+#define AUTHN_HMAC_LABEL_ENTRY "authn_hmac v2 entry" /* credential MAC */
+#define AUTHN_HMAC_LABEL_USER  "authn_hmac v2 user"  /* user id */
+#define AUTHN_HMAC_LABEL_VALUE "authn_hmac v2 value" /* Redis value tag */
 
 /* Receives the encoding piece by piece. */
 typedef void (*authn_hmac_sink_fn)(void *baton, const void *data, size_t len);
@@ -54,20 +72,96 @@ size_t authn_hmac_encode(authn_hmac_sink_fn sink, void *baton,
                          size_t password_len, const char *hash,
                          size_t hash_len);
 
+/* HKDF-SHA256 (RFC 5869): out_len (at most 255 * 32) bytes. */
+void authn_hmac_hkdf(const unsigned char *salt, size_t salt_len,
+                     const unsigned char *ikm, size_t ikm_len,
+                     const unsigned char *info, size_t info_len,
+                     unsigned char *out, size_t out_len);
+
+/* A subkey of the pepper: HKDF-SHA256 with salt "mod_authn_hmac" and the
+ * label as info. */
+void authn_hmac_subkey(const authn_hmac_secret_t *pepper, const char *label,
+                       unsigned char out[AUTHN_HMAC_KEY_LEN]);
+
+/* The keyed HMAC states of the three subkeys, in a locked page excluded
+ * from core dumps. */
 typedef struct authn_hmac_mac authn_hmac_mac_t;
 
-/* Prepares HMAC-SHA256 keyed with the pepper; freed with the pool. */
+/* Derives the subkeys; wiped with the pool. */
 apr_status_t authn_hmac_mac_create(authn_hmac_mac_t **out,
                                    const authn_hmac_secret_t *pepper,
                                    apr_pool_t *p);
 
-/* key = HMAC-SHA256(pepper, encode(...)). Thread-safe. */
+/* Locks the states' page again (in each child). */
+void authn_hmac_mac_relock(const authn_hmac_mac_t *mac);
+
+/* key = HMAC-SHA256(entry subkey, encode(...)). Thread-safe. */
 apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
                                     const char *scope, size_t scope_len,
                                     const char *user, size_t user_len,
                                     const char *password, size_t password_len,
                                     const char *hash, size_t hash_len,
                                     unsigned char key[AUTHN_HMAC_KEY_LEN]);
+
+/* id = HMAC-SHA256(user subkey, version, scope, user), length-prefixed. */
+void authn_hmac_user_id(const authn_hmac_mac_t *mac, const char *scope,
+                        size_t scope_len, const char *user, size_t user_len,
+                        unsigned char id[AUTHN_HMAC_KEY_LEN]);
+
+/* tag = HMAC-SHA256(value subkey, uid | body). */
+void authn_hmac_value_tag(const authn_hmac_mac_t *mac,
+                          const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                          const void *body, size_t len,
+                          unsigned char tag[AUTHN_HMAC_KEY_LEN]);
+
+/* A user's cached credentials, as Redis holds them: at most PER_USER. */
+#define AUTHN_HMAC_PER_USER 2
+
+typedef struct {
+    unsigned char mac[AUTHN_HMAC_KEY_LEN]; /* credential MAC */
+    int64_t stored;                        /* apr_time_t: verified at */
+    int64_t expires;                       /* apr_time_t */
+} authn_hmac_entry_t;
+
+typedef struct {
+    int n;
+    authn_hmac_entry_t e[AUTHN_HMAC_PER_USER];
+} authn_hmac_entries_t;
+
+/* "2" (":" hex(mac) hex64(stored) hex64(expires)){1,2} ":" hex(tag), where
+ * the tag covers the user id and everything before it. */
+#define AUTHN_HMAC_VALUE_MAX                                                   \
+    (2 + AUTHN_HMAC_PER_USER * (1 + 2 * AUTHN_HMAC_KEY_LEN + 32) + 1 +        \
+     2 * AUTHN_HMAC_KEY_LEN + 1)
+
+/* Writes es as a tagged value (NUL-terminated); returns its length, or 0
+ * if es holds no entry or too many. */
+size_t authn_hmac_value_encode(const authn_hmac_mac_t *mac,
+                               const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                               const authn_hmac_entries_t *es,
+                               char out[AUTHN_HMAC_VALUE_MAX]);
+
+/* 1 and es filled if v is a value made for uid with this pepper; else 0
+ * (forged, truncated, replayed under another user, another version or
+ * another pepper). */
+int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
+                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                            const char *v, size_t len,
+                            authn_hmac_entries_t *es);
+
+/* 1 if es holds key, verified less than ttl before now and with life left;
+ * *stored and *expires then bound it (never beyond stored + ttl). */
+int authn_hmac_entries_find(const authn_hmac_entries_t *es,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            apr_time_t now, apr_interval_time_t ttl,
+                            apr_time_t *stored, apr_time_t *expires);
+
+/* Makes key the newest entry of es, keeping the newest others that are
+ * live at now, up to PER_USER in all. */
+void authn_hmac_entries_add(authn_hmac_entries_t *es,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            apr_time_t stored, apr_time_t expires,
+                            apr_time_t now);
 
 /* -------------------------------------------------------- htpasswd index */
 
@@ -113,6 +207,9 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         authn_hmac_badline_fn bad, void *baton,
                                         apr_pool_t *p);
 
+/* How many times this process has read the file (for tests). */
+unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
+
 /* -------------------------------------------------- shared-memory table */
 
 enum authn_hmac_counter {
@@ -130,6 +227,7 @@ enum authn_hmac_counter {
     AUTHN_HMAC_C_REDIS_ERRORS,
     AUTHN_HMAC_C_REDIS_TIMEOUTS,
     AUTHN_HMAC_C_REDIS_SKIPPED, /* while the breaker was open */
+    AUTHN_HMAC_C_REDIS_FORGED,  /* values whose tag did not verify */
     AUTHN_HMAC_C_COUNT
 };
 
@@ -138,7 +236,7 @@ typedef struct {
     int redis;              /* Redis is configured */
     uint64_t redis_breaker; /* 1 while the breaker skips Redis */
     uint64_t redis_conns;   /* open connections, all processes */
-    uint64_t entries;       /* live (unexpired) entries */
+    uint64_t entries;       /* slots holding an entry (live or expired) */
     uint64_t slots;         /* capacity in entries */
     uint64_t bytes;         /* size of the shared segment */
     apr_time_t started;
@@ -158,17 +256,28 @@ apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now);
 authn_hmac_table_t *
 authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p);
 
-/* 1 if key is present, unexpired at now and stored less than ttl ago. */
+/* 1 if key (of the user uid) is present, unexpired at now and stored less
+ * than ttl ago. Takes no lock. */
 int authn_hmac_table_lookup(authn_hmac_table_t *t,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                             apr_time_t now, apr_interval_time_t ttl);
 
-/* Stores key, verified at `stored`, until `expires`. When its set is full,
- * an entry expired at `now` is replaced first, then the oldest. */
+/* Stores key of the user uid, verified at `stored`, until `expires`. A user
+ * holds at most AUTHN_HMAC_PER_USER live entries: past that its oldest is
+ * replaced, never another user's. Otherwise a free slot of the set is
+ * taken, else an entry expired at `now`, else the oldest. */
 apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                                     const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                                    const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                                     apr_time_t now, apr_time_t stored,
                                     apr_time_t expires);
+
+/* For tests: leaves key's slot as a writer that died halfway through
+ * writing it would (its sequence odd, its contents torn). */
+void authn_hmac_table_tear(authn_hmac_table_t *t,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           const unsigned char uid[AUTHN_HMAC_KEY_LEN]);
 
 void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
                             uint64_t delta);
@@ -176,16 +285,18 @@ void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
 /* Redis health shared by every process, so that an outage is logged once
  * and the breaker holds for all. Lives in the shared segment. */
 typedef struct {
-    uint64_t failures;     /* consecutive */
-    uint64_t opens;        /* consecutive breaker openings: the backoff */
-    int64_t breaker_until; /* apr_time_t; skip Redis before it */
-    int64_t down_since;    /* apr_time_t; 0 while healthy */
-    int64_t conns;         /* open connections */
-    uint64_t epoch;        /* outages so far: older connections are stale */
+    uint64_t failures;      /* consecutive */
+    uint64_t opens;         /* consecutive breaker openings: the backoff */
+    int64_t breaker_until;  /* monotonic; 0: closed; else skip Redis before */
+    int64_t down_since;     /* monotonic; 0 while healthy */
+    int64_t conns;          /* open connections */
+    uint64_t epoch;         /* outages so far: older connections are stale */
+    uint64_t forged_warned; /* a forged value was logged */
 } authn_hmac_redis_health_t;
 
 authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t);
 
+/* Counters and sizes, in O(1). */
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
                             authn_hmac_stats_t *out);
 
@@ -221,21 +332,17 @@ typedef struct authn_hmac_redis_conn authn_hmac_redis_conn_t;
 /* Outcome of one Redis operation. */
 typedef enum {
     AUTHN_HMAC_REDIS_OK,
-    AUTHN_HMAC_REDIS_TIMEOUT,
-    AUTHN_HMAC_REDIS_ERROR /* refused, closed, wrong secret, garbage... */
+    AUTHN_HMAC_REDIS_TIMEOUT, /* the deadline passed */
+    AUTHN_HMAC_REDIS_ERROR    /* refused, closed, wrong secret, garbage... */
 } authn_hmac_redis_rc;
 
-/* Connects, then runs AUTH and SELECT. On failure *why says what went wrong
- * (never a secret). */
-authn_hmac_redis_rc
-authn_hmac_redis_connect(const authn_hmac_redis_conf_t *conf,
-                         authn_hmac_redis_conn_t **out, const char **why,
-                         apr_pool_t *p);
-
-void authn_hmac_redis_close(authn_hmac_redis_conn_t *c);
+/* The clock of every deadline and of the breaker: CLOCK_MONOTONIC, in
+ * microseconds. */
+apr_time_t authn_hmac_monotonic(void);
 
 /* Idle connections of one process, for its threads. A connection is taken
- * per operation and given back, or closed if it failed. */
+ * per operation and given back, or closed if it failed. The server's name
+ * is resolved here, once, when the child starts. */
 typedef struct authn_hmac_redis_pool authn_hmac_redis_pool_t;
 
 apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
@@ -244,54 +351,96 @@ apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
                                           authn_hmac_redis_health_t *health,
                                           apr_pool_t *p);
 
-/* An idle connection, or a new one (connected, AUTH and SELECT done). */
+/* Why the server's name gave no address, or NULL. */
+const char *authn_hmac_redis_pool_unresolved(const authn_hmac_redis_pool_t *rp);
+
+/* An idle connection, or a new one (connected, AUTH and SELECT done), before
+ * the deadline (monotonic). On failure *why says what went wrong (never a
+ * secret). */
 authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
                                                   authn_hmac_redis_conn_t **c,
+                                                  apr_time_t deadline,
                                                   const char **why,
                                                   apr_pool_t *p);
 
 void authn_hmac_redis_pool_release(authn_hmac_redis_pool_t *rp,
                                    authn_hmac_redis_conn_t *c, int broken);
 
-/* Looks key up. *found is set when the entry exists, was verified less than
- * ttl before now, and has life left; *stored and *expires then bound it. */
-authn_hmac_redis_rc authn_hmac_redis_get(
-    authn_hmac_redis_conn_t *c, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    apr_time_t now, apr_interval_time_t ttl, int *found, apr_time_t *stored,
-    apr_time_t *expires, const char **why, apr_pool_t *p);
+/* A connection over a connected socket (for tests; connections are made by
+ * the pool). It owns fd. */
+authn_hmac_redis_conn_t *authn_hmac_redis_conn_wrap(int fd);
 
-/* SET key stored PX (expires - now). */
+void authn_hmac_redis_close(authn_hmac_redis_conn_t *c);
+
+/* Sends one command and reads its one reply, both before the deadline
+ * (monotonic). The reply may be at most a few hundred bytes: anything
+ * longer, or anything after it, is an error, and the connection must then
+ * be dropped. */
+struct redisReply;
+authn_hmac_redis_rc authn_hmac_redis_command(authn_hmac_redis_conn_t *c,
+                                             int argc, const char **argv,
+                                             const size_t *lens,
+                                             apr_time_t deadline,
+                                             struct redisReply **reply,
+                                             const char **why, apr_pool_t *p);
+
+/* What a GET found. */
+typedef enum {
+    AUTHN_HMAC_VALUE_NONE,  /* no entry */
+    AUTHN_HMAC_VALUE_VALID, /* an entry whose tag verifies */
+    AUTHN_HMAC_VALUE_FORGED /* an entry whose tag does not: a miss */
+} authn_hmac_value_state;
+
+/* Interprets the reply to GET of uid's entry (exposed for tests and
+ * fuzzing): AUTHN_HMAC_REDIS_ERROR for a reply of the wrong type. */
+authn_hmac_redis_rc
+authn_hmac_redis_interpret(const struct redisReply *get,
+                           const authn_hmac_mac_t *mac,
+                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                           authn_hmac_entries_t *es,
+                           authn_hmac_value_state *st);
+
+/* GET of uid's entry (prefix + hex(uid)). */
+authn_hmac_redis_rc authn_hmac_redis_get(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+    apr_time_t deadline, authn_hmac_entries_t *es, authn_hmac_value_state *st,
+    const char **why, apr_pool_t *p);
+
+/* SET of uid's entry to es, tagged, PX until its last entry expires. */
 authn_hmac_redis_rc
 authn_hmac_redis_set(authn_hmac_redis_conn_t *c,
-                     const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                     apr_time_t now, apr_time_t stored, apr_time_t expires,
-                     const char **why, apr_pool_t *p);
+                     const authn_hmac_redis_conf_t *conf,
+                     const authn_hmac_mac_t *mac,
+                     const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                     const authn_hmac_entries_t *es, apr_time_t now,
+                     apr_time_t deadline, const char **why, apr_pool_t *p);
 
 /* Makes a hiredis reader refuse arrays of more than a few elements (they
  * would be allocated before being read). Returns 0 if it could not. */
 struct redisReader;
 int authn_hmac_redis_limit_reader(struct redisReader *r);
 
-/* Interprets the replies to GET and PTTL (exposed for tests and fuzzing).
- * Returns AUTHN_HMAC_REDIS_ERROR for anything but a well-formed answer. */
-struct redisReply;
-authn_hmac_redis_rc authn_hmac_redis_interpret(const struct redisReply *get,
-                                               const struct redisReply *pttl,
-                                               apr_time_t now,
-                                               apr_interval_time_t ttl,
-                                               int *found, apr_time_t *stored,
-                                               apr_time_t *expires);
+/* Whether to try Redis at now (monotonic): 0 to skip it (the breaker is
+ * open), 1 to go, 2 to go as the one probe of a half-open breaker (its
+ * outcome goes to failed() or succeeded()). */
+int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now,
+                             apr_interval_time_t probe_window);
 
-/* Whether to try Redis at now (the breaker is closed or its time is up). */
-int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now);
+int authn_hmac_redis_breaker_open(authn_hmac_redis_health_t *h);
 
-/* Records a failure; returns 1 if it began an outage (log it once). */
-int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now);
+/* Records a failure (probe: of the half-open probe); returns 1 if it began
+ * an outage (log it once). */
+int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
+                            int probe);
 
 /* Records the success of an operation begun at `started`; returns 1 if it
- * ended an outage, with the outage's length. */
+ * ended an outage, with the outage's length. Times are monotonic. */
 int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
                                apr_time_t now, apr_interval_time_t *outage);
+
+/* 1 the first time a forged value is seen (log it once). */
+int authn_hmac_redis_forged_first(authn_hmac_redis_health_t *h);
 
 /* ------------------------------------------------------------- utilities */
 

@@ -1,19 +1,40 @@
-/* cred.c: the length-prefixed credential encoding and its peppered MAC. */
+/* cred.c: the length-prefixed credential encoding, the keys derived from the
+ * pepper, and the MACs made with them.
+ *
+ * Three subkeys come from the pepper through HKDF-SHA256 (RFC 5869), one per
+ * purpose, so that a value made for one purpose is never valid for another:
+ *   entry  names a cache entry: MAC(scope, user, password, stored hash)
+ *   user   names a user's bucket: MAC(scope, user)
+ *   value  authenticates what Redis gives back
+ * Each is kept as two SHA-256 states keyed once (RFC 2104's inner and outer
+ * pads). The states are as good as the pepper, so they live in a locked page
+ * excluded from core dumps, never on the heap: plain SHA256_CTX structures
+ * can be placed there, EVP contexts cannot.
+ */
 #include "authn_hmac.h"
 
 #include <string.h>
 
 #include <bsd/string.h>
-#include <openssl/evp.h>
 
-/* HMAC-SHA256 (RFC 2104) from two digest states keyed once: copying a
- * state costs a fraction of duplicating an EVP_MAC context. */
+/* The low-level SHA-256 interface is deprecated in OpenSSL 3 in favour of
+ * EVP, whose contexts are allocated by OpenSSL on its own heap. */
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/sha.h>
+
 #define SHA256_BLOCK 64
 
+typedef struct {
+    SHA256_CTX inner; /* SHA-256 after (K ^ ipad) */
+    SHA256_CTX outer; /* SHA-256 after (K ^ opad) */
+} hmac_key_t;
+
 struct authn_hmac_mac {
-    EVP_MD_CTX *inner; /* SHA-256 after (K ^ ipad) */
-    EVP_MD_CTX *outer; /* SHA-256 after (K ^ opad) */
+    hmac_key_t entry, user, value;
+    authn_hmac_secret_t *page; /* where this structure lives */
 };
+
+static const char HKDF_SALT[] = "mod_authn_hmac";
 
 /* Sends a 4-byte big-endian value. */
 static void put_u32(authn_hmac_sink_fn sink, void *baton, uint32_t v)
@@ -52,70 +73,136 @@ size_t authn_hmac_encode(authn_hmac_sink_fn sink, void *baton,
     return n;
 }
 
-static apr_status_t mac_cleanup(void *data)
-{
-    authn_hmac_mac_t *m = data;
+/* ------------------------------------------------------------- HMAC */
 
-    EVP_MD_CTX_free(m->inner); /* OpenSSL cleanses the states */
-    EVP_MD_CTX_free(m->outer);
-    m->inner = m->outer = NULL;
-    return APR_SUCCESS;
+/* Keys an HMAC-SHA256 (RFC 2104). */
+static void hmac_key(hmac_key_t *k, const unsigned char *key, size_t len)
+{
+    unsigned char k0[SHA256_BLOCK], pad[SHA256_BLOCK];
+    int i;
+
+    memset(k0, 0, sizeof(k0));
+    if (len > SHA256_BLOCK)
+        SHA256(key, len, k0);
+    else if (len)
+        memcpy(k0, key, len);
+    for (i = 0; i < SHA256_BLOCK; i++)
+        pad[i] = k0[i] ^ 0x36;
+    SHA256_Init(&k->inner);
+    SHA256_Update(&k->inner, pad, sizeof(pad));
+    for (i = 0; i < SHA256_BLOCK; i++)
+        pad[i] = k0[i] ^ 0x5c;
+    SHA256_Init(&k->outer);
+    SHA256_Update(&k->outer, pad, sizeof(pad));
+    explicit_bzero(k0, sizeof(k0));
+    explicit_bzero(pad, sizeof(pad));
+}
+
+/* Finishes an HMAC whose inner hash has seen the message in *ctx. */
+static void hmac_finish(const hmac_key_t *k, SHA256_CTX *ctx,
+                        unsigned char out[AUTHN_HMAC_KEY_LEN])
+{
+    unsigned char inner[AUTHN_HMAC_KEY_LEN];
+
+    SHA256_Final(inner, ctx);
+    *ctx = k->outer;
+    SHA256_Update(ctx, inner, sizeof(inner));
+    SHA256_Final(out, ctx);
+    explicit_bzero(ctx, sizeof(*ctx));
+    explicit_bzero(inner, sizeof(inner));
+}
+
+static void hmac_once(const hmac_key_t *k, const void *data, size_t len,
+                      unsigned char out[AUTHN_HMAC_KEY_LEN])
+{
+    SHA256_CTX ctx = k->inner;
+
+    SHA256_Update(&ctx, data, len);
+    hmac_finish(k, &ctx, out);
+}
+
+void authn_hmac_hkdf(const unsigned char *salt, size_t salt_len,
+                     const unsigned char *ikm, size_t ikm_len,
+                     const unsigned char *info, size_t info_len,
+                     unsigned char *out, size_t out_len)
+{
+    unsigned char prk[AUTHN_HMAC_KEY_LEN], t[AUTHN_HMAC_KEY_LEN];
+    unsigned char counter = 0;
+    size_t t_len = 0, n;
+    hmac_key_t k;
+    SHA256_CTX ctx;
+
+    /* Extract: PRK = HMAC(salt, IKM). Expand: T(i) = HMAC(PRK, T(i-1) |
+     * info | i). At most 255 blocks (RFC 5869). */
+    hmac_key(&k, salt, salt_len);
+    hmac_once(&k, ikm, ikm_len, prk);
+    hmac_key(&k, prk, sizeof(prk));
+    while (out_len > 0 && counter < 255) {
+        counter++;
+        ctx = k.inner;
+        SHA256_Update(&ctx, t, t_len);
+        SHA256_Update(&ctx, info, info_len);
+        SHA256_Update(&ctx, &counter, 1);
+        hmac_finish(&k, &ctx, t);
+        t_len = sizeof(t);
+        n = out_len < sizeof(t) ? out_len : sizeof(t);
+        memcpy(out, t, n);
+        out += n;
+        out_len -= n;
+    }
+    explicit_bzero(prk, sizeof(prk));
+    explicit_bzero(t, sizeof(t));
+    explicit_bzero(&k, sizeof(k));
+}
+
+/* One subkey, as a keyed HMAC. */
+static void derive(hmac_key_t *k, const authn_hmac_secret_t *pepper,
+                   const char *label)
+{
+    unsigned char sub[AUTHN_HMAC_KEY_LEN];
+
+    authn_hmac_subkey(pepper, label, sub);
+    hmac_key(k, sub, sizeof(sub));
+    explicit_bzero(sub, sizeof(sub));
+}
+
+void authn_hmac_subkey(const authn_hmac_secret_t *pepper, const char *label,
+                       unsigned char out[AUTHN_HMAC_KEY_LEN])
+{
+    authn_hmac_hkdf((const unsigned char *)HKDF_SALT, sizeof(HKDF_SALT) - 1,
+                    pepper->data, pepper->len, (const unsigned char *)label,
+                    strlen(label), out, AUTHN_HMAC_KEY_LEN);
 }
 
 apr_status_t authn_hmac_mac_create(authn_hmac_mac_t **out,
                                    const authn_hmac_secret_t *pepper,
                                    apr_pool_t *p)
 {
-    authn_hmac_mac_t *m = apr_pcalloc(p, sizeof(*m));
-    unsigned char k0[SHA256_BLOCK], ipad[SHA256_BLOCK], opad[SHA256_BLOCK];
-    apr_status_t rv = APR_EGENERAL;
-    EVP_MD *sha256;
-    int i;
+    authn_hmac_secret_t *page = NULL;
+    authn_hmac_mac_t *m;
+    apr_status_t rv = authn_hmac_secret_alloc(&page, sizeof(*m), p);
 
-    sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
-    if (!sha256)
-        return APR_ENOTIMPL;
-    m->inner = EVP_MD_CTX_new();
-    m->outer = EVP_MD_CTX_new();
-    apr_pool_cleanup_register(p, m, mac_cleanup, apr_pool_cleanup_null);
-    memset(k0, 0, sizeof(k0));
-    if (pepper->len > SHA256_BLOCK) {
-        if (!EVP_Digest(pepper->data, pepper->len, k0, NULL, sha256, NULL))
-            goto done;
-    }
-    else {
-        memcpy(k0, pepper->data, pepper->len);
-    }
-    for (i = 0; i < SHA256_BLOCK; i++) {
-        ipad[i] = k0[i] ^ 0x36;
-        opad[i] = k0[i] ^ 0x5c;
-    }
-    if (m->inner && m->outer && EVP_DigestInit_ex(m->inner, sha256, NULL) &&
-        EVP_DigestUpdate(m->inner, ipad, sizeof(ipad)) &&
-        EVP_DigestInit_ex(m->outer, sha256, NULL) &&
-        EVP_DigestUpdate(m->outer, opad, sizeof(opad))) {
-        *out = m;
-        rv = APR_SUCCESS;
-    }
-done:
-    EVP_MD_free(sha256); /* the contexts keep their own references */
-    explicit_bzero(k0, sizeof(k0));
-    explicit_bzero(ipad, sizeof(ipad));
-    explicit_bzero(opad, sizeof(opad));
-    return rv;
+    if (rv != APR_SUCCESS)
+        return rv;
+    m = (authn_hmac_mac_t *)(void *)page->data; /* page-aligned */
+    derive(&m->entry, pepper, AUTHN_HMAC_LABEL_ENTRY);
+    derive(&m->user, pepper, AUTHN_HMAC_LABEL_USER);
+    derive(&m->value, pepper, AUTHN_HMAC_LABEL_VALUE);
+    m->page = page;
+    *out = m;
+    return APR_SUCCESS;
 }
 
-typedef struct {
-    EVP_MD_CTX *ctx;
-    int ok;
-} mac_sink_t;
-
-static void mac_sink(void *baton, const void *data, size_t len)
+void authn_hmac_mac_relock(const authn_hmac_mac_t *mac)
 {
-    mac_sink_t *s = baton;
+    if (mac)
+        authn_hmac_secret_relock(mac->page);
+}
 
-    if (s->ok && !EVP_DigestUpdate(s->ctx, data, len))
-        s->ok = 0;
+/* Streams the encoding into a digest. */
+static void sha_sink(void *baton, const void *data, size_t len)
+{
+    SHA256_Update(baton, data, len);
 }
 
 apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
@@ -125,24 +212,36 @@ apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
                                     const char *hash, size_t hash_len,
                                     unsigned char key[AUTHN_HMAC_KEY_LEN])
 {
-    unsigned char inner[AUTHN_HMAC_KEY_LEN];
-    unsigned int il = 0, ol = 0;
-    mac_sink_t s;
+    SHA256_CTX ctx = mac->entry.inner;
 
-    /* NB: the password is streamed into the digest; no copy of it is made. */
-    s.ctx = EVP_MD_CTX_new();
-    s.ok = s.ctx && EVP_MD_CTX_copy_ex(s.ctx, mac->inner);
-    authn_hmac_encode(mac_sink, &s, scope, scope_len, user, user_len, password,
-                      password_len, hash, hash_len);
-    s.ok = s.ok && EVP_DigestFinal_ex(s.ctx, inner, &il) &&
-           EVP_MD_CTX_copy_ex(s.ctx, mac->outer) &&
-           EVP_DigestUpdate(s.ctx, inner, il) &&
-           EVP_DigestFinal_ex(s.ctx, key, &ol);
-    EVP_MD_CTX_free(s.ctx); /* cleanses the state that saw the password */
-    explicit_bzero(inner, sizeof(inner));
-    if (!s.ok || ol != AUTHN_HMAC_KEY_LEN) {
-        explicit_bzero(key, AUTHN_HMAC_KEY_LEN);
-        return APR_EGENERAL;
-    }
+    /* NB: the password is streamed into the digest; no copy of it is made,
+     * and the digest state that saw it is wiped by hmac_finish. */
+    authn_hmac_encode(sha_sink, &ctx, scope, scope_len, user, user_len,
+                      password, password_len, hash, hash_len);
+    hmac_finish(&mac->entry, &ctx, key);
     return APR_SUCCESS;
+}
+
+void authn_hmac_user_id(const authn_hmac_mac_t *mac, const char *scope,
+                        size_t scope_len, const char *user, size_t user_len,
+                        unsigned char id[AUTHN_HMAC_KEY_LEN])
+{
+    SHA256_CTX ctx = mac->user.inner;
+
+    put_u32(sha_sink, &ctx, AUTHN_HMAC_ENCODING_VERSION);
+    put_field(sha_sink, &ctx, scope, scope_len);
+    put_field(sha_sink, &ctx, user, user_len);
+    hmac_finish(&mac->user, &ctx, id);
+}
+
+void authn_hmac_value_tag(const authn_hmac_mac_t *mac,
+                          const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                          const void *body, size_t len,
+                          unsigned char tag[AUTHN_HMAC_KEY_LEN])
+{
+    SHA256_CTX ctx = mac->value.inner;
+
+    SHA256_Update(&ctx, uid, AUTHN_HMAC_KEY_LEN);
+    SHA256_Update(&ctx, body, len);
+    hmac_finish(&mac->value, &ctx, tag);
 }

@@ -20,11 +20,17 @@ typedef struct {
     size_t len;
 } entry_t;
 
-/* One line, trimmed as ap_cfg_getline trims; returns NULL or why it is bad. */
+/* One line, read as mod_authn_file reads it: trimmed as ap_cfg_getline
+ * trims; the user is what comes before the first ':', the hash what comes
+ * after the run of ':' that follows, up to the next ':' ("user:hash:extra"
+ * has the hash "hash"). A line without a hash still names its user, who
+ * then can never log in, as with mod_authn_file. Returns NULL, or why the
+ * line is odd (it is then warned about). */
 static const char *parse_line(apr_hash_t *users, char *l, size_t len,
                               apr_pool_t *p)
 {
-    char *colon, *end = l + len;
+    char *colon, *hash, *hash_end, *end = l + len;
+    const char *why = NULL;
     entry_t *e;
 
     while (l < end && apr_isspace(*l))
@@ -34,23 +40,31 @@ static const char *parse_line(apr_hash_t *users, char *l, size_t len,
     if (l == end || *l == '#')
         return NULL;
     if (memchr(l, '\0', (size_t)(end - l)))
-        return "contains a NUL byte";
+        return "contains a NUL byte"; /* no C string can name this user */
     colon = memchr(l, ':', (size_t)(end - l));
+    hash = colon ? colon : end;
+    while (hash < end && *hash == ':')
+        hash++;
+    hash_end = memchr(hash, ':', (size_t)(end - hash));
+    if (!hash_end)
+        hash_end = end;
     if (!colon)
-        return "has no ':' separator";
-    if (colon == l)
-        return "has an empty user name";
-    if (colon + 1 == end)
-        return "has an empty password hash";
+        why = "has no ':' separator";
+    else if (colon == l)
+        why = "has an empty user name";
+    else if (hash == hash_end)
+        why = "has an empty password hash";
+    if (!colon)
+        colon = end;
     *colon = '\0';
-    *end = '\0';
+    *hash_end = '\0';
     if (apr_hash_get(users, l, (apr_ssize_t)(colon - l)))
-        return NULL; /* the first line for a user wins */
+        return why; /* the first line for a user wins */
     e = apr_palloc(p, sizeof(*e));
-    e->hash = colon + 1;
-    e->len = (size_t)(end - (colon + 1));
+    e->hash = hash;
+    e->len = (size_t)(hash_end - hash);
     apr_hash_set(users, l, (apr_ssize_t)(colon - l), e);
-    return NULL;
+    return why;
 }
 
 apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
@@ -121,6 +135,7 @@ struct authn_hmac_userfile {
     authn_hmac_htpasswd_t *idx;
     apr_finfo_t st; /* the file as it was when idx was read */
     int racy;
+    unsigned reads; /* times the file was read */
 };
 
 authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path, apr_pool_t *p)
@@ -140,6 +155,13 @@ apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
         rv = apr_thread_mutex_create(&uf->lock, APR_THREAD_MUTEX_DEFAULT,
                                      uf->pool);
     return rv;
+}
+
+/* When the file last changed: the later of mtime and ctime (a tool that
+ * sets mtime back, such as rsync -t or touch -r, still moves ctime). */
+static apr_time_t changed(const apr_finfo_t *f)
+{
+    return f->mtime > f->ctime ? f->mtime : f->ctime;
 }
 
 static int same_file(const apr_finfo_t *a, const apr_finfo_t *b)
@@ -169,7 +191,10 @@ static apr_status_t rebuild(authn_hmac_userfile_t *uf,
     if (rv != APR_SUCCESS)
         return rv;
     memset(&st, 0, sizeof(st));
-    rv = apr_file_open(&f, uf->path, APR_FOPEN_READ, APR_OS_DEFAULT, np);
+    /* NB: non-blocking, so that a FIFO put at the path cannot hold the
+     * worker in open(); its type is refused just below. */
+    rv = apr_file_open(&f, uf->path, APR_FOPEN_READ | APR_FOPEN_NONBLOCK,
+                       APR_OS_DEFAULT, np);
     if (rv == APR_SUCCESS) {
         rv = apr_file_info_get(&st, USERFILE_WANTED, f);
         if (rv == APR_INCOMPLETE)
@@ -192,8 +217,9 @@ static apr_status_t rebuild(authn_hmac_userfile_t *uf,
     rv = authn_hmac_htpasswd_parse(&uf->idx, buf, got, bad, baton, np);
     if (rv != APR_SUCCESS)
         goto done;
+    uf->reads++;
     uf->st = st;
-    uf->racy = apr_time_now() - st.mtime < RACY_WINDOW;
+    uf->racy = apr_time_now() - changed(&st) < RACY_WINDOW;
     uf->idx_pool = np;
     np = NULL;
 done:
@@ -226,9 +252,11 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
         rv = APR_SUCCESS;
     if (rv != APR_SUCCESS)
         return rv;
+    if (now.filetype != APR_REG)
+        return APR_EBADF; /* a FIFO, device or directory is never opened */
     apr_thread_mutex_lock(uf->lock);
     if (!uf->idx || !same_file(&uf->st, &now) ||
-        (uf->racy && apr_time_now() - now.mtime >= RACY_WINDOW)) {
+        (uf->racy && apr_time_now() - changed(&now) >= RACY_WINDOW)) {
         rv = rebuild(uf, bad, baton);
     }
     if (rv == APR_SUCCESS) {
@@ -243,4 +271,14 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
     }
     apr_thread_mutex_unlock(uf->lock);
     return rv;
+}
+
+unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf)
+{
+    unsigned n;
+
+    apr_thread_mutex_lock(uf->lock);
+    n = uf->reads;
+    apr_thread_mutex_unlock(uf->lock);
+    return n;
 }

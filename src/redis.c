@@ -1,32 +1,67 @@
-/* redis.c: the Redis tier. A blocking hiredis client with connect and
- * command timeouts, the interpretation of its replies, and the shared health
- * state behind the once-per-outage log and the circuit breaker.
+/* redis.c: the Redis tier.
  *
- * Redis holds, under prefix + hex(MAC), the time the credential was verified
- * (decimal microseconds), with the entry's TTL as its expiry. No user name,
- * password or stored hash goes there. */
+ * The client is small and strict: its own non-blocking socket, so that one
+ * deadline covers connect and each whole command with its reply (a server
+ * that trickles a byte at a time gets no more than the deadline), and
+ * hiredis only as the reply parser, fed at most REPLY_MAX bytes per reply.
+ * Addresses are resolved when a child starts, never while a request waits.
+ * AUTH is sent with writev straight from the secret's locked page, so no
+ * buffer of the client ever holds the Redis password.
+ *
+ * Nothing Redis answers is trusted. A user's entry, under prefix +
+ * hex(user id), holds at most AUTHN_HMAC_PER_USER credential MACs with their
+ * times, and a tag over them made with a subkey of the pepper (see cred.c):
+ * a value that does not verify is a miss, whoever wrote it.
+ *
+ * The shared health state keeps an outage logged once for all processes,
+ * and a circuit breaker on a monotonic clock: after BREAKER_AFTER failures
+ * in a row Redis is skipped for 2, 4, 8 then 16 s; when that wait ends, one
+ * request probes Redis (half open) while the others keep skipping it. */
 #include "authn_hmac.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <apr_lib.h>
 #include <apr_strings.h>
 #include <bsd/string.h>
 #include <hiredis/hiredis.h>
+#include <openssl/crypto.h>
 
 #define BREAKER_AFTER     3       /* consecutive failures */
 #define BREAKER_MAX_SHIFT 3       /* backoff 2, 4, 8, 16 s */
 #define CLOCK_SKEW_USEC   5000000 /* between the servers of a farm */
+#define REPLY_MAX         512     /* bytes; the longest reply is ~270 */
+#define MAX_ADDRS         4
+#define MAX_ARGS          6
 
 struct authn_hmac_redis_conn {
-    redisContext *ctx;
-    const authn_hmac_redis_conf_t *conf;
+    int fd;
+    redisReader *reader;
     uint64_t epoch; /* the shared outage count when it was made */
 };
+
+apr_time_t authn_hmac_monotonic(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (apr_time_t)ts.tv_sec * APR_USEC_PER_SEC +
+           (apr_time_t)(ts.tv_nsec / 1000);
+}
 
 const char *authn_hmac_redis_parse_server(const char *arg,
                                           authn_hmac_redis_conf_t *conf,
@@ -151,24 +186,6 @@ int authn_hmac_redis_limit_reader(redisReader *r)
     return 1;
 }
 
-/* Classifies a context error; a read or write that ran out of time shows as
- * EAGAIN in hiredis. */
-static authn_hmac_redis_rc ctx_error(redisContext *ctx, const char **why,
-                                     const char *doing, apr_pool_t *p)
-{
-    int timeout = ctx && ctx->err == REDIS_ERR_IO &&
-                  (errno == EAGAIN || errno == EWOULDBLOCK ||
-                   errno == EINPROGRESS || errno == ETIMEDOUT);
-
-    if (ctx && !timeout && strstr(ctx->errstr, "timed out"))
-        timeout = 1;
-    *why = apr_psprintf(p, "%s: %s", doing,
-                        timeout ? "timed out"
-                        : ctx   ? ctx->errstr
-                                : "out of memory");
-    return timeout ? AUTHN_HMAC_REDIS_TIMEOUT : AUTHN_HMAC_REDIS_ERROR;
-}
-
 /* An error reply's first word (e.g. WRONGPASS, NOAUTH, ERR) and text; Redis
  * does not echo secrets in them. */
 static const char *reply_error(const redisReply *r, apr_pool_t *p)
@@ -180,101 +197,212 @@ static const char *reply_error(const redisReply *r, apr_pool_t *p)
     return apr_psprintf(p, "unexpected reply type %d", r->type);
 }
 
-/* Runs one command given as argv and checks for a status reply of OK. */
-static authn_hmac_redis_rc run_ok(redisContext *ctx, int argc,
+/* ------------------------------------------------------------- socket I/O */
+
+/* Waits for fd to be ready for ev until deadline (monotonic). 1 when ready,
+ * 0 at the deadline, -1 on error. */
+static int wait_fd(int fd, short ev, apr_time_t deadline)
+{
+    for (;;) {
+        apr_time_t left = deadline - authn_hmac_monotonic();
+        struct pollfd pfd;
+        int n;
+
+        if (left <= 0)
+            return 0;
+        pfd.fd = fd;
+        pfd.events = ev;
+        pfd.revents = 0;
+        n = poll(&pfd, 1, (int)((left + 999) / 1000));
+        if (n > 0)
+            return 1;
+        if (n == 0)
+            continue; /* rounding: check the clock again */
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+static authn_hmac_redis_rc io_fail(const char **why, const char *doing,
+                                   const char *what, apr_pool_t *p)
+{
+    *why = apr_psprintf(p, "%s: %s", doing, what);
+    return strcmp(what, "timed out") == 0 ? AUTHN_HMAC_REDIS_TIMEOUT
+                                          : AUTHN_HMAC_REDIS_ERROR;
+}
+
+/* Writes every byte of iov before the deadline. */
+static authn_hmac_redis_rc send_all(int fd, struct iovec *iov, int n,
+                                    apr_time_t deadline, const char *doing,
+                                    const char **why, apr_pool_t *p)
+{
+    while (n > 0) {
+        ssize_t w = writev(fd, iov, n);
+
+        if (w < 0) {
+            int ready;
+
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                return io_fail(why, doing, strerror(errno), p);
+            ready = wait_fd(fd, POLLOUT, deadline);
+            if (ready <= 0)
+                return io_fail(why, doing,
+                               ready ? strerror(errno) : "timed out", p);
+            continue;
+        }
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return AUTHN_HMAC_REDIS_OK;
+}
+
+/* Reads exactly one reply, of at most REPLY_MAX bytes, before the deadline.
+ * Anything longer, or bytes after it, is a protocol error. */
+static authn_hmac_redis_rc recv_reply(authn_hmac_redis_conn_t *c,
+                                      apr_time_t deadline, redisReply **out,
+                                      const char *doing, const char **why,
+                                      apr_pool_t *p)
+{
+    char buf[REPLY_MAX];
+    size_t got = 0;
+    void *reply = NULL;
+
+    *out = NULL;
+    for (;;) {
+        ssize_t n;
+        int ready = wait_fd(c->fd, POLLIN, deadline);
+
+        if (ready <= 0)
+            return io_fail(why, doing, ready ? strerror(errno) : "timed out",
+                           p);
+        n = read(c->fd, buf + got, sizeof(buf) - got);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return io_fail(why, doing,
+                           n ? strerror(errno) : "connection closed", p);
+        if (redisReaderFeed(c->reader, buf + got, (size_t)n) != REDIS_OK ||
+            redisReaderGetReply(c->reader, &reply) != REDIS_OK)
+            return io_fail(why, doing, "malformed reply", p);
+        got += (size_t)n;
+        if (reply)
+            break;
+        if (got == sizeof(buf))
+            return io_fail(why, doing, "reply too long", p);
+    }
+    if (c->reader->pos < c->reader->len) {
+        freeReplyObject(reply);
+        return io_fail(why, doing, "unexpected bytes after the reply", p);
+    }
+    *out = reply;
+    return AUTHN_HMAC_REDIS_OK;
+}
+
+authn_hmac_redis_rc authn_hmac_redis_command(authn_hmac_redis_conn_t *c,
+                                             int argc, const char **argv,
+                                             const size_t *lens,
+                                             apr_time_t deadline,
+                                             redisReply **reply,
+                                             const char **why, apr_pool_t *p)
+{
+    struct iovec iov[1 + 3 * MAX_ARGS];
+    char head[16 * (1 + MAX_ARGS)], *h = head;
+    int i, n = 0;
+    size_t left = sizeof(head);
+
+    /* RESP: "*argc\r\n" then "$len\r\n" arg "\r\n" for each argument. The
+     * arguments are sent from where they are: nothing is copied. */
+    if (argc < 1 || argc > MAX_ARGS)
+        return io_fail(why, argv[0], "bad command", p);
+    for (i = -1; i < argc; i++) {
+        int w = i < 0 ? snprintf(h, left, "*%d\r\n", argc)
+                      : snprintf(h, left, "$%lu\r\n", (unsigned long)lens[i]);
+
+        if (w <= 0 || (size_t)w >= left)
+            return io_fail(why, argv[0], "bad command", p);
+        iov[n].iov_base = h;
+        iov[n++].iov_len = (size_t)w;
+        h += w;
+        left -= (size_t)w;
+        if (i >= 0) {
+            iov[n].iov_base = (void *)(uintptr_t)argv[i];
+            iov[n++].iov_len = lens[i];
+            iov[n].iov_base = (void *)(uintptr_t) "\r\n";
+            iov[n++].iov_len = 2;
+        }
+    }
+    {
+        authn_hmac_redis_rc rc =
+            send_all(c->fd, iov, n, deadline, argv[0], why, p);
+
+        if (rc != AUTHN_HMAC_REDIS_OK)
+            return rc;
+    }
+    return recv_reply(c, deadline, reply, argv[0], why, p);
+}
+
+/* Runs one command and checks for a status reply of OK. */
+static authn_hmac_redis_rc run_ok(authn_hmac_redis_conn_t *c, int argc,
                                   const char **argv, const size_t *lens,
-                                  const char *doing, const char **why,
+                                  apr_time_t deadline, const char **why,
                                   apr_pool_t *p)
 {
-    redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
-    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_OK;
+    redisReply *r = NULL;
+    authn_hmac_redis_rc rc =
+        authn_hmac_redis_command(c, argc, argv, lens, deadline, &r, why, p);
 
-    if (!r)
-        return ctx_error(ctx, why, doing, p);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
     if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "OK") != 0) {
-        *why = apr_psprintf(p, "%s refused: %s", doing, reply_error(r, p));
+        *why = apr_psprintf(p, "%s refused: %s", argv[0], reply_error(r, p));
         rc = AUTHN_HMAC_REDIS_ERROR;
     }
     freeReplyObject(r);
     return rc;
 }
 
-authn_hmac_redis_rc
-authn_hmac_redis_connect(const authn_hmac_redis_conf_t *conf,
-                         authn_hmac_redis_conn_t **out, const char **why,
-                         apr_pool_t *p)
+authn_hmac_redis_conn_t *authn_hmac_redis_conn_wrap(int fd)
 {
-    struct timeval tv;
-    redisContext *ctx;
-    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_OK;
+    authn_hmac_redis_conn_t *c = calloc(1, sizeof(*c));
 
-    tv.tv_sec = conf->timeout_ms / 1000;
-    tv.tv_usec = (suseconds_t)(conf->timeout_ms % 1000) * 1000;
-    ctx = conf->socket ? redisConnectUnixWithTimeout(conf->socket, tv)
-                       : redisConnectWithTimeout(conf->host, conf->port, tv);
-    if (!ctx || ctx->err) {
-        rc = ctx_error(ctx, why, "connect", p);
-        goto done;
+    if (!c)
+        return NULL;
+    c->fd = fd;
+    c->reader = redisReaderCreate();
+    if (!c->reader || !authn_hmac_redis_limit_reader(c->reader)) {
+        if (c->reader)
+            redisReaderFree(c->reader);
+        free(c);
+        return NULL;
     }
-    if (!authn_hmac_redis_limit_reader(ctx->reader)) {
-        *why = "connect: cannot set up the reply reader";
-        rc = AUTHN_HMAC_REDIS_ERROR;
-        goto done;
-    }
-    if (redisSetTimeout(ctx, tv) != REDIS_OK) {
-        rc = ctx_error(ctx, why, "set timeout", p);
-        goto done;
-    }
-    if (conf->password) {
-        const char *argv[3] = {"AUTH", conf->user, conf->password};
-        size_t lens[3] = {4, conf->user ? strlen(conf->user) : 0,
-                          conf->password_len};
-
-        if (conf->user)
-            rc = run_ok(ctx, 3, argv, lens, "AUTH", why, p);
-        else {
-            argv[1] = conf->password;
-            lens[1] = conf->password_len;
-            rc = run_ok(ctx, 2, argv, lens, "AUTH", why, p);
-        }
-        if (rc != AUTHN_HMAC_REDIS_OK)
-            goto done;
-    }
-    if (conf->db) {
-        const char *db = apr_itoa(p, conf->db);
-        const char *argv[2] = {"SELECT", db};
-        size_t lens[2] = {6, strlen(db)};
-
-        rc = run_ok(ctx, 2, argv, lens, "SELECT", why, p);
-        if (rc != AUTHN_HMAC_REDIS_OK)
-            goto done;
-    }
-    /* NB: malloc, not p: connections outlive requests and are remade
-     * after every failure; a pool would grow with each one. */
-    *out = calloc(1, sizeof(**out));
-    if (!*out) {
-        *why = "connect: out of memory";
-        rc = AUTHN_HMAC_REDIS_ERROR;
-        goto done;
-    }
-    (*out)->ctx = ctx;
-    (*out)->conf = conf;
-    ctx = NULL;
-done:
-    if (ctx)
-        redisFree(ctx);
-    return rc;
+    return c;
 }
 
 void authn_hmac_redis_close(authn_hmac_redis_conn_t *c)
 {
     if (c) {
-        redisFree(c->ctx);
+        if (c->fd >= 0)
+            close(c->fd);
+        redisReaderFree(c->reader);
         free(c);
     }
 }
 
 /* ------------------------------------------------------ connection pool */
+
+typedef struct {
+    struct sockaddr_storage sa;
+    socklen_t len;
+} addr_t;
 
 struct authn_hmac_redis_pool {
     const authn_hmac_redis_conf_t *conf;
@@ -282,7 +410,140 @@ struct authn_hmac_redis_pool {
     authn_hmac_redis_conn_t **idle;
     int nidle, max;
     authn_hmac_redis_health_t *health; /* shared by all processes */
+    addr_t addr[MAX_ADDRS];
+    int naddr;
+    const char *unresolved; /* why the name gave no address, or NULL */
 };
+
+/* Resolves the configured address once, when the child starts. */
+static void pool_resolve(authn_hmac_redis_pool_t *rp, apr_pool_t *p)
+{
+    const authn_hmac_redis_conf_t *conf = rp->conf;
+    struct addrinfo hints, *res = NULL, *ai;
+    char port[8];
+    int rc;
+
+    if (conf->socket) {
+        struct sockaddr_un *un = (struct sockaddr_un *)&rp->addr[0].sa;
+
+        un->sun_family = AF_UNIX;
+        strlcpy(un->sun_path, conf->socket, sizeof(un->sun_path));
+        rp->addr[0].len = (socklen_t)sizeof(*un);
+        rp->naddr = 1;
+        return;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof(port), "%d", conf->port);
+    rc = getaddrinfo(conf->host, port, &hints, &res);
+    if (rc != 0) {
+        rp->unresolved = apr_psprintf(p, "cannot resolve %s: %s", conf->host,
+                                      gai_strerror(rc));
+        return;
+    }
+    for (ai = res; ai && rp->naddr < MAX_ADDRS; ai = ai->ai_next) {
+        if (ai->ai_addrlen > sizeof(rp->addr[0].sa))
+            continue;
+        memcpy(&rp->addr[rp->naddr].sa, ai->ai_addr, ai->ai_addrlen);
+        rp->addr[rp->naddr++].len = ai->ai_addrlen;
+    }
+    freeaddrinfo(res);
+    if (!rp->naddr)
+        rp->unresolved = apr_psprintf(p, "no address for %s", conf->host);
+}
+
+/* A connected socket to one of the addresses, before the deadline. */
+static int open_socket(const authn_hmac_redis_pool_t *rp, apr_time_t deadline,
+                       const char **why, apr_pool_t *p)
+{
+    int i;
+
+    *why = "connect: no address";
+    for (i = 0; i < rp->naddr; i++) {
+        const struct sockaddr *sa = (const struct sockaddr *)&rp->addr[i].sa;
+        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                        0);
+        int err = 0, ready = 1, one = 1;
+        socklen_t elen = sizeof(err);
+
+        if (fd < 0) {
+            *why = apr_psprintf(p, "connect: %s", strerror(errno));
+            continue;
+        }
+        if (connect(fd, sa, rp->addr[i].len) != 0) {
+            if (errno != EINPROGRESS && errno != EAGAIN)
+                err = errno;
+            else if ((ready = wait_fd(fd, POLLOUT, deadline)) > 0 &&
+                     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+                err = errno;
+        }
+        if (ready > 0 && !err) {
+            if (sa->sa_family != AF_UNIX)
+                (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+                                 sizeof(one));
+            return fd;
+        }
+        close(fd);
+        *why = ready == 0 ? "connect: timed out"
+               : err      ? apr_psprintf(p, "connect: %s", strerror(err))
+                          : apr_psprintf(p, "connect: %s", strerror(errno));
+        if (ready == 0)
+            return -2;
+    }
+    return -1;
+}
+
+/* Connects, then runs AUTH and SELECT, all before the deadline. */
+static authn_hmac_redis_rc pool_connect(authn_hmac_redis_pool_t *rp,
+                                        authn_hmac_redis_conn_t **out,
+                                        apr_time_t deadline, const char **why,
+                                        apr_pool_t *p)
+{
+    const authn_hmac_redis_conf_t *conf = rp->conf;
+    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_OK;
+    authn_hmac_redis_conn_t *c;
+    int fd;
+
+    if (rp->unresolved) {
+        *why = rp->unresolved;
+        return AUTHN_HMAC_REDIS_ERROR;
+    }
+    fd = open_socket(rp, deadline, why, p);
+    if (fd < 0)
+        return fd == -2 ? AUTHN_HMAC_REDIS_TIMEOUT : AUTHN_HMAC_REDIS_ERROR;
+    c = authn_hmac_redis_conn_wrap(fd);
+    if (!c) {
+        close(fd);
+        *why = "connect: out of memory";
+        return AUTHN_HMAC_REDIS_ERROR;
+    }
+    if (conf->password) {
+        /* NB: the password goes from its locked page to the socket. */
+        const char *argv[3] = {"AUTH", conf->user, conf->password};
+        size_t lens[3] = {4, conf->user ? strlen(conf->user) : 0,
+                          conf->password_len};
+
+        if (!conf->user) {
+            argv[1] = conf->password;
+            lens[1] = conf->password_len;
+        }
+        rc = run_ok(c, conf->user ? 3 : 2, argv, lens, deadline, why, p);
+    }
+    if (rc == AUTHN_HMAC_REDIS_OK && conf->db) {
+        const char *db = apr_itoa(p, conf->db);
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, strlen(db)};
+
+        rc = run_ok(c, 2, argv, lens, deadline, why, p);
+    }
+    if (rc != AUTHN_HMAC_REDIS_OK) {
+        authn_hmac_redis_close(c);
+        return rc;
+    }
+    *out = c;
+    return AUTHN_HMAC_REDIS_OK;
+}
 
 /* Closes a connection and counts it gone. */
 static void pool_close(authn_hmac_redis_pool_t *rp, authn_hmac_redis_conn_t *c)
@@ -317,13 +578,20 @@ apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
     rv = apr_thread_mutex_create(&rp->lock, APR_THREAD_MUTEX_DEFAULT, p);
     if (rv != APR_SUCCESS)
         return rv;
+    pool_resolve(rp, p);
     apr_pool_cleanup_register(p, rp, pool_cleanup, apr_pool_cleanup_null);
     *out = rp;
     return APR_SUCCESS;
 }
 
+const char *authn_hmac_redis_pool_unresolved(const authn_hmac_redis_pool_t *rp)
+{
+    return rp->unresolved;
+}
+
 authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
                                                   authn_hmac_redis_conn_t **c,
+                                                  apr_time_t deadline,
                                                   const char **why,
                                                   apr_pool_t *p)
 {
@@ -345,7 +613,7 @@ authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
     apr_thread_mutex_unlock(rp->lock);
     if (*c)
         return AUTHN_HMAC_REDIS_OK;
-    rc = authn_hmac_redis_connect(rp->conf, c, why, p);
+    rc = pool_connect(rp, c, deadline, why, p);
     if (rc == AUTHN_HMAC_REDIS_OK && *c) {
         (*c)->epoch = epoch;
         __atomic_add_fetch(&rp->health->conns, 1, __ATOMIC_RELAXED);
@@ -371,120 +639,277 @@ void authn_hmac_redis_pool_release(authn_hmac_redis_pool_t *rp,
         pool_close(rp, c);
 }
 
-/* prefix + lowercase hex of the key. */
-static const char *redis_key(const authn_hmac_redis_conf_t *conf,
-                             const unsigned char *key, apr_pool_t *p)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t pl = strlen(conf->prefix), i;
-    char *k = apr_palloc(p, pl + (size_t)2 * AUTHN_HMAC_KEY_LEN + 1);
+/* ------------------------------------------------- entries and values */
 
-    memcpy(k, conf->prefix, pl);
-    for (i = 0; i < AUTHN_HMAC_KEY_LEN; i++) {
-        k[pl + 2 * i] = hex[key[i] >> 4];
-        k[pl + 2 * i + 1] = hex[key[i] & 15];
-    }
-    k[pl + (size_t)2 * AUTHN_HMAC_KEY_LEN] = '\0';
-    return k;
-}
+static const char hexdigits[] = "0123456789abcdef";
 
-/* Parses a stored time: 1 to 19 digits, nothing else. */
-static int parse_time(const char *s, size_t len, apr_time_t *out)
+static char *put_hex(char *o, const unsigned char *b, size_t n)
 {
-    apr_time_t v = 0;
     size_t i;
 
-    if (len == 0 || len > 18)
-        return 0;
-    for (i = 0; i < len; i++) {
-        if (!apr_isdigit(s[i]))
-            return 0;
-        v = v * 10 + (s[i] - '0');
+    for (i = 0; i < n; i++) {
+        *o++ = hexdigits[b[i] >> 4];
+        *o++ = hexdigits[b[i] & 15];
     }
-    *out = v;
+    return o;
+}
+
+static char *put_hex64(char *o, uint64_t v)
+{
+    unsigned char b[8];
+    int i;
+
+    for (i = 7; i >= 0; i--, v >>= 8)
+        b[i] = (unsigned char)v;
+    return put_hex(o, b, sizeof(b));
+}
+
+/* Strict lowercase hex; 0 for anything else. */
+static int get_hex(const char *s, unsigned char *b, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < 2 * n; i++) {
+        const char *d = memchr(hexdigits, s[i], 16);
+
+        if (!s[i] || !d)
+            return 0;
+        if (i & 1)
+            b[i / 2] = (unsigned char)(b[i / 2] | (d - hexdigits));
+        else
+            b[i / 2] = (unsigned char)((d - hexdigits) << 4);
+    }
     return 1;
 }
 
-authn_hmac_redis_rc
-authn_hmac_redis_interpret(const redisReply *get, const redisReply *pttl,
-                           apr_time_t now, apr_interval_time_t ttl, int *found,
-                           apr_time_t *stored, apr_time_t *expires)
+static int get_hex64(const char *s, int64_t *v)
 {
-    apr_time_t when, end;
+    unsigned char b[8];
+    uint64_t u = 0;
+    int i;
 
-    *found = 0;
-    if (!get || !pttl)
+    if (!get_hex(s, b, sizeof(b)))
+        return 0;
+    for (i = 0; i < 8; i++)
+        u = (u << 8) | b[i];
+    if (u > (uint64_t)INT64_MAX)
+        return 0;
+    *v = (int64_t)u;
+    return 1;
+}
+
+#define ENTRY_HEX (2 * AUTHN_HMAC_KEY_LEN + 32) /* mac, stored, expires */
+
+size_t authn_hmac_value_encode(const authn_hmac_mac_t *mac,
+                               const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                               const authn_hmac_entries_t *es,
+                               char out[AUTHN_HMAC_VALUE_MAX])
+{
+    unsigned char tag[AUTHN_HMAC_KEY_LEN];
+    char *o = out;
+    int i;
+
+    if (es->n < 1 || es->n > AUTHN_HMAC_PER_USER)
+        return 0;
+    *o++ = '0' + AUTHN_HMAC_ENCODING_VERSION;
+    for (i = 0; i < es->n; i++) {
+        *o++ = ':';
+        o = put_hex(o, es->e[i].mac, AUTHN_HMAC_KEY_LEN);
+        o = put_hex64(o, (uint64_t)es->e[i].stored);
+        o = put_hex64(o, (uint64_t)es->e[i].expires);
+    }
+    authn_hmac_value_tag(mac, uid, out, (size_t)(o - out), tag);
+    *o++ = ':';
+    o = put_hex(o, tag, sizeof(tag));
+    *o = '\0';
+    return (size_t)(o - out);
+}
+
+int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
+                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                            const char *v, size_t len,
+                            authn_hmac_entries_t *es)
+{
+    unsigned char want[AUTHN_HMAC_KEY_LEN], got[AUTHN_HMAC_KEY_LEN];
+    char buf[AUTHN_HMAC_VALUE_MAX];
+    size_t body;
+    int n, i, ok;
+
+    es->n = 0;
+    /* "V" (":" entry){1,PER_USER} ":" tag, every field of fixed width. */
+    if (len < 2 + 1 + 2 * AUTHN_HMAC_KEY_LEN || len >= sizeof(buf))
+        return 0;
+    body = len - 1 - 2 * AUTHN_HMAC_KEY_LEN;
+    if ((body - 1) % (1 + ENTRY_HEX) != 0)
+        return 0;
+    n = (int)((body - 1) / (1 + ENTRY_HEX));
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    if (n < 1 || n > AUTHN_HMAC_PER_USER ||
+        buf[0] != '0' + AUTHN_HMAC_ENCODING_VERSION || buf[body] != ':' ||
+        !get_hex(buf + body + 1, got, sizeof(got)))
+        return 0;
+    authn_hmac_value_tag(mac, uid, buf, body, want);
+    ok = CRYPTO_memcmp(want, got, sizeof(want)) == 0;
+    for (i = 0; ok && i < n; i++) {
+        const char *e = buf + 1 + (size_t)i * (1 + ENTRY_HEX);
+
+        ok = e[0] == ':' && get_hex(e + 1, es->e[i].mac, AUTHN_HMAC_KEY_LEN) &&
+             get_hex64(e + 1 + 2 * AUTHN_HMAC_KEY_LEN, &es->e[i].stored) &&
+             get_hex64(e + 1 + 2 * AUTHN_HMAC_KEY_LEN + 16, &es->e[i].expires);
+    }
+    es->n = ok ? n : 0;
+    explicit_bzero(want, sizeof(want));
+    return ok;
+}
+
+int authn_hmac_entries_find(const authn_hmac_entries_t *es,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            apr_time_t now, apr_interval_time_t ttl,
+                            apr_time_t *stored, apr_time_t *expires)
+{
+    int i, found = 0;
+
+    for (i = 0; i < es->n; i++) {
+        apr_time_t when = es->e[i].stored, end = es->e[i].expires;
+
+        if (CRYPTO_memcmp(es->e[i].mac, key, AUTHN_HMAC_KEY_LEN) != 0)
+            continue;
+        if (when > now + CLOCK_SKEW_USEC || now - when >= ttl || end <= now)
+            continue; /* too old for this section, over, or odd */
+        if (when > now)
+            when = now; /* another server's clock, a little ahead */
+        if (end > when + ttl)
+            end = when + ttl;
+        *stored = when;
+        *expires = end;
+        found = 1;
+    }
+    return found;
+}
+
+void authn_hmac_entries_add(authn_hmac_entries_t *es,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            apr_time_t stored, apr_time_t expires,
+                            apr_time_t now)
+{
+    authn_hmac_entries_t old = *es;
+    int i, j;
+
+    /* The new entry, then the others that are still live, newest first. */
+    es->n = 1;
+    memcpy(es->e[0].mac, key, AUTHN_HMAC_KEY_LEN);
+    es->e[0].stored = stored;
+    es->e[0].expires = expires;
+    while (es->n < AUTHN_HMAC_PER_USER) {
+        int best = -1;
+
+        for (i = 0; i < old.n; i++) {
+            int dup = CRYPTO_memcmp(old.e[i].mac, key, AUTHN_HMAC_KEY_LEN) == 0;
+
+            for (j = 1; j < es->n && !dup; j++)
+                dup = memcmp(old.e[i].mac, es->e[j].mac, AUTHN_HMAC_KEY_LEN) ==
+                      0;
+            if (!dup && old.e[i].expires > now &&
+                (best < 0 || old.e[i].stored > old.e[best].stored))
+                best = i;
+        }
+        if (best < 0)
+            break;
+        es->e[es->n++] = old.e[best];
+    }
+}
+
+/* prefix + lowercase hex of the user id. */
+static const char *redis_key(const authn_hmac_redis_conf_t *conf,
+                             const unsigned char *uid, apr_pool_t *p)
+{
+    size_t pl = strlen(conf->prefix);
+    char *k = apr_palloc(p, pl + (size_t)2 * AUTHN_HMAC_KEY_LEN + 1);
+
+    memcpy(k, conf->prefix, pl);
+    *put_hex(k + pl, uid, AUTHN_HMAC_KEY_LEN) = '\0';
+    return k;
+}
+
+authn_hmac_redis_rc
+authn_hmac_redis_interpret(const redisReply *get, const authn_hmac_mac_t *mac,
+                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                           authn_hmac_entries_t *es, authn_hmac_value_state *st)
+{
+    es->n = 0;
+    *st = AUTHN_HMAC_VALUE_NONE;
+    if (!get)
         return AUTHN_HMAC_REDIS_ERROR;
     if (get->type == REDIS_REPLY_NIL)
-        return AUTHN_HMAC_REDIS_OK; /* a miss */
-    if (get->type != REDIS_REPLY_STRING || pttl->type != REDIS_REPLY_INTEGER)
+        return AUTHN_HMAC_REDIS_OK;
+    if (get->type != REDIS_REPLY_STRING)
         return AUTHN_HMAC_REDIS_ERROR;
-    if (!parse_time(get->str, get->len, &when))
-        return AUTHN_HMAC_REDIS_ERROR;
-    if (pttl->integer == -2)
-        return AUTHN_HMAC_REDIS_OK; /* expired between the two commands */
-    if (pttl->integer <= 0 || pttl->integer > (long long)1 << 40)
-        return AUTHN_HMAC_REDIS_ERROR; /* never trust an entry without end */
-    if (when > now + CLOCK_SKEW_USEC || now - when >= ttl)
-        return AUTHN_HMAC_REDIS_OK; /* too old for this section, or odd */
-    if (when > now)
-        when = now; /* another server's clock, a little ahead */
-    end = now + (apr_time_t)pttl->integer * 1000;
-    if (end > when + ttl)
-        end = when + ttl;
-    *found = 1;
-    *stored = when;
-    *expires = end;
+    *st = authn_hmac_value_decode(mac, uid, get->str, get->len, es)
+              ? AUTHN_HMAC_VALUE_VALID
+              : AUTHN_HMAC_VALUE_FORGED;
     return AUTHN_HMAC_REDIS_OK;
 }
 
 authn_hmac_redis_rc authn_hmac_redis_get(
-    authn_hmac_redis_conn_t *c, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    apr_time_t now, apr_interval_time_t ttl, int *found, apr_time_t *stored,
-    apr_time_t *expires, const char **why, apr_pool_t *p)
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+    apr_time_t deadline, authn_hmac_entries_t *es, authn_hmac_value_state *st,
+    const char **why, apr_pool_t *p)
 {
-    const char *k = redis_key(c->conf, key, p);
-    redisReply *get = NULL, *pttl = NULL;
+    const char *k = redis_key(conf, uid, p);
+    const char *argv[2] = {"GET", k};
+    size_t lens[2] = {3, strlen(k)};
+    redisReply *get = NULL;
     authn_hmac_redis_rc rc;
 
-    /* Both commands in one round trip. */
-    if (redisAppendCommand(c->ctx, "GET %s", k) != REDIS_OK ||
-        redisAppendCommand(c->ctx, "PTTL %s", k) != REDIS_OK ||
-        redisGetReply(c->ctx, (void **)&get) != REDIS_OK ||
-        redisGetReply(c->ctx, (void **)&pttl) != REDIS_OK) {
-        rc = ctx_error(c->ctx, why, "GET", p);
-        goto done;
-    }
-    rc =
-        authn_hmac_redis_interpret(get, pttl, now, ttl, found, stored, expires);
+    es->n = 0;
+    *st = AUTHN_HMAC_VALUE_NONE;
+    rc = authn_hmac_redis_command(c, 2, argv, lens, deadline, &get, why, p);
     if (rc != AUTHN_HMAC_REDIS_OK)
-        *why = apr_psprintf(
-            p, "GET: unexpected answer (%s)",
-            reply_error(get && get->type == REDIS_REPLY_ERROR ? get : pttl, p));
-done:
-    if (get)
-        freeReplyObject(get);
-    if (pttl)
-        freeReplyObject(pttl);
+        return rc;
+    rc = authn_hmac_redis_interpret(get, mac, uid, es, st);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        *why = apr_psprintf(p, "GET: unexpected answer (%s)",
+                            reply_error(get, p));
+    freeReplyObject(get);
     return rc;
 }
 
 authn_hmac_redis_rc
 authn_hmac_redis_set(authn_hmac_redis_conn_t *c,
-                     const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                     apr_time_t now, apr_time_t stored, apr_time_t expires,
-                     const char **why, apr_pool_t *p)
+                     const authn_hmac_redis_conf_t *conf,
+                     const authn_hmac_mac_t *mac,
+                     const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                     const authn_hmac_entries_t *es, apr_time_t now,
+                     apr_time_t deadline, const char **why, apr_pool_t *p)
 {
-    long long ms = (expires - now) / 1000;
-    redisReply *r;
-    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_OK;
+    char value[AUTHN_HMAC_VALUE_MAX];
+    const char *k = redis_key(conf, uid, p), *px;
+    const char *argv[5] = {"SET", k, value, "PX", NULL};
+    size_t lens[5];
+    apr_time_t last = 0;
+    redisReply *r = NULL;
+    authn_hmac_redis_rc rc;
+    int i;
 
-    if (ms <= 0)
+    for (i = 0; i < es->n; i++)
+        if (es->e[i].expires > last)
+            last = es->e[i].expires;
+    if (last <= now + 1000)
         return AUTHN_HMAC_REDIS_OK;
-    r = redisCommand(c->ctx, "SET %s %lld PX %lld", redis_key(c->conf, key, p),
-                     (long long)stored, ms);
-    if (!r)
-        return ctx_error(c->ctx, why, "SET", p);
+    px = apr_psprintf(p, "%" APR_INT64_T_FMT, (last - now) / 1000);
+    argv[4] = px;
+    lens[0] = 3;
+    lens[1] = strlen(k);
+    lens[2] = authn_hmac_value_encode(mac, uid, es, value);
+    lens[3] = 2;
+    lens[4] = strlen(px);
+    if (!lens[2])
+        return AUTHN_HMAC_REDIS_OK;
+    rc = authn_hmac_redis_command(c, 5, argv, lens, deadline, &r, why, p);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
     if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "OK") != 0) {
         *why = apr_psprintf(p, "SET refused: %s", reply_error(r, p));
         rc = AUTHN_HMAC_REDIS_ERROR;
@@ -495,31 +920,66 @@ authn_hmac_redis_set(authn_hmac_redis_conn_t *c,
 
 /* ------------------------------------------------------- shared health */
 
-int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now)
+static int64_t backoff(uint64_t opens)
 {
-    return __atomic_load_n(&h->breaker_until, __ATOMIC_RELAXED) <= now;
+    unsigned shift =
+        opens < BREAKER_MAX_SHIFT ? (unsigned)opens : BREAKER_MAX_SHIFT;
+
+    return apr_time_from_sec((apr_time_t)2 << shift);
 }
 
-int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now)
+int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now,
+                             apr_interval_time_t probe_window)
+{
+    int64_t until = __atomic_load_n(&h->breaker_until, __ATOMIC_ACQUIRE);
+
+    if (until == 0)
+        return 1;
+    if (now < until)
+        return 0;
+    /* NB: half open. The wait is over: the one request that moves the end
+     * of the wait on by a probe's length probes Redis; the others keep
+     * skipping it until the probe succeeds (closing the breaker) or fails
+     * (opening it for the next backoff). A probe that never reports, from
+     * a process that died, is replaced once its window is over. */
+    if (__atomic_compare_exchange_n(&h->breaker_until, &until,
+                                    now + probe_window, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED))
+        return 2;
+    return 0;
+}
+
+int authn_hmac_redis_breaker_open(authn_hmac_redis_health_t *h)
+{
+    return __atomic_load_n(&h->breaker_until, __ATOMIC_RELAXED) != 0;
+}
+
+int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
+                            int probe)
 {
     int64_t zero = 0;
-    int64_t until = __atomic_load_n(&h->breaker_until, __ATOMIC_RELAXED);
     uint64_t n = __atomic_add_fetch(&h->failures, 1, __ATOMIC_RELAXED);
 
-    /* NB: a burst of failures from requests that were all in flight opens
-     * the breaker once, not once each: only the one that swaps the closed
-     * state for an open one moves the backoff on. */
-    if (n >= BREAKER_AFTER && until <= now) {
-        uint64_t opens = __atomic_load_n(&h->opens, __ATOMIC_RELAXED);
-        unsigned shift =
-            opens < BREAKER_MAX_SHIFT ? (unsigned)opens : BREAKER_MAX_SHIFT;
-        int64_t next = now + apr_time_from_sec((apr_time_t)2 << shift);
+    if (probe) {
+        uint64_t opens = __atomic_fetch_add(&h->opens, 1, __ATOMIC_RELAXED);
 
-        if (__atomic_compare_exchange_n(&h->breaker_until, &until, next, 0,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&h->breaker_until, now + backoff(opens),
+                         __ATOMIC_RELEASE);
+        __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
+    }
+    else if (n >= BREAKER_AFTER) {
+        /* NB: a burst of failures from requests that were all in flight
+         * opens the breaker once: only the one that swaps the closed state
+         * for an open one moves the backoff on. */
+        uint64_t opens = __atomic_load_n(&h->opens, __ATOMIC_RELAXED);
+
+        if (__atomic_compare_exchange_n(&h->breaker_until, &zero,
+                                        now + backoff(opens), 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
             __atomic_add_fetch(&h->opens, 1, __ATOMIC_RELAXED);
             __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
         }
+        zero = 0;
     }
     if (!__atomic_compare_exchange_n(&h->down_since, &zero, now, 0,
                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
@@ -539,10 +999,18 @@ int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
     if (since == 0 || started <= since)
         return 0;
     __atomic_store_n(&h->opens, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
     if (!__atomic_compare_exchange_n(&h->down_since, &since, 0, 0,
                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return 0;
     *outage = now - since;
     return 1;
+}
+
+int authn_hmac_redis_forged_first(authn_hmac_redis_health_t *h)
+{
+    uint64_t zero = 0;
+
+    return __atomic_compare_exchange_n(&h->forged_warned, &zero, 1, 0,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }

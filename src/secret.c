@@ -1,5 +1,9 @@
-/* secret.c: secrets (pepper, later the Redis password) kept out of core
- * dumps and swap, and wiped when no longer needed. */
+/* secret.c: secrets (the pepper, the keyed MAC states, the Redis password)
+ * kept out of core dumps and swap, and wiped when no longer needed.
+ *
+ * Each secret has pages of its own, mapped privately, excluded from core
+ * dumps (MADV_DONTDUMP, which fork keeps) and locked (mlock, which fork does
+ * not keep: children lock again with authn_hmac_secret_relock). */
 #include "authn_hmac.h"
 
 #include <errno.h>
@@ -122,6 +126,33 @@ done:
         secret_cleanup(s);
     close(fd);
     return err;
+}
+
+apr_status_t authn_hmac_secret_alloc(authn_hmac_secret_t **out, size_t len,
+                                     apr_pool_t *p)
+{
+    secret_page_t *s = NULL;
+    apr_status_t rv = secret_alloc(&s, len, p);
+
+    if (rv == APR_SUCCESS && !s)
+        rv = APR_ENOMEM;
+    if (rv == APR_SUCCESS)
+        *out = &s->pub;
+    return rv;
+}
+
+void authn_hmac_secret_relock(const authn_hmac_secret_t *secret)
+{
+    const secret_page_t *s = (const secret_page_t *)secret;
+
+    if (s && s->pub.data)
+        (void)mlock(s->pub.data, s->maplen);
+}
+
+void authn_hmac_secret_wipe(authn_hmac_secret_t *secret)
+{
+    if (secret)
+        secret_cleanup(secret);
 }
 
 apr_status_t authn_hmac_secret_random(authn_hmac_secret_t **out, size_t len,

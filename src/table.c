@@ -4,7 +4,13 @@
  * Readers never lock: each slot carries a sequence counter (a seqlock), so a
  * lookup reads a consistent copy or retries. Writers are rare (one per
  * successful bcrypt) and serialize on a global mutex. Entries hold only a
- * MAC and two times: no user, password or hash.
+ * MAC, a keyed user id and two times: no user, password or hash.
+ *
+ * The set is chosen by the user id (a MAC of scope and user), so that all of
+ * a user's entries meet in one set, where a user holds at most
+ * AUTHN_HMAC_PER_USER of them: one account sending endless variants of a
+ * password that all verify (DES crypt reads 8 characters, bcrypt 72 bytes)
+ * only ever replaces its own entries.
  */
 #include "authn_hmac.h"
 
@@ -13,7 +19,7 @@
 #include <bsd/string.h>
 #include <openssl/crypto.h>
 
-#define TABLE_MAGIC 0x61686d6163740001ULL /* "ahmact", layout 1 */
+#define TABLE_MAGIC 0x61686d6163740002ULL /* "ahmact", layout 2 */
 #define WAYS        8                     /* slots per set */
 #define READ_TRIES  64                    /* then treat the slot as a miss */
 
@@ -23,7 +29,7 @@ typedef struct {
     int64_t stored;  /* apr_time_t; 0 = empty */
     int64_t expires; /* apr_time_t */
     uint64_t key[4];
-    uint64_t pad;
+    uint64_t user; /* first 8 bytes of the user id */
 } slot_t;
 
 typedef struct {
@@ -31,7 +37,8 @@ typedef struct {
     uint64_t nsets;
     uint64_t size;
     int64_t started;
-    char pad0[32];
+    uint64_t used; /* slots holding an entry, live or expired */
+    char pad0[24];
     authn_hmac_redis_health_t redis;
     char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
     uint64_t counter[AUTHN_HMAC_C_COUNT];
@@ -90,14 +97,19 @@ authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p)
     return t;
 }
 
-/* First slot of the set for key; the MAC is uniform, so its first word is a
- * good hash that no client can steer without the pepper. */
-static slot_t *set_for(authn_hmac_table_t *t, const unsigned char *key)
+static uint64_t user_word(const unsigned char *uid)
 {
     uint64_t w;
 
-    memcpy(&w, key, sizeof(w));
-    return t->slots + (w % t->nsets) * WAYS;
+    memcpy(&w, uid, sizeof(w));
+    return w;
+}
+
+/* First slot of the user's set; the user id is a MAC, so no client can
+ * steer it without the pepper. */
+static slot_t *set_for(authn_hmac_table_t *t, uint64_t user)
+{
+    return t->slots + (user % t->nsets) * WAYS;
 }
 
 /* Copies a slot consistently; 0 if a writer kept it busy too long. */
@@ -114,6 +126,7 @@ static int slot_read(const slot_t *s, slot_t *copy)
         copy->expires = __atomic_load_n(&s->expires, __ATOMIC_RELAXED);
         for (k = 0; k < 4; k++)
             copy->key[k] = __atomic_load_n(&s->key[k], __ATOMIC_RELAXED);
+        copy->user = __atomic_load_n(&s->user, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) == s1)
             return 1;
@@ -121,26 +134,36 @@ static int slot_read(const slot_t *s, slot_t *copy)
     return 0;
 }
 
-/* Writes a slot; the caller holds the writers' mutex. */
-static void slot_write(slot_t *s, const unsigned char *key, apr_time_t stored,
-                       apr_time_t expires)
+/* Writes a slot; the caller holds the writers' mutex. A sequence left odd
+ * means a writer died inside: its half-written contents are overwritten
+ * here, and the counter made even again. */
+static void slot_write(slot_t *s, const unsigned char *key, uint64_t user,
+                       apr_time_t stored, apr_time_t expires)
 {
     uint32_t seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
     uint64_t k[4];
     int i;
 
     memcpy(k, key, sizeof(k));
-    __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELAXED);
+    if (!(seq & 1))
+        __atomic_store_n(&s->seq, ++seq, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     __atomic_store_n(&s->stored, stored, __ATOMIC_RELAXED);
     __atomic_store_n(&s->expires, expires, __ATOMIC_RELAXED);
     for (i = 0; i < 4; i++)
         __atomic_store_n(&s->key[i], k[i], __ATOMIC_RELAXED);
-    __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->user, user, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELEASE);
+}
+
+static int slot_torn(const slot_t *s)
+{
+    return __atomic_load_n(&s->seq, __ATOMIC_RELAXED) & 1;
 }
 
 int authn_hmac_table_lookup(authn_hmac_table_t *t,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                             apr_time_t now, apr_interval_time_t ttl)
 {
     slot_t *set, copy;
@@ -148,7 +171,7 @@ int authn_hmac_table_lookup(authn_hmac_table_t *t,
 
     if (t->nsets == 0)
         return 0;
-    set = set_for(t, key);
+    set = set_for(t, user_word(uid));
     for (i = 0; i < WAYS; i++) {
         if (!slot_read(&set[i], &copy) || copy.stored == 0)
             continue;
@@ -162,27 +185,43 @@ int authn_hmac_table_lookup(authn_hmac_table_t *t,
 
 apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                                     const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                                    const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                                     apr_time_t now, apr_time_t stored,
                                     apr_time_t expires)
 {
-    slot_t *set, *victim = NULL;
+    uint64_t user = user_word(uid);
+    slot_t *set, *victim = NULL, *own_oldest = NULL;
     apr_status_t rv;
-    int i;
+    int i, own = 0;
 
     if (t->nsets == 0 || expires <= now || stored > now)
         return APR_SUCCESS;
     if (t->mutex && (rv = apr_global_mutex_lock(t->mutex)) != APR_SUCCESS)
         return rv;
-    set = set_for(t, key);
-    /* The same key, else an empty slot, else an expired one, else the
-     * oldest. Under the mutex no one else writes, so plain reads are safe. */
-    for (i = 0; i < WAYS && !victim; i++)
-        if (set[i].stored &&
-            CRYPTO_memcmp(set[i].key, key, AUTHN_HMAC_KEY_LEN) == 0)
+    set = set_for(t, user);
+    /* Under the mutex no one else writes, so plain reads are safe; a slot
+     * left odd by a writer that died is free to take. The same key, else
+     * the user's oldest live entry once the user holds its share, else a
+     * free slot, an expired one, the oldest. */
+    for (i = 0; i < WAYS; i++) {
+        if (slot_torn(&set[i]) || !set[i].stored)
+            continue;
+        if (CRYPTO_memcmp(set[i].key, key, AUTHN_HMAC_KEY_LEN) == 0)
             victim = &set[i];
+        else if (set[i].user == user && set[i].expires > now) {
+            own++;
+            if (!own_oldest || set[i].stored < own_oldest->stored)
+                own_oldest = &set[i];
+        }
+    }
+    if (!victim && own >= AUTHN_HMAC_PER_USER)
+        victim = own_oldest;
     for (i = 0; i < WAYS && !victim; i++)
-        if (set[i].stored == 0)
+        if (slot_torn(&set[i]) || set[i].stored == 0) {
             victim = &set[i];
+            if (set[i].stored == 0)
+                __atomic_add_fetch(&t->hdr->used, 1, __ATOMIC_RELAXED);
+        }
     for (i = 0; i < WAYS && !victim; i++)
         if (set[i].expires <= now)
             victim = &set[i];
@@ -193,11 +232,27 @@ apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                 victim = &set[i];
         authn_hmac_table_count(t, AUTHN_HMAC_C_EVICTIONS, 1);
     }
-    slot_write(victim, key, stored, expires);
+    slot_write(victim, key, user, stored, expires);
     authn_hmac_table_count(t, AUTHN_HMAC_C_STORES, 1);
     if (t->mutex)
         apr_global_mutex_unlock(t->mutex);
     return APR_SUCCESS;
+}
+
+void authn_hmac_table_tear(authn_hmac_table_t *t,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           const unsigned char uid[AUTHN_HMAC_KEY_LEN])
+{
+    slot_t *set = set_for(t, user_word(uid));
+    int i;
+
+    for (i = 0; i < WAYS; i++)
+        if (CRYPTO_memcmp(set[i].key, key, AUTHN_HMAC_KEY_LEN) == 0) {
+            /* What a writer leaves when it dies after the first store. */
+            __atomic_add_fetch(&set[i].seq, 1, __ATOMIC_RELEASE);
+            set[i].key[0] ^= 1;
+            return;
+        }
 }
 
 void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
@@ -214,18 +269,17 @@ authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t)
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
                             authn_hmac_stats_t *out)
 {
-    uint64_t i, n = t->nsets * WAYS;
+    uint64_t n = t->nsets * WAYS;
     int c;
 
     memset(out, 0, sizeof(*out));
     for (c = 0; c < AUTHN_HMAC_C_COUNT; c++)
         out->counter[c] =
             __atomic_load_n(&t->hdr->counter[c], __ATOMIC_RELAXED);
-    for (i = 0; i < n; i++)
-        if (__atomic_load_n(&t->slots[i].expires, __ATOMIC_RELAXED) > now)
-            out->entries++;
+    /* NB: O(1): the count is kept as slots fill, never by a scan. */
+    out->entries = __atomic_load_n(&t->hdr->used, __ATOMIC_RELAXED);
     out->redis_breaker =
-        __atomic_load_n(&t->hdr->redis.breaker_until, __ATOMIC_RELAXED) > now;
+        __atomic_load_n(&t->hdr->redis.breaker_until, __ATOMIC_RELAXED) != 0;
     out->redis_conns =
         (uint64_t)__atomic_load_n(&t->hdr->redis.conns, __ATOMIC_RELAXED);
     out->slots = n;

@@ -2,12 +2,16 @@
 #include "authn_hmac.h"
 #include "unit.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <apr_strings.h>
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/params.h>
 
 typedef struct {
     unsigned char buf[4096];
@@ -42,7 +46,7 @@ static int same(const buf_t *a, const buf_t *b)
 static void test_encoding_layout(apr_pool_t *p)
 {
     buf_t b = enc("S", "ab", 2, "c", 1, "H");
-    static const unsigned char want[] = {0, 0,   0, 1, 0,   0,   0,  1, 'S',
+    static const unsigned char want[] = {0, 0,   0, 2, 0,   0,   0,  1, 'S',
                                          0, 0,   0, 2, 'a', 'b', 0,  0, 0,
                                          1, 'c', 0, 0, 0,   1,   'H'};
 
@@ -128,18 +132,106 @@ static authn_hmac_secret_t *pepper(apr_pool_t *p, unsigned char fill)
     return s;
 }
 
+static void hex_to(const char *hex, unsigned char *out, size_t n)
+{
+    size_t i;
+    unsigned v;
+
+    for (i = 0; i < n; i++) {
+        CHECK(sscanf(hex + 2 * i, "%2x", &v) == 1);
+        out[i] = (unsigned char)v;
+    }
+}
+
+/* OpenSSL's own HKDF and HMAC, for an independent check. */
+static void openssl_subkey(const authn_hmac_secret_t *pep, const char *label,
+                           unsigned char out[32])
+{
+    EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+    EVP_KDF_CTX *kctx = EVP_KDF_CTX_new(kdf);
+    OSSL_PARAM params[5];
+    char digest[] = "SHA256", salt[] = "mod_authn_hmac", info[64];
+
+    strncpy(info, label, sizeof(info) - 1);
+    info[sizeof(info) - 1] = '\0';
+    params[0] = OSSL_PARAM_construct_utf8_string("digest", digest, 0);
+    params[1] = OSSL_PARAM_construct_octet_string("salt", salt, 14);
+    params[2] = OSSL_PARAM_construct_octet_string("key", pep->data, pep->len);
+    params[3] = OSSL_PARAM_construct_octet_string("info", info, strlen(info));
+    params[4] = OSSL_PARAM_construct_end();
+    CHECK(EVP_KDF_derive(kctx, out, 32, params) == 1);
+    EVP_KDF_CTX_free(kctx);
+    EVP_KDF_free(kdf);
+}
+
+static void test_hkdf_rfc5869(apr_pool_t *p)
+{
+    /* RFC 5869, A.1 and A.3. */
+    unsigned char ikm[22], salt[13], info[10], okm[42], want[42];
+    size_t i;
+
+    (void)p;
+    memset(ikm, 0x0b, sizeof(ikm));
+    for (i = 0; i < sizeof(salt); i++)
+        salt[i] = (unsigned char)i;
+    for (i = 0; i < sizeof(info); i++)
+        info[i] = (unsigned char)(0xf0 + i);
+    authn_hmac_hkdf(salt, sizeof(salt), ikm, sizeof(ikm), info, sizeof(info),
+                    okm, sizeof(okm));
+    hex_to("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf3"
+           "4007208d5b887185865",
+           want, sizeof(want));
+    CHECK(memcmp(okm, want, sizeof(want)) == 0);
+    authn_hmac_hkdf(NULL, 0, ikm, sizeof(ikm), NULL, 0, okm, sizeof(okm));
+    hex_to("8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9"
+           "d201395faa4b61a96c8",
+           want, sizeof(want));
+    CHECK(memcmp(okm, want, sizeof(want)) == 0);
+}
+
+/* The three subkeys of a fixed pepper (bytes 0..31), as computed by
+ * Python's hmac module: a change of labels or salt shows here. */
+static void test_subkey_vectors(apr_pool_t *p)
+{
+    static const struct {
+        const char *label, *hex;
+    } v[] = {
+        {AUTHN_HMAC_LABEL_ENTRY,
+         "344296a7c6a2d3c94717ce1fd3c95b0a769d49495a6931b33df86fa314ea55f0"},
+        {AUTHN_HMAC_LABEL_USER,
+         "117e5ddb00500d62c66cf24eefb8966208f03dc4efb5f80b3c5ebe9b740fecb8"},
+        {AUTHN_HMAC_LABEL_VALUE,
+         "12843ca6dc93bf6919934f6d460039194f3ace920acfa644673f97c33f041eb9"},
+    };
+    authn_hmac_secret_t *pep = NULL;
+    unsigned char got[32], want[32], ossl[32];
+    size_t i;
+
+    CHECK(authn_hmac_secret_alloc(&pep, 32, p) == APR_SUCCESS);
+    for (i = 0; i < 32; i++)
+        pep->data[i] = (unsigned char)i;
+    for (i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        authn_hmac_subkey(pep, v[i].label, got);
+        hex_to(v[i].hex, want, sizeof(want));
+        openssl_subkey(pep, v[i].label, ossl);
+        CHECK(memcmp(got, want, 32) == 0);
+        CHECK(memcmp(got, ossl, 32) == 0);
+    }
+}
+
 static void test_mac_matches_hmac_of_encoding(apr_pool_t *p)
 {
     authn_hmac_secret_t *pep = pepper(p, 7);
     authn_hmac_mac_t *m;
-    unsigned char k1[32], k2[32], want[32];
+    unsigned char k1[32], k2[32], want[32], sub[32];
     size_t wl = 0;
     buf_t b = enc("/scope", "alice", 5, "secret", 6, "$2y$12$x");
 
     CHECK(authn_hmac_mac_create(&m, pep, p) == APR_SUCCESS);
     CHECK(authn_hmac_mac_compute(m, "/scope", 6, "alice", 5, "secret", 6,
                                  "$2y$12$x", 8, k1) == APR_SUCCESS);
-    CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, pep->data, pep->len,
+    openssl_subkey(pep, AUTHN_HMAC_LABEL_ENTRY, sub);
+    CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, sub, sizeof(sub),
                     b.buf, b.len, want, sizeof(want), &wl) != NULL);
     CHECK(wl == 32 && memcmp(k1, want, 32) == 0);
     /* The same input gives the same key; one changed byte a different one. */
@@ -151,24 +243,115 @@ static void test_mac_matches_hmac_of_encoding(apr_pool_t *p)
     CHECK(memcmp(k1, k2, 32) != 0);
 }
 
-/* Peppers longer than SHA-256's block are hashed first (RFC 2104). */
-static void test_mac_with_long_pepper(apr_pool_t *p)
+/* The user id is HMAC(user subkey, version | scope | user), and the pepper
+ * itself is never the key of any MAC. Peppers longer than SHA-256's block
+ * go through HKDF like any other. */
+static void test_user_id_and_long_pepper(apr_pool_t *p)
 {
     authn_hmac_secret_t *pep = NULL;
     authn_hmac_mac_t *m;
-    unsigned char k[32], want[32];
+    unsigned char id[32], want[32], sub[32], k[32], raw[32];
     size_t wl = 0, i;
-    buf_t b = enc("/s", "u", 1, "pw", 2, "h");
+    buf_t b;
 
     CHECK(authn_hmac_secret_random(&pep, 200, p) == APR_SUCCESS);
     for (i = 0; i < pep->len; i++)
         pep->data[i] = (unsigned char)i;
     CHECK(authn_hmac_mac_create(&m, pep, p) == APR_SUCCESS);
-    CHECK(authn_hmac_mac_compute(m, "/s", 2, "u", 1, "pw", 2, "h", 1, k) ==
-          APR_SUCCESS);
-    CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, pep->data, pep->len,
+    authn_hmac_user_id(m, "/s", 2, "u", 1, id);
+    b = enc("/s", "u", 1, "", 0, "");
+    b.len -= 8; /* version, scope and user only */
+    openssl_subkey(pep, AUTHN_HMAC_LABEL_USER, sub);
+    CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, sub, sizeof(sub),
                     b.buf, b.len, want, sizeof(want), &wl) != NULL);
-    CHECK(wl == 32 && memcmp(k, want, 32) == 0);
+    CHECK(memcmp(id, want, 32) == 0);
+    authn_hmac_mac_compute(m, "/s", 2, "u", 1, "pw", 2, "h", 1, k);
+    b = enc("/s", "u", 1, "pw", 2, "h");
+    CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, pep->data, pep->len,
+                    b.buf, b.len, raw, sizeof(raw), &wl) != NULL);
+    CHECK(memcmp(k, raw, 32) != 0);
+}
+
+/* A Redis value verifies only for the user and pepper it was made for, and
+ * only whole. */
+static void test_value_tag(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m, *other;
+    unsigned char uid[32], uid2[32], k1[32], k2[32];
+    authn_hmac_entries_t es, got;
+    char v[AUTHN_HMAC_VALUE_MAX], w[AUTHN_HMAC_VALUE_MAX + 8];
+    apr_time_t now = apr_time_from_sec(1700000000), st = 0, ex = 0;
+    size_t len, i;
+
+    CHECK(authn_hmac_mac_create(&m, pepper(p, 3), p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&other, pepper(p, 4), p) == APR_SUCCESS);
+    authn_hmac_user_id(m, "/s", 2, "alice", 5, uid);
+    authn_hmac_user_id(m, "/s", 2, "bob", 3, uid2);
+    authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw1", 3, "h", 1, k1);
+    authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw2", 3, "h", 1, k2);
+    es.n = 0;
+    authn_hmac_entries_add(&es, k1, now - apr_time_from_sec(10),
+                           now + apr_time_from_sec(60), now);
+    authn_hmac_entries_add(&es, k2, now, now + apr_time_from_sec(60), now);
+    CHECK(es.n == 2);
+    len = authn_hmac_value_encode(m, uid, &es, v);
+    CHECK(len == strlen(v) && len < AUTHN_HMAC_VALUE_MAX && v[0] == '2');
+    CHECK(authn_hmac_value_decode(m, uid, v, len, &got) && got.n == 2);
+    CHECK(authn_hmac_entries_find(&got, k1, now, apr_time_from_sec(300), &st,
+                                  &ex));
+    CHECK(st == now - apr_time_from_sec(10) && ex == now + apr_time_from_sec(60));
+    CHECK(authn_hmac_entries_find(&got, k2, now, apr_time_from_sec(300), &st,
+                                  &ex));
+    /* Replayed under another user, or read with another pepper. */
+    CHECK(!authn_hmac_value_decode(m, uid2, v, len, &got) && got.n == 0);
+    CHECK(!authn_hmac_value_decode(other, uid, v, len, &got));
+    /* Truncated anywhere, or one byte more. */
+    for (i = 0; i < len; i++)
+        CHECK(!authn_hmac_value_decode(m, uid, v, i, &got));
+    memcpy(w, v, len);
+    w[len] = '0';
+    CHECK(!authn_hmac_value_decode(m, uid, w, len + 1, &got));
+    /* Any one byte changed: a time moved on, a MAC swapped, the tag. */
+    for (i = 0; i < len; i++) {
+        memcpy(w, v, len);
+        w[i] = w[i] == 'f' ? 'e' : (w[i] == ':' ? '0' : 'f');
+        CHECK(!authn_hmac_value_decode(m, uid, w, len, &got));
+    }
+    /* What version 1 wrote: a bare time. */
+    CHECK(!authn_hmac_value_decode(m, uid, "1700000000000000", 16, &got));
+    /* A stale entry is not found; a section with a shorter TTL sees less. */
+    CHECK(!authn_hmac_entries_find(&got, k1, now + apr_time_from_sec(60),
+                                   apr_time_from_sec(300), &st, &ex));
+    CHECK(authn_hmac_value_decode(m, uid, v, len, &got));
+    CHECK(authn_hmac_entries_find(&got, k1, now, apr_time_from_sec(11), &st,
+                                  &ex) &&
+          ex == now + apr_time_from_sec(1));
+    CHECK(!authn_hmac_entries_find(&got, k1, now, apr_time_from_sec(5), &st,
+                                   &ex));
+}
+
+/* A user keeps its newest entries only: a third replaces the oldest. */
+static void test_entries_newest_kept(apr_pool_t *p)
+{
+    unsigned char k[3][32];
+    authn_hmac_entries_t es;
+    apr_time_t now = apr_time_from_sec(1000), st, ex;
+    int i;
+
+    (void)p;
+    es.n = 0;
+    for (i = 0; i < 3; i++) {
+        memset(k[i], i + 1, 32);
+        authn_hmac_entries_add(&es, k[i], now + i, now + 100 + i, now + i);
+    }
+    CHECK(es.n == AUTHN_HMAC_PER_USER);
+    CHECK(!authn_hmac_entries_find(&es, k[0], now + 3, 1000, &st, &ex));
+    CHECK(authn_hmac_entries_find(&es, k[1], now + 3, 1000, &st, &ex));
+    CHECK(authn_hmac_entries_find(&es, k[2], now + 3, 1000, &st, &ex));
+    /* Adding a key again refreshes it instead of keeping two copies. */
+    authn_hmac_entries_add(&es, k[1], now + 5, now + 200, now + 5);
+    CHECK(es.n == 2 && memcmp(es.e[0].mac, k[1], 32) == 0 &&
+          memcmp(es.e[1].mac, k[2], 32) == 0);
 }
 
 static void test_mac_depends_on_pepper(apr_pool_t *p)
@@ -232,8 +415,12 @@ int main(void)
     RUN(test_split_points_differ, p);
     RUN(test_encoding_injective, p);
     RUN(test_scope_and_hash_matter, p);
+    RUN(test_hkdf_rfc5869, p);
+    RUN(test_subkey_vectors, p);
     RUN(test_mac_matches_hmac_of_encoding, p);
-    RUN(test_mac_with_long_pepper, p);
+    RUN(test_user_id_and_long_pepper, p);
+    RUN(test_value_tag, p);
+    RUN(test_entries_newest_kept, p);
     RUN(test_mac_depends_on_pepper, p);
     RUN(test_secret_file_checks, p);
     return unit_end();

@@ -3,6 +3,9 @@
 #include "unit.h"
 
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <apr_strings.h>
@@ -56,20 +59,28 @@ static void test_odd_lines(apr_pool_t *p)
                             "nul\0user:x\n"
                             "alice:$2y$05$second\n"
                             "carol:$apr1$s$h:extra\n"
+                            "dave::$2y$05$ddd\n"
+                            "no-colon-here:$2y$05$later\n"
                             "   \n";
     bad_t bad;
     authn_hmac_htpasswd_t *idx = parse(p, f, sizeof(f) - 1, &bad);
 
-    CHECK(has(idx, "alice", "$2y$05$aaa")); /* first line wins */
+    /* As mod_authn_file reads them (ap_getword on ':'): the first line for
+     * a user wins; the hash ends at the next ':' after the run of ':' that
+     * follows the user; a line without a hash names a user who can never
+     * log in, and hides the user's later lines. */
+    CHECK(has(idx, "alice", "$2y$05$aaa"));
     CHECK(has(idx, "bob", "{SHA}xyz="));
-    CHECK(has(idx, "carol", "$apr1$s$h:extra")); /* as mod_authn_file */
-    CHECK(authn_hmac_htpasswd_count(idx) == 3);
+    CHECK(has(idx, "carol", "$apr1$s$h"));
+    CHECK(has(idx, "dave", "$2y$05$ddd"));
+    CHECK(has(idx, "no-colon-here", ""));
+    CHECK(has(idx, "emptyhash", ""));
+    CHECK(has(idx, "", "$2y$05$nouser"));
+    CHECK(authn_hmac_htpasswd_count(idx) == 7);
     CHECK(bad.n == 4);
     CHECK(bad.lines[0] == 4 && bad.lines[1] == 5 && bad.lines[2] == 6 &&
           bad.lines[3] == 8);
     CHECK(authn_hmac_htpasswd_bad_lines(idx) == 4);
-    CHECK(!has(idx, "no-colon-here", ""));
-    CHECK(authn_hmac_htpasswd_get(idx, "", &(size_t){0}) == NULL);
 }
 
 static void test_crlf_and_no_final_newline(apr_pool_t *p)
@@ -171,6 +182,75 @@ static void test_userfile_follows_file(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* A file whose mtime was set back (rsync -t, touch -r, cp -p) but that
+ * changed just now, by its ctime, is read again once the second is over:
+ * a further change within the same timestamp cannot go unseen. */
+static void test_recent_ctime_is_read_again(apr_pool_t *p)
+{
+    char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
+    const char *path, *hash = NULL;
+    authn_hmac_userfile_t *uf;
+    struct timeval old[2];
+    size_t len = 0;
+    bad_t bad;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:AAAA\n");
+    old[0].tv_sec = old[1].tv_sec = time(NULL) - 3600;
+    old[0].tv_usec = old[1].tv_usec = 0;
+    CHECK(utimes(path, old) == 0);
+    uf = authn_hmac_userfile_make(path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    memset(&bad, 0, sizeof(bad));
+    CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
+                                     p) == APR_SUCCESS);
+    CHECK(authn_hmac_userfile_reads(uf) == 1);
+    usleep(1100 * 1000);
+    CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
+                                     p) == APR_SUCCESS);
+    CHECK(authn_hmac_userfile_reads(uf) == 2);
+    /* Then it is settled: no more reads while nothing changes. */
+    CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
+                                     p) == APR_SUCCESS);
+    CHECK(authn_hmac_userfile_reads(uf) == 2);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* A FIFO, a directory or a device at the path is refused from its stat,
+ * without an open() that could block the worker. */
+static void test_not_a_regular_file(apr_pool_t *p)
+{
+    char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
+    const char *path, *hash = NULL;
+    authn_hmac_userfile_t *uf;
+    size_t len = 0;
+    bad_t bad;
+    const char *paths[3];
+    int i;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/fifo", NULL);
+    CHECK(mkfifo(path, 0600) == 0);
+    paths[0] = path;
+    paths[1] = dir;
+    paths[2] = "/dev/zero";
+    memset(&bad, 0, sizeof(bad));
+    for (i = 0; i < 3; i++) {
+        apr_time_t t0 = apr_time_now();
+
+        uf = authn_hmac_userfile_make(paths[i], p);
+        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad,
+                                         &bad, p) == APR_EBADF);
+        CHECK(apr_time_now() - t0 < apr_time_from_sec(1));
+        CHECK(authn_hmac_userfile_reads(uf) == 0);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -180,5 +260,7 @@ int main(void)
     RUN(test_empty_file, p);
     RUN(test_ten_thousand_users, p);
     RUN(test_userfile_follows_file, p);
+    RUN(test_recent_ctime_is_read_again, p);
+    RUN(test_not_a_regular_file, p);
     return unit_end();
 }

@@ -3,7 +3,13 @@
 #include "authn_hmac.h"
 #include "unit.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -72,87 +78,178 @@ static redisReply *reply(const char *raw)
     return r;
 }
 
-static authn_hmac_redis_rc interpret(const char *get, const char *pttl,
-                                     apr_time_t now, apr_interval_time_t ttl,
-                                     int *found, apr_time_t *stored,
-                                     apr_time_t *expires)
+static authn_hmac_mac_t *test_mac(apr_pool_t *p, unsigned char fill)
 {
-    redisReply *g = reply(get), *t = reply(pttl);
-    authn_hmac_redis_rc rc =
-        authn_hmac_redis_interpret(g, t, now, ttl, found, stored, expires);
+    authn_hmac_secret_t *pep = NULL;
+    authn_hmac_mac_t *m = NULL;
+
+    CHECK(authn_hmac_secret_alloc(&pep, 32, p) == APR_SUCCESS);
+    memset(pep->data, fill, 32);
+    CHECK(authn_hmac_mac_create(&m, pep, p) == APR_SUCCESS);
+    return m;
+}
+
+static authn_hmac_redis_rc interpret(const char *raw, const authn_hmac_mac_t *m,
+                                     const unsigned char *uid,
+                                     authn_hmac_value_state *st)
+{
+    redisReply *g = reply(raw);
+    authn_hmac_entries_t es;
+    authn_hmac_redis_rc rc = authn_hmac_redis_interpret(g, m, uid, &es, st);
 
     if (g)
         freeReplyObject(g);
-    if (t)
-        freeReplyObject(t);
     return rc;
-}
-
-/* A bulk string reply holding a time. */
-static void bulk_time(char *out, size_t size, apr_time_t t)
-{
-    char num[32];
-
-    snprintf(num, sizeof(num), "%lld", (long long)t);
-    snprintf(out, size, "$%u\r\n%s\r\n", (unsigned)strlen(num), num);
 }
 
 static void test_interpret(apr_pool_t *p)
 {
-    apr_time_t now = SEC(1000000), st = 0, ex = 0;
-    char get[64];
-    int found = 0;
+    authn_hmac_mac_t *m = test_mac(p, 1), *other = test_mac(p, 2);
+    unsigned char uid[32], uid2[32], key[32];
+    authn_hmac_entries_t es;
+    authn_hmac_value_state st;
+    apr_time_t now = SEC(1700000000);
+    char v[AUTHN_HMAC_VALUE_MAX], raw[AUTHN_HMAC_VALUE_MAX + 32];
+    size_t len;
 
-    (void)p;
-    bulk_time(get, sizeof(get), now - SEC(10));
-    /* A good entry: 10 s old, 290 s left, the section's TTL 300 s. */
-    CHECK(interpret(get, ":290000\r\n", now, SEC(300), &found, &st, &ex) ==
+    authn_hmac_user_id(m, "/s", 2, "alice", 5, uid);
+    authn_hmac_user_id(m, "/s", 2, "bob", 3, uid2);
+    authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw", 2, "h", 1, key);
+    es.n = 0;
+    authn_hmac_entries_add(&es, key, now, now + SEC(300), now);
+    len = authn_hmac_value_encode(m, uid, &es, v);
+    snprintf(raw, sizeof(raw), "$%u\r\n%s\r\n", (unsigned)len, v);
+    CHECK(interpret(raw, m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_VALID);
+    /* Another user's value, another pepper, an old-format value, garbage:
+     * answers, but forged ones, never valid. */
+    CHECK(interpret(raw, m, uid2, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_FORGED);
+    CHECK(interpret(raw, other, uid, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_FORGED);
+    CHECK(interpret("$16\r\n1700000000000000\r\n", m, uid, &st) ==
               AUTHN_HMAC_REDIS_OK &&
-          found && st == now - SEC(10) && ex == now + SEC(290));
-    /* A section with a 60 s TTL trusts it 50 s more, not 290. */
-    CHECK(interpret(get, ":290000\r\n", now, SEC(60), &found, &st, &ex) ==
-              AUTHN_HMAC_REDIS_OK &&
-          found && ex == now + SEC(50));
-    /* Older than this section's TTL: a miss. */
-    CHECK(interpret(get, ":290000\r\n", now, SEC(5), &found, &st, &ex) ==
-              AUTHN_HMAC_REDIS_OK &&
-          !found);
-    CHECK(interpret("$-1\r\n", ":-2\r\n", now, SEC(300), &found, &st, &ex) ==
-              AUTHN_HMAC_REDIS_OK &&
-          !found);
-    CHECK(interpret(get, ":-2\r\n", now, SEC(300), &found, &st, &ex) ==
-              AUTHN_HMAC_REDIS_OK &&
-          !found);
-    /* Garbage of every kind is an error and never a grant. */
-    CHECK(interpret(get, ":-1\r\n", now, SEC(300), &found, &st, &ex) ==
+          st == AUTHN_HMAC_VALUE_FORGED);
+    CHECK(interpret("$0\r\n\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_FORGED);
+    CHECK(interpret("$-1\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_NONE);
+    /* Replies of the wrong type are errors. */
+    CHECK(interpret("-ERR boom\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_ERROR &&
+          st != AUTHN_HMAC_VALUE_VALID);
+    CHECK(interpret(":5\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(interpret("+OK\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(interpret("*1\r\n$1\r\n1\r\n", m, uid, &st) ==
+          AUTHN_HMAC_REDIS_ERROR);
+    CHECK(authn_hmac_redis_interpret(NULL, m, uid, &es, &st) ==
               AUTHN_HMAC_REDIS_ERROR &&
-          !found);
-    CHECK(interpret("$3\r\nabc\r\n", ":1000\r\n", now, SEC(300), &found, &st,
-                    &ex) == AUTHN_HMAC_REDIS_ERROR &&
-          !found);
-    CHECK(interpret("$0\r\n\r\n", ":1000\r\n", now, SEC(300), &found, &st,
-                    &ex) == AUTHN_HMAC_REDIS_ERROR &&
-          !found);
-    CHECK(interpret("-ERR boom\r\n", ":1000\r\n", now, SEC(300), &found, &st,
-                    &ex) == AUTHN_HMAC_REDIS_ERROR &&
-          !found);
-    CHECK(interpret(":5\r\n", ":1000\r\n", now, SEC(300), &found, &st, &ex) ==
-              AUTHN_HMAC_REDIS_ERROR &&
-          !found);
-    CHECK(interpret(get, "+OK\r\n", now, SEC(300), &found, &st, &ex) ==
-              AUTHN_HMAC_REDIS_ERROR &&
-          !found);
-    CHECK(interpret("*1\r\n$1\r\n1\r\n", ":1000\r\n", now, SEC(300), &found,
-                    &st, &ex) == AUTHN_HMAC_REDIS_ERROR &&
-          !found);
-    CHECK(authn_hmac_redis_interpret(NULL, NULL, now, SEC(300), &found, &st,
-                                     &ex) == AUTHN_HMAC_REDIS_ERROR &&
-          !found);
-    /* Stored far in the future (a clock far off): not trusted. */
-    bulk_time(get, sizeof(get), now + SEC(60));
-    CHECK(interpret(get, ":290000\r\n", now, SEC(300), &found, &st, &ex) ==
-              AUTHN_HMAC_REDIS_OK &&
-          !found);
+          es.n == 0);
+}
+
+/* A server on the other end of a socket pair: writes `len` bytes of `data`,
+ * `chunk` bytes at a time with `gap_ms` between, then waits to be killed. */
+static pid_t fake_server(int fd, const char *data, size_t len, size_t chunk,
+                         int gap_ms)
+{
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        char cmd[256];
+        size_t off = 0;
+
+        (void)!read(fd, cmd, sizeof(cmd)); /* the command */
+        while (off < len) {
+            size_t n = len - off < chunk ? len - off : chunk;
+
+            if (write(fd, data + off, n) != (ssize_t)n)
+                break;
+            off += n;
+            if (gap_ms)
+                usleep((useconds_t)gap_ms * 1000);
+        }
+        pause();
+        _exit(0);
+    }
+    return pid;
+}
+
+static authn_hmac_redis_rc get_over(const char *data, size_t len, size_t chunk,
+                                    int gap_ms, int timeout_ms,
+                                    apr_time_t *took, size_t *unread,
+                                    const char **why, apr_pool_t *p)
+{
+    int sv[2];
+    pid_t pid;
+    authn_hmac_redis_conn_t *c;
+    redisReply *r = NULL;
+    const char *argv[2] = {"GET", "k"};
+    size_t lens[2] = {3, 1};
+    apr_time_t t0;
+    authn_hmac_redis_rc rc;
+    char buf[65536];
+    ssize_t n;
+
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+    pid = fake_server(sv[1], data, len, chunk, gap_ms);
+    c = authn_hmac_redis_conn_wrap(sv[0]);
+    t0 = authn_hmac_monotonic();
+    rc = authn_hmac_redis_command(c, 2, argv, lens,
+                                  t0 + apr_time_from_msec(timeout_ms), &r, why,
+                                  p);
+    *took = authn_hmac_monotonic() - t0;
+    if (r)
+        freeReplyObject(r);
+    usleep(50000);
+    *unread = 0;
+    while ((n = read(sv[0], buf, sizeof(buf))) > 0)
+        *unread += (size_t)n;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    authn_hmac_redis_close(c);
+    close(sv[1]);
+    return rc;
+}
+
+/* A reply longer than any the module expects is refused after at most a few
+ * hundred bytes, however long it claims or turns out to be. */
+static void test_reply_size_cap(apr_pool_t *p)
+{
+    size_t big = 60000, unread = 0;
+    char *data = apr_palloc(p, big);
+    apr_time_t took = 0;
+    const char *why = "";
+
+    memcpy(data, "$10000000\r\n", 11);
+    memset(data + 11, 'x', big - 11);
+    CHECK(get_over(data, big, big, 0, 2000, &took, &unread, &why, p) ==
+          AUTHN_HMAC_REDIS_ERROR);
+    CHECK(strstr(why, "reply too long") != NULL);
+    CHECK(unread >= big - 512); /* the rest was never read */
+    CHECK(took < apr_time_from_msec(1000));
+    /* A short well-formed reply is read whole; bytes after it are not
+     * accepted (a server that answers twice is out of step). */
+    CHECK(get_over("$2\r\nok\r\n", 8, 8, 0, 2000, &took, &unread, &why, p) ==
+          AUTHN_HMAC_REDIS_OK);
+    CHECK(get_over("+OK\r\n+OK\r\n", 10, 10, 0, 2000, &took, &unread, &why,
+                   p) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(strstr(why, "after the reply") != NULL);
+}
+
+/* One deadline covers the whole reply: a server that trickles one byte every
+ * 30 ms is cut off at the deadline, not after each byte's wait. */
+static void test_trickle_deadline(apr_pool_t *p)
+{
+    static const char data[] = "$40\r\n0123456789012345678901234567890123456789"
+                               "\r\n";
+    size_t unread = 0;
+    apr_time_t took = 0;
+    const char *why = "";
+
+    CHECK(get_over(data, sizeof(data) - 1, 1, 30, 200, &took, &unread, &why,
+                   p) == AUTHN_HMAC_REDIS_TIMEOUT);
+    CHECK(took >= apr_time_from_msec(190) && took < apr_time_from_msec(300));
+    CHECK(strstr(why, "timed out") != NULL);
 }
 
 /* A reply announcing a huge array is refused before anything is allocated
@@ -182,42 +279,53 @@ static void test_huge_array_refused(apr_pool_t *p)
 static void test_health(apr_pool_t *p)
 {
     authn_hmac_redis_health_t h;
-    apr_time_t now = SEC(5000);
+    apr_time_t now = SEC(5000), w = SEC(1);
     apr_interval_time_t outage = 0;
 
     (void)p;
     memset(&h, 0, sizeof(h));
-    CHECK(authn_hmac_redis_allowed(&h, now));
-    CHECK(authn_hmac_redis_failed(&h, now) == 1); /* the outage begins */
-    CHECK(authn_hmac_redis_failed(&h, now) == 0); /* logged once */
-    CHECK(authn_hmac_redis_allowed(&h, now));
-    CHECK(authn_hmac_redis_failed(&h, now) == 0); /* third: breaker opens */
-    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(2) - 1));
+    CHECK(authn_hmac_redis_allowed(&h, now, w) == 1);
+    CHECK(authn_hmac_redis_failed(&h, now, 0) == 1); /* the outage begins */
+    CHECK(authn_hmac_redis_failed(&h, now, 0) == 0); /* logged once */
+    CHECK(authn_hmac_redis_allowed(&h, now, w) == 1);
+    CHECK(authn_hmac_redis_failed(&h, now, 0) == 0); /* third: breaker opens */
+    CHECK(authn_hmac_redis_breaker_open(&h));
+    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(2) - 1, w));
     /* More failures of requests already in flight do not push it further. */
-    authn_hmac_redis_failed(&h, now);
-    authn_hmac_redis_failed(&h, now);
-    authn_hmac_redis_failed(&h, now);
-    authn_hmac_redis_failed(&h, now);
-    CHECK(authn_hmac_redis_allowed(&h, now + SEC(2)));
-    /* Half-open: the next failures open it for longer (backoff). */
-    authn_hmac_redis_failed(&h, now + SEC(2));
-    authn_hmac_redis_failed(&h, now + SEC(2));
-    authn_hmac_redis_failed(&h, now + SEC(2));
-    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(6) - 1));
-    CHECK(authn_hmac_redis_allowed(&h, now + SEC(6)));
+    authn_hmac_redis_failed(&h, now, 0);
+    authn_hmac_redis_failed(&h, now, 0);
+    authn_hmac_redis_failed(&h, now, 0);
+    authn_hmac_redis_failed(&h, now, 0);
+    /* Half open: when the wait ends one request probes, the others skip. */
+    CHECK(authn_hmac_redis_allowed(&h, now + SEC(2), w) == 2);
+    CHECK(authn_hmac_redis_allowed(&h, now + SEC(2), w) == 0);
+    CHECK(authn_hmac_redis_allowed(&h, now + SEC(2) + w - 1, w) == 0);
+    /* The probe fails: open again, for longer (backoff 4 s). */
+    authn_hmac_redis_failed(&h, now + SEC(2), 1);
+    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(6) - 1, w));
+    CHECK(authn_hmac_redis_allowed(&h, now + SEC(6), w) == 2);
+    /* A probe that never reports (its process died) is replaced once its
+     * window is over. */
+    CHECK(authn_hmac_redis_allowed(&h, now + SEC(6) + w - 1, w) == 0);
+    CHECK(authn_hmac_redis_allowed(&h, now + SEC(6) + w, w) == 2);
     /* An answer to a command sent before the outage began ends nothing. */
     CHECK(authn_hmac_redis_succeeded(&h, now - 1, now + SEC(7), &outage) == 0);
-    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(6) - 1));
-    /* Recovery ends the outage once, with its length. */
-    CHECK(authn_hmac_redis_succeeded(&h, now + SEC(6), now + SEC(7), &outage) ==
+    CHECK(authn_hmac_redis_breaker_open(&h));
+    /* The probe succeeds: the outage ends once, with its length, and the
+     * breaker closes. */
+    CHECK(authn_hmac_redis_succeeded(&h, now + SEC(7), now + SEC(7), &outage) ==
               1 &&
           outage == SEC(7));
+    CHECK(!authn_hmac_redis_breaker_open(&h));
     CHECK(authn_hmac_redis_succeeded(&h, now + SEC(8), now + SEC(8), &outage) ==
           0);
-    CHECK(authn_hmac_redis_allowed(&h, now + SEC(8)));
+    CHECK(authn_hmac_redis_allowed(&h, now + SEC(8), w) == 1);
     CHECK(h.epoch == 1); /* connections made before it are stale */
-    CHECK(authn_hmac_redis_failed(&h, now + SEC(9)) == 1); /* a new outage */
+    CHECK(authn_hmac_redis_failed(&h, now + SEC(9), 0) == 1); /* a new one */
     CHECK(h.epoch == 2);
+    /* The forged-value warning is given once. */
+    CHECK(authn_hmac_redis_forged_first(&h) == 1);
+    CHECK(authn_hmac_redis_forged_first(&h) == 0);
 }
 
 int main(void)
@@ -228,6 +336,8 @@ int main(void)
     RUN(test_parse_auth, p);
     RUN(test_interpret, p);
     RUN(test_huge_array_refused, p);
+    RUN(test_reply_size_cap, p);
+    RUN(test_trickle_deadline, p);
     RUN(test_health, p);
     return unit_end();
 }

@@ -16,6 +16,23 @@ static void make_key(unsigned char *k, uint32_t set_word, uint32_t id)
     memcpy(k + 28, &id, sizeof(id));        /* differs only at the end */
 }
 
+/* Each key below is its own user, in the set its first word steers to. */
+static uint64_t nsets = 1;
+
+static const unsigned char *U(const unsigned char *k)
+{
+    static unsigned char u[32];
+    uint32_t set_word, id;
+    uint64_t w;
+
+    memcpy(&set_word, k, sizeof(set_word));
+    memcpy(&id, k + 28, sizeof(id));
+    w = set_word % nsets + nsets * ((uint64_t)id + 1 + ((uint64_t)k[8] << 32));
+    memset(u, 0, sizeof(u));
+    memcpy(u, &w, sizeof(w));
+    return u;
+}
+
 static authn_hmac_table_t *table(apr_pool_t *p, size_t budget, void **base)
 {
     size_t size = authn_hmac_table_size(budget);
@@ -25,7 +42,14 @@ static authn_hmac_table_t *table(apr_pool_t *p, size_t budget, void **base)
     CHECK(authn_hmac_table_format(m, size, SEC(1)) == APR_SUCCESS);
     if (base)
         *base = m;
-    return authn_hmac_table_attach(m, NULL, p);
+    {
+        authn_hmac_table_t *t = authn_hmac_table_attach(m, NULL, p);
+        authn_hmac_stats_t st;
+
+        authn_hmac_table_stats(t, SEC(1), &st);
+        nsets = st.slots / 8 ? st.slots / 8 : 1;
+        return t;
+    }
 }
 
 static uint64_t counter(authn_hmac_table_t *t, enum authn_hmac_counter c)
@@ -43,15 +67,15 @@ static void test_ttl(apr_pool_t *p)
     apr_time_t now = SEC(1000);
 
     make_key(k, 5, 1);
-    CHECK(!authn_hmac_table_lookup(t, k, now, SEC(300)));
-    CHECK(authn_hmac_table_store(t, k, now, now, now + SEC(10)) == APR_SUCCESS);
-    CHECK(authn_hmac_table_lookup(t, k, now + SEC(9), SEC(300)));
-    CHECK(!authn_hmac_table_lookup(t, k, now + SEC(10), SEC(300)));
+    CHECK(!authn_hmac_table_lookup(t, k, U(k), now, SEC(300)));
+    CHECK(authn_hmac_table_store(t, k, U(k), now, now, now + SEC(10)) == APR_SUCCESS);
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(9), SEC(300)));
+    CHECK(!authn_hmac_table_lookup(t, k, U(k), now + SEC(10), SEC(300)));
     /* A section with a shorter TTL sees the entry expire sooner. */
-    CHECK(authn_hmac_table_lookup(t, k, now + SEC(1), SEC(2)));
-    CHECK(!authn_hmac_table_lookup(t, k, now + SEC(3), SEC(2)));
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(1), SEC(2)));
+    CHECK(!authn_hmac_table_lookup(t, k, U(k), now + SEC(3), SEC(2)));
     /* An entry stored "in the future" (clock stepped back) is not trusted. */
-    CHECK(!authn_hmac_table_lookup(t, k, now - SEC(1), SEC(300)));
+    CHECK(!authn_hmac_table_lookup(t, k, U(k), now - SEC(1), SEC(300)));
 }
 
 static void test_full_key_compare(apr_pool_t *p)
@@ -62,12 +86,12 @@ static void test_full_key_compare(apr_pool_t *p)
 
     make_key(a, 7, 1);
     make_key(b, 7, 2); /* same set, same first 28 bytes */
-    authn_hmac_table_store(t, a, now, now, now + SEC(60));
-    CHECK(authn_hmac_table_lookup(t, a, now, SEC(60)));
-    CHECK(!authn_hmac_table_lookup(t, b, now, SEC(60)));
+    authn_hmac_table_store(t, a, U(a), now, now, now + SEC(60));
+    CHECK(authn_hmac_table_lookup(t, a, U(a), now, SEC(60)));
+    CHECK(!authn_hmac_table_lookup(t, b, U(b), now, SEC(60)));
     b[28] = a[28];
     b[31] ^= 0x80;
-    CHECK(!authn_hmac_table_lookup(t, b, now, SEC(60)));
+    CHECK(!authn_hmac_table_lookup(t, b, U(b), now, SEC(60)));
 }
 
 static void test_eviction(apr_pool_t *p)
@@ -82,35 +106,35 @@ static void test_eviction(apr_pool_t *p)
     CHECK(st.slots == 8);
     for (i = 0; i < 8; i++) {
         make_key(k, 0, i);
-        authn_hmac_table_store(t, k, now + SEC(i), now + SEC(i),
+        authn_hmac_table_store(t, k, U(k), now + SEC(i), now + SEC(i),
                                now + SEC(100 + i));
     }
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 0);
     /* Full: the oldest goes. */
     make_key(k, 0, 100);
-    authn_hmac_table_store(t, k, now + SEC(20), now + SEC(20), now + SEC(120));
+    authn_hmac_table_store(t, k, U(k), now + SEC(20), now + SEC(20), now + SEC(120));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 1);
     make_key(k, 0, 0);
-    CHECK(!authn_hmac_table_lookup(t, k, now + SEC(20), SEC(300)));
+    CHECK(!authn_hmac_table_lookup(t, k, U(k), now + SEC(20), SEC(300)));
     make_key(k, 0, 1);
-    CHECK(authn_hmac_table_lookup(t, k, now + SEC(20), SEC(300)));
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(20), SEC(300)));
     /* Expired entries go first, and their loss is not an eviction: at
      * now+102 the entries stored at 1 and 2 (expiring 101, 102) are dead,
      * though entry 1 is the oldest live one before them. */
     make_key(k, 0, 200);
-    authn_hmac_table_store(t, k, now + SEC(102), now + SEC(102),
+    authn_hmac_table_store(t, k, U(k), now + SEC(102), now + SEC(102),
                            now + SEC(300));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 1);
     make_key(k, 0, 3);
-    CHECK(authn_hmac_table_lookup(t, k, now + SEC(102), SEC(300)));
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(102), SEC(300)));
     authn_hmac_table_stats(t, now + SEC(102), &st);
-    CHECK(st.entries == 7);
+    CHECK(st.entries == 8); /* slots in use; the expired one is counted */
     /* Storing a key again refreshes it in place. */
     make_key(k, 0, 3);
-    authn_hmac_table_store(t, k, now + SEC(103), now + SEC(103),
+    authn_hmac_table_store(t, k, U(k), now + SEC(103), now + SEC(103),
                            now + SEC(400));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 1);
-    CHECK(authn_hmac_table_lookup(t, k, now + SEC(200), SEC(300)));
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(200), SEC(300)));
 }
 
 static void test_zero_budget(apr_pool_t *p)
@@ -119,9 +143,9 @@ static void test_zero_budget(apr_pool_t *p)
     unsigned char k[32];
 
     make_key(k, 1, 1);
-    CHECK(authn_hmac_table_store(t, k, SEC(1), SEC(1), SEC(100)) ==
+    CHECK(authn_hmac_table_store(t, k, U(k), SEC(1), SEC(1), SEC(100)) ==
           APR_SUCCESS);
-    CHECK(!authn_hmac_table_lookup(t, k, SEC(2), SEC(100)));
+    CHECK(!authn_hmac_table_lookup(t, k, U(k), SEC(2), SEC(100)));
     authn_hmac_table_count(t, AUTHN_HMAC_C_HITS, 3);
     CHECK(counter(t, AUTHN_HMAC_C_HITS) == 3);
 }
@@ -147,6 +171,12 @@ static void test_concurrent_writers(apr_pool_t *p)
 
     CHECK(m != MAP_FAILED);
     CHECK(authn_hmac_table_format(m, size, now) == APR_SUCCESS);
+    {
+        authn_hmac_stats_t st;
+
+        authn_hmac_table_stats(authn_hmac_table_attach(m, NULL, p), now, &st);
+        nsets = st.slots / 8;
+    }
     CHECK(apr_global_mutex_create(&mutex, NULL, APR_LOCK_DEFAULT, p) ==
           APR_SUCCESS);
     for (i = 0; i <= WRITERS; i++) {
@@ -163,13 +193,13 @@ static void test_concurrent_writers(apr_pool_t *p)
                     make_key(k, n * 7919u + (uint32_t)i * 104729u,
                              (uint32_t)i << 16 | n);
                     k[8] = (unsigned char)i; /* writers never share a key */
-                    if (authn_hmac_table_store(t, k, now, now, now + SEC(60)))
+                    if (authn_hmac_table_store(t, k, U(k), now, now, now + SEC(60)))
                         bad = 1;
                 }
                 else {
                     make_key(k, n * 7919u, 0xffff0000u | n);
                     k[8] = 0xee; /* never stored */
-                    if (authn_hmac_table_lookup(t, k, now, SEC(60)))
+                    if (authn_hmac_table_lookup(t, k, U(k), now, SEC(60)))
                         bad = 1;
                 }
             }
@@ -187,12 +217,106 @@ static void test_concurrent_writers(apr_pool_t *p)
             make_key(k, n * 7919u + (uint32_t)i * 104729u,
                      (uint32_t)i << 16 | n);
             k[8] = (unsigned char)i;
-            found += (uint32_t)authn_hmac_table_lookup(t, k, now, SEC(60));
+            found += (uint32_t)authn_hmac_table_lookup(t, k, U(k), now, SEC(60));
         }
     CHECK(counter(t, AUTHN_HMAC_C_STORES) == WRITERS * PER_WRITER);
     CHECK(found + counter(t, AUTHN_HMAC_C_EVICTIONS) == WRITERS * PER_WRITER);
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 0);
     apr_global_mutex_destroy(mutex);
+    munmap(m, size);
+}
+
+/* One user sending endless distinct credentials that all verify holds at
+ * most AUTHN_HMAC_PER_USER entries, its newest, and never evicts another
+ * user's entry, even from a table of one set. */
+static void test_per_user_bound(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = table(p, 1, NULL); /* one set of 8 */
+    unsigned char other[32], k[32], uid[32];
+    apr_time_t now = SEC(1000);
+    authn_hmac_stats_t st;
+    uint32_t i;
+
+    make_key(other, 0, 999999);
+    authn_hmac_table_store(t, other, U(other), now, now, now + SEC(300));
+    memset(uid, 0x5a, sizeof(uid)); /* the one account */
+    for (i = 0; i < 2000; i++) {
+        make_key(k, 0, i);
+        authn_hmac_table_store(t, k, uid, now + i, now + i, now + SEC(300));
+    }
+    CHECK(authn_hmac_table_lookup(t, other, U(other), now + 2000, SEC(300)));
+    make_key(k, 0, 1999);
+    CHECK(authn_hmac_table_lookup(t, k, uid, now + 2000, SEC(300)));
+    make_key(k, 0, 1998);
+    CHECK(authn_hmac_table_lookup(t, k, uid, now + 2000, SEC(300)));
+    make_key(k, 0, 1997);
+    CHECK(!authn_hmac_table_lookup(t, k, uid, now + 2000, SEC(300)));
+    CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 0);
+    authn_hmac_table_stats(t, now, &st);
+    CHECK(st.entries == 1 + AUTHN_HMAC_PER_USER);
+}
+
+/* A writer that died between the two sequence stores leaves its slot odd;
+ * the next writer takes that slot and makes it even again. */
+static void test_torn_slot_repair(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = table(p, 1, NULL); /* one set of 8 */
+    unsigned char k[32];
+    apr_time_t now = SEC(1000);
+    uint32_t i;
+
+    for (i = 0; i < 8; i++) {
+        make_key(k, 0, i);
+        authn_hmac_table_store(t, k, U(k), now, now, now + SEC(300));
+    }
+    make_key(k, 0, 3);
+    authn_hmac_table_tear(t, k, U(k));
+    CHECK(!authn_hmac_table_lookup(t, k, U(k), now, SEC(300)));
+    /* The set is full but for the torn slot: a new entry takes it, with no
+     * eviction, and every other entry stays. */
+    make_key(k, 0, 100);
+    authn_hmac_table_store(t, k, U(k), now + 1, now + 1, now + SEC(300));
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + 2, SEC(300)));
+    CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 0);
+    for (i = 0; i < 8; i++) {
+        make_key(k, 0, i);
+        CHECK(authn_hmac_table_lookup(t, k, U(k), now + 2, SEC(300)) ==
+              (i != 3));
+    }
+    /* And the torn credential can be stored again, and found. */
+    make_key(k, 0, 3);
+    authn_hmac_table_tear(t, k, U(k)); /* no-op: no longer present */
+    authn_hmac_table_store(t, k, U(k), now + 3, now + 3, now + SEC(300));
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + 4, SEC(300)));
+}
+
+/* The status costs O(1): it reads the header only. The slots' pages are
+ * made unreadable; a scan would crash this test. */
+static void test_stats_reads_no_slot(apr_pool_t *p)
+{
+    size_t size = authn_hmac_table_size(4u << 20);
+    long pg = sysconf(_SC_PAGESIZE);
+    char *m = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    authn_hmac_table_t *t;
+    authn_hmac_stats_t st;
+    unsigned char k[32];
+    uint32_t i;
+
+    CHECK(m != MAP_FAILED);
+    CHECK(authn_hmac_table_format(m, size, SEC(1)) == APR_SUCCESS);
+    t = authn_hmac_table_attach(m, NULL, p);
+    authn_hmac_table_stats(t, SEC(1), &st);
+    nsets = st.slots / 8;
+    for (i = 0; i < 100; i++) {
+        make_key(k, i * 7919u, i);
+        authn_hmac_table_store(t, k, U(k), SEC(10), SEC(10), SEC(100));
+    }
+    CHECK(mprotect(m + pg, (size - (size_t)pg) / (size_t)pg * (size_t)pg,
+                   PROT_NONE) == 0);
+    authn_hmac_table_stats(t, SEC(20), &st);
+    CHECK(st.entries == 100);
+    CHECK(st.counter[AUTHN_HMAC_C_STORES] == 100);
     munmap(m, size);
 }
 
@@ -205,5 +329,8 @@ int main(void)
     RUN(test_eviction, p);
     RUN(test_zero_budget, p);
     RUN(test_concurrent_writers, p);
+    RUN(test_per_user_bound, p);
+    RUN(test_torn_slot_repair, p);
+    RUN(test_stats_reads_no_slot, p);
     return unit_end();
 }
