@@ -553,13 +553,15 @@ static int redis_lookup(request_rec *r, redis_req *rq, const unsigned char *key,
     if (rc != AUTHN_HMAC_REDIS_OK)
         return 0;
     if (st == AUTHN_HMAC_VALUE_FORGED) {
-        authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_FORGED, 1);
-        ap_log_rerror(
-            APLOG_MARK,
+        /* NB: ap_log_rerror evaluates its level more than once. */
+        int level =
             authn_hmac_redis_forged_first(authn_hmac_table_redis_health(g.table))
                 ? APLOG_WARNING
-                : APLOG_DEBUG,
-            0, r,
+                : APLOG_DEBUG;
+
+        authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_FORGED, 1);
+        ap_log_rerror(
+            APLOG_MARK, level, 0, r,
             "authn_hmac: Redis returned an entry that does not verify "
             "(forged, damaged, or written with another pepper); treated as "
             "a miss. Is %s the farm's Redis?",

@@ -126,7 +126,7 @@ def test_revocation_reaches_every_server(farm):
     assert b.status_code("/w/", "rita", "rita new pass") == 401
 
 
-def test_redis_holds_only_macs_and_times(farm):
+def test_redis_holds_only_macs_times_and_tags(farm):
     shared, redis, a, b = farm
     htpasswd(shared.users, "mac", "mac only pass")
     assert a.status_code("/w/", "mac", "mac only pass") == 200
@@ -134,7 +134,8 @@ def test_redis_holds_only_macs_and_times(farm):
     assert keys
     for k in keys:
         assert re.fullmatch(r"authn_hmac:[0-9a-f]{64}", k), k
-        assert re.fullmatch(r"\d{16}", redis.cli("GET", k))
+        # Version 2, one or two entries (MAC, stored, expires), their tag.
+        assert re.fullmatch(r"2(:[0-9a-f]{96}){1,2}:[0-9a-f]{64}", redis.cli("GET", k))
         assert 0 < int(redis.cli("PTTL", k)) <= 300000
     dump = " ".join(keys + [redis.cli("GET", k) for k in keys])
     for secret in ("mac", "mac only pass", "alice", "$2y$"):

@@ -1,0 +1,175 @@
+"""A Redis impostor for the trust-boundary tests: whoever answers on the
+Redis address (a process on the network path, a spoofed name, a local
+process that took the port while redis-server was down, a compromised
+Redis). It speaks enough RESP for the module: AUTH, SELECT, GET, SET.
+
+Modes (set `mode` at any time; it applies to the next command):
+  record   an honest store: SET keeps the value, GET returns it
+  forge    every GET is answered with the next forgery from `forgeries()`
+  trickle  every reply is sent one byte every `gap` seconds
+  late     every reply is sent whole, `delay` seconds late
+  huge     every GET is answered with a 10 MB bulk string
+"""
+import os
+import socket
+import socketserver
+import threading
+import time
+
+
+def bulk(b):
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+class FakeRedis:
+    def __init__(self, password=None):
+        self.password = password
+        self.mode = "record"
+        self.gap = 0.03
+        self.delay = 0.3
+        self.store = {}      # key -> value, as SET wrote it
+        self.written = []    # (key, value) of every SET, in order
+        self.commands = []   # command names, in order
+        self.auth_ok = 0
+        self._forgery = 0
+        self.lock = threading.Lock()
+        self.socks = set()
+        fake = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                fake._serve(self.request)
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.port
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        """Gone: no new connection, and the open ones closed."""
+        self.server.shutdown()
+        self.server.server_close()
+        with self.lock:
+            for s in list(self.socks):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    # -------------------------------------------------------------- forging
+
+    def forgeries(self, key):
+        """What an attacker can answer for `key` without the pepper."""
+        others = [v for k, v in self.written if k != key]
+        mine = [v for k, v in self.written if k == key]
+        out = [
+            # What the previous format held (a bare time): enough, before,
+            # for a grant of any password.
+            b"%d" % int(time.time() * 1e6),
+            # A well-formed value with entries and a tag of random bytes.
+            b"2:" + os.urandom(48).hex().encode() + b":" + os.urandom(32).hex().encode(),
+            b"2:" + os.urandom(48).hex().encode() + b":" + os.urandom(48).hex().encode()
+            + b":" + os.urandom(32).hex().encode(),
+        ]
+        # A real value written for another user, replayed under this key.
+        out += others[-2:]
+        # A real value of this user, truncated, or with a time moved on.
+        for v in (mine or others)[-1:]:
+            out.append(v[:-1])
+            out.append(v[:-10])
+            t = v.split(b":")
+            if len(t) >= 3:
+                e = t[1]
+                later = e[:64] + b"%016x" % (int(e[64:80], 16) + 10**9) + e[80:]
+                out.append(b":".join([t[0], later] + t[2:]))
+        return out
+
+    def _answer_get(self, key):
+        if self.mode == "forge":
+            with self.lock:
+                f = self.forgeries(key)
+                self._forgery += 1
+                return bulk(f[self._forgery % len(f)])
+        if self.mode == "huge":
+            return b"$10000000\r\n" + b"x" * 10000000 + b"\r\n"
+        v = self.store.get(key)
+        return bulk(v) if v is not None else b"$-1\r\n"
+
+    # ------------------------------------------------------------ protocol
+
+    def _serve(self, sock):
+        with self.lock:
+            self.socks.add(sock)
+        f = sock.makefile("rb")
+        try:
+            while True:
+                cmd = self._read_command(f)
+                if cmd is None:
+                    return
+                name = cmd[0].upper()
+                self.commands.append(name.decode("latin-1"))
+                if name == b"AUTH":
+                    ok = self.password is None or cmd[-1].decode("latin-1") == self.password
+                    self.auth_ok += ok
+                    reply = b"+OK\r\n" if ok else b"-WRONGPASS invalid password\r\n"
+                elif name == b"SELECT":
+                    reply = b"+OK\r\n"
+                elif name == b"GET":
+                    reply = self._answer_get(cmd[1])
+                elif name == b"SET":
+                    with self.lock:
+                        self.store[cmd[1]] = cmd[2]
+                        self.written.append((cmd[1], cmd[2]))
+                    reply = b"+OK\r\n"
+                else:
+                    reply = b"-ERR unknown command\r\n"
+                self._send(sock, reply)
+        except (OSError, ValueError):
+            return
+        finally:
+            with self.lock:
+                self.socks.discard(sock)
+
+    def _send(self, sock, reply):
+        if self.mode == "trickle":
+            for i in range(len(reply)):
+                sock.sendall(reply[i:i + 1])
+                time.sleep(self.gap)
+            return
+        if self.mode == "late":
+            time.sleep(self.delay)
+        sock.sendall(reply)
+
+    @staticmethod
+    def _read_command(f):
+        line = f.readline()
+        if not line:
+            return None
+        if not line.startswith(b"*"):
+            raise ValueError("inline commands are not spoken here")
+        n = int(line[1:])
+        args = []
+        for _ in range(n):
+            hdr = f.readline()
+            size = int(hdr[1:])
+            data = f.read(size + 2)
+            args.append(data[:-2])
+        return args
+
+
+if __name__ == "__main__":
+    r = FakeRedis().start()
+    print("fake redis on", r.address)
+    while True:
+        time.sleep(3600)

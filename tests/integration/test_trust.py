@@ -1,0 +1,400 @@
+"""The trust boundary: nothing outside the worker can grant, stall a request
+past its timeout, or read a secret. Not whoever answers on the Redis
+address, not one account sending endless password variants, not a core
+dump, not an odd file at the htpasswd path."""
+import hashlib
+import hmac
+import http.client
+import base64
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from fake_redis import FakeRedis
+from harness import VALGRIND, Httpd, Redis, htpasswd
+
+SITE = """
+Alias /w/ "{d}/htdocs/"
+<Location /w/>
+    AuthType Basic
+    AuthName "wiki"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{users}"
+    Require valid-user
+</Location>
+"""
+FORGED = r"\[authn_hmac:warn\].*Redis returned an entry that does not verify"
+OUTAGE = r"\[authn_hmac:warn\].*Redis at .* is unavailable"
+
+
+class Site:
+    """A pepper and an htpasswd file, as the servers of a farm share them."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="authn_hmac_trust_")
+        os.chmod(self.dir, 0o755)
+        self.pepper_bytes = os.urandom(32)
+        self.pepper = os.path.join(self.dir, "pepper")
+        with open(self.pepper, "wb") as f:
+            f.write(self.pepper_bytes)
+        os.chmod(self.pepper, 0o600)
+        self.users = os.path.join(self.dir, "users")
+        # Cost 4: these tests time Redis waits, not bcrypt.
+        htpasswd(self.users, "alice", "alice pass", cost=4, create=True)
+        htpasswd(self.users, "bob", "bob pass", cost=4)
+
+    def server(self, redis_address, extra="", auth_secret=None, name="trust", mpm=None):
+        srv = Httpd(name=name, mpm=mpm)
+        lines = ["AuthHMACPepperFile %s" % self.pepper]
+        if redis_address:
+            lines.append("AuthHMACRedisServer %s" % redis_address)
+        if auth_secret:
+            path = srv.path("redis.auth")
+            with open(path, "w") as f:
+                f.write(auth_secret + "\n")
+            os.chmod(path, 0o600)
+            lines.append("AuthHMACRedisAuthFile %s" % path)
+            srv.secrets.add(auth_secret)
+        srv.global_conf = "\n".join(lines) + "\n" + extra
+        srv.body = SITE.format(d=srv.dir, users=self.users)
+        srv.write_config()
+        with open(srv.path("htdocs", "index.html"), "w") as f:
+            f.write("wiki page\n")
+        return srv
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def site():
+    s = Site()
+    yield s
+    s.cleanup()
+
+
+def finish(srv, *expected):
+    srv.stop()
+    for e in expected:
+        srv.expect_log(e)
+    problems = srv.log_problems()
+    assert not problems, "\n".join(problems)
+
+
+def last_note(srv, user):
+    notes = srv.notes(user)
+    return notes[-1] if notes else None
+
+
+def timed(srv, user, password):
+    t0 = time.monotonic()
+    code = srv.status_code("/w/", user, password)
+    return code, time.monotonic() - t0
+
+
+# ----------------------------------------------------------- forged values
+
+def test_whoever_answers_for_redis_cannot_grant(site):
+    fake = FakeRedis(password="fake-redis-pass").start()
+    srv = site.server(fake.address, auth_secret="fake-redis-pass",
+                      extra="AuthHMACRedisTimeout 500")
+    try:
+        srv.start()
+        # Honest first: real values are written, for the replays below.
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        assert srv.status_code("/w/", "bob", "bob pass") == 200
+        assert len(fake.written) == 2
+        assert all(re.fullmatch(rb"2:[0-9a-f]{96}:[0-9a-f]{64}", v) for _, v in fake.written)
+        fake.mode = "forge"
+        forgeries = max(len(fake.forgeries(k)) for k, _ in fake.written)
+        for i in range(2 * forgeries):
+            assert srv.status_code("/w/", "alice", "not alice %d" % i) == 401
+            assert last_note(srv, "alice") == "denied"
+        for i in range(4):
+            user, pw = "new%d" % i, "new pass %d" % i
+            htpasswd(site.users, user, pw, cost=4)
+            assert srv.status_code("/w/", user, "wrong %d" % i) == 401
+            assert srv.status_code("/w/", user, pw) == 200
+            assert last_note(srv, user) == "verified"  # bcrypt, never Redis
+        st = srv.status()
+        assert st["redis_forged"] >= forgeries, st
+        assert st["redis_hits"] == 0
+        # The forged answers left nothing behind: with the impostor gone,
+        # wrong passwords are still refused and right ones still work.
+        fake.stop()
+        for i in range(3):
+            assert srv.status_code("/w/", "alice", "after %d" % i) == 401
+            assert srv.status_code("/w/", "new%d" % i, "wrong after") == 401
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        assert srv.status_code("/w/", "bob", "bob pass") == 200
+        assert len(re.findall(FORGED, srv.error_log())) == 1, srv.error_log()
+        assert "fake-redis-pass" not in srv.error_log()
+        finish(srv, FORGED, OUTAGE)
+    finally:
+        srv.cleanup()
+        fake.stop()
+
+
+# ---------------------------------------------------------- bounded waits
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["trickle", "late", "huge"])
+def test_a_slow_or_endless_redis_costs_at_most_the_timeout(site, mode):
+    """A server that sends one byte every 30 ms (even a 5-byte miss then takes
+    150 ms), answers whole but late, or answers GET with 10 MB: each request
+    waits at most the timeout (plus 100 ms), and the breaker then skips
+    Redis."""
+    fake = FakeRedis().start()
+    srv = site.server(fake.address, extra="AuthHMACRedisTimeout 100")
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice pass") == 200  # pool warm
+        fake.mode = mode
+        for i in range(6):
+            code, took = timed(srv, "bob", "bob wrong %d" % i)
+            assert code == 401
+            assert took < 0.1 + 0.1, (i, took)
+        code, took = timed(srv, "bob", "bob pass")
+        assert code == 200 and took < 0.1 + 0.1, took
+        st = srv.status()
+        failures = st["redis_timeouts"] + st["redis_errors"]
+        assert 1 <= failures <= 3, st
+        assert st["redis_breaker_open"] == 1 and st["redis_skipped"] >= 3, st
+        if mode == "huge":
+            assert st["redis_errors"] >= 1
+            assert "reply too long" in srv.error_log()
+        else:
+            assert st["redis_timeouts"] >= 1
+        finish(srv, OUTAGE)
+    finally:
+        srv.cleanup()
+        fake.stop()
+
+
+def test_connect_and_auth_share_one_deadline(site):
+    """A fresh connection: connect, AUTH and GET all under one deadline
+    while every reply trickles."""
+    fake = FakeRedis(password="trickle-auth-pass").start()
+    fake.mode = "trickle"
+    srv = site.server(fake.address, auth_secret="trickle-auth-pass",
+                      extra="AuthHMACRedisTimeout 150")
+    try:
+        srv.start()
+        code, took = timed(srv, "alice", "alice pass")
+        assert code == 200 and took < 0.15 + 0.1, took
+        assert srv.status()["redis_timeouts"] == 1
+        finish(srv, OUTAGE)
+    finally:
+        srv.cleanup()
+        fake.stop()
+
+
+# ------------------------------------------------ one account, many entries
+
+def test_password_variants_of_one_account_never_evict_another_user(site):
+    """DES crypt reads 8 characters: 2,000 distinct passwords of one user all
+    verify. Through a small cache, the other user's entry stays a hit."""
+    htpasswd_des(site.users, "des", "abcdefgh")
+    srv = site.server(None, extra="AuthHMACCacheSize 16K")
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        assert last_note(srv, "alice") == "hit"
+        slots = srv.status()["slots"]
+        assert slots < 2000
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        for i in range(2000):
+            pw = "abcdefgh-variant-%d" % i
+            conn.request("GET", "/w/", headers={"Authorization": "Basic " + base64.b64encode(
+                ("des:" + pw).encode()).decode()})
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 200, (i, r.status)
+        conn.close()
+        srv.sent["des"] = srv.sent.get("des", 0) + 2000
+        st = srv.status()
+        assert st["stores"] >= 2000 and st["evictions"] == 0, st
+        assert st["entries"] <= 1 + 2, st
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        assert last_note(srv, "alice") == "hit"
+        # The newest variant is still cached.
+        assert srv.status_code("/w/", "des", "abcdefgh-variant-1999") == 200
+        assert last_note(srv, "des") == "hit"
+        finish(srv)
+    finally:
+        srv.cleanup()
+
+
+def test_password_variants_hold_one_bounded_entry_in_redis(site):
+    htpasswd_des(site.users, "des", "abcdefgh")
+    redis = Redis().start()
+    srv = site.server(redis.address, auth_secret=redis.password,
+                      extra="AuthHMACCacheSize 0")
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        for i in range(40):
+            assert srv.status_code("/w/", "des", "abcdefgh%d" % i) == 200
+        keys = redis.cli("--scan", "--pattern", "*").split()
+        assert len(keys) == 2, keys  # one per user
+        values = [redis.cli("GET", k) for k in keys]
+        assert sorted(v.count(":") for v in values) == [2, 3]  # 1 and 2 entries
+        assert srv.status_code("/w/", "des", "abcdefgh39") == 200
+        assert last_note(srv, "des") == "redis-hit"
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        assert last_note(srv, "alice") == "redis-hit"
+        finish(srv)
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+
+
+def htpasswd_des(path, user, password):
+    from harness import S
+    subprocess.run([S["htpasswd"], "-b", "-d", path, user, password], check=True,
+                   capture_output=True)
+    os.chmod(path, 0o644)
+
+
+# ---------------------------------------------------------- memory dumps
+
+def hkdf(ikm, label):
+    prk = hmac.new(b"mod_authn_hmac", ikm, hashlib.sha256).digest()
+    return hmac.new(prk, label + b"\x01", hashlib.sha256).digest()
+
+
+K = [0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+     0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+     0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+     0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+     0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+     0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+     0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+     0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+     0xc67178f2]
+H0 = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+      0x5be0cd19]
+
+
+def sha256_compress(state, block):
+    """SHA-256's compression function: the state after one 64-byte block."""
+    def rotr(x, n):
+        return ((x >> n) | (x << (32 - n))) & 0xffffffff
+    w = list(struct.unpack(">16I", block))
+    for i in range(16, 64):
+        s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3)
+        s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10)
+        w.append((w[i - 16] + s0 + w[i - 7] + s1) & 0xffffffff)
+    a, b, c, d, e, f, g, h = state
+    for i in range(64):
+        t1 = (h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[i]
+              + w[i]) & 0xffffffff
+        t2 = ((rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) \
+            & 0xffffffff
+        a, b, c, d, e, f, g, h = (t1 + t2) & 0xffffffff, a, b, c, (d + t1) & 0xffffffff, e, f, g
+    return [(x + y) & 0xffffffff for x, y in zip(state, [a, b, c, d, e, f, g, h])]
+
+
+def sha256_midstate(block):
+    """SHA-256's state after a first 64-byte block (what a keyed HMAC keeps)."""
+    return sha256_compress(H0, block)
+
+
+def keyed_states(pepper):
+    """Every subkey and its HMAC inner and outer states, as SHA256_CTX keeps
+    them (native little-endian words) and as big-endian bytes."""
+    out = {}
+    keys = [(b"the pepper itself", pepper)]  # what version 1 keyed its HMAC with
+    for label in (b"authn_hmac v2 entry", b"authn_hmac v2 user", b"authn_hmac v2 value"):
+        keys.append((label, hkdf(pepper, label)))
+    for label, sub in keys:
+        out["subkey " + label.decode()] = sub
+        for name, pad in (("inner", 0x36), ("outer", 0x5c)):
+            st = sha256_midstate(bytes(b ^ pad for b in sub.ljust(64, b"\0")))
+            out["%s state %s (LE)" % (name, label.decode())] = struct.pack("<8I", *st)
+            out["%s state %s (BE)" % (name, label.decode())] = struct.pack(">8I", *st)
+    return out
+
+
+def test_sha256_midstate_helper():
+    """The helper is right: a midstate finished by hand (padding, one more
+    block) gives hashlib's digest."""
+    msg = bytes(range(64)) + b"abc"
+    last = msg[64:] + b"\x80" + b"\0" * (55 - 3) + struct.pack(">Q", len(msg) * 8)
+    st = sha256_compress(sha256_midstate(msg[:64]), last)
+    assert struct.pack(">8I", *st) == hashlib.sha256(msg).digest()
+
+
+@pytest.mark.skipif(VALGRIND is not None, reason="gcore of a child; not under valgrind")
+@pytest.mark.skipif(shutil.which("gcore") is None, reason="needs gdb's gcore")
+def test_core_dump_of_a_child_holds_no_secret(site):
+    redis = Redis(password="redis-secret-for-gcore").start()
+    one_child = ("StartServers 1\nMinSpareServers 1\nMaxSpareServers 1\nServerLimit 1\n"
+                 "MaxRequestWorkers 1")
+    srv = site.server(redis.address, auth_secret=redis.password, extra=one_child,
+                      mpm="prefork")
+    core_dir = tempfile.mkdtemp(prefix="authn_hmac_core_")
+    try:
+        srv.start()
+        for _ in range(3):
+            assert srv.status_code("/w/", "alice", "alice pass") == 200
+            assert srv.status_code("/w/", "bob", "wrong") == 401
+        assert srv.status_code("/w/", "bob", "bob pass") == 200
+        st = srv.status()
+        assert st["hits"] >= 2 and st["redis_misses"] >= 1 and st["verifications"] >= 2
+        kids = srv.children()
+        assert len(kids) == 1, kids
+        core = os.path.join(core_dir, "core")
+        p = subprocess.run(["gcore", "-o", core, str(kids[0])], capture_output=True, text=True,
+                           timeout=120)
+        path = "%s.%d" % (core, kids[0])
+        assert os.path.exists(path), p.stdout + p.stderr
+        with open(path, "rb") as f:
+            dump = f.read()
+        # The dump is real: the child's heap is in it (the htpasswd index).
+        with open(site.users) as f:
+            alice_hash = f.read().split("alice:", 1)[1].split("\n", 1)[0].encode()
+        assert alice_hash in dump
+        secrets = {"pepper": site.pepper_bytes, "Redis password": redis.password.encode()}
+        secrets.update(keyed_states(site.pepper_bytes))
+        found = [name for name, value in secrets.items() if value in dump]
+        assert not found, "in the child's core dump: %s" % found
+        finish(srv)
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+        shutil.rmtree(core_dir, ignore_errors=True)
+
+
+# -------------------------------------------------------- htpasswd path
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_an_odd_file_at_the_htpasswd_path_does_not_block(site, kind):
+    path = os.path.join(site.dir, "odd")
+    if kind == "fifo":
+        os.mkfifo(path)
+        os.chmod(path, 0o666)
+    elif kind == "directory":
+        os.mkdir(path)
+    else:
+        path = "/dev/zero"
+    srv = Httpd(name="odd")
+    srv.body = SITE.format(d=srv.dir, users=path)
+    srv.write_config()
+    try:
+        srv.start()
+        for _ in range(3):
+            code, took = timed(srv, "alice", "alice pass")
+            assert code == 500 and took < 5, (code, took)
+        srv.expect_log(r"\[authn_hmac:error\].*could not open password file")
+        finish(srv)
+    finally:
+        srv.cleanup()
