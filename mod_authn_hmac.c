@@ -74,7 +74,7 @@ static struct {
     authn_hmac_table_t *table;
     const char *redis_name; /* as configured; NULL: no Redis */
     authn_hmac_redis_conf_t redis;
-    authn_hmac_secret_t *redis_secret;  /* from AuthHMACRedisAuthFile */
+    authn_hmac_secret_t *redis_secret;   /* from AuthHMACRedisAuthFile */
     authn_hmac_redis_pool_t *redis_pool; /* per child */
 } g;
 
@@ -512,9 +512,9 @@ static authn_hmac_redis_conn_t *redis_begin(request_rec *r, redis_req *rq,
     if (rq->off || rq->left <= 0)
         return NULL;
     rq->started = authn_hmac_monotonic();
-    go = authn_hmac_redis_allowed(
-        h, rq->started,
-        apr_time_from_msec(g.redis.timeout_ms) + apr_time_from_sec(1));
+    go = authn_hmac_redis_allowed(h, rq->started,
+                                  apr_time_from_msec(g.redis.timeout_ms) +
+                                      apr_time_from_sec(1));
     if (!go) {
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_SKIPPED, 1);
         rq->off = 1;
@@ -554,10 +554,10 @@ static int redis_lookup(request_rec *r, redis_req *rq, const unsigned char *key,
         return 0;
     if (st == AUTHN_HMAC_VALUE_FORGED) {
         /* NB: ap_log_rerror evaluates its level more than once. */
-        int level =
-            authn_hmac_redis_forged_first(authn_hmac_table_redis_health(g.table))
-                ? APLOG_WARNING
-                : APLOG_DEBUG;
+        int level = authn_hmac_redis_forged_first(
+                        authn_hmac_table_redis_health(g.table))
+                        ? APLOG_WARNING
+                        : APLOG_DEBUG;
 
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_FORGED, 1);
         ap_log_rerror(

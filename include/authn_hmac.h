@@ -131,7 +131,7 @@ typedef struct {
 /* "2" (":" hex(mac) hex64(stored) hex64(expires)){1,2} ":" hex(tag), where
  * the tag covers the user id and everything before it. */
 #define AUTHN_HMAC_VALUE_MAX                                                   \
-    (2 + AUTHN_HMAC_PER_USER * (1 + 2 * AUTHN_HMAC_KEY_LEN + 32) + 1 +        \
+    (2 + AUTHN_HMAC_PER_USER * (1 + 2 * AUTHN_HMAC_KEY_LEN + 32) + 1 +         \
      2 * AUTHN_HMAC_KEY_LEN + 1)
 
 /* Writes es as a tagged value (NUL-terminated); returns its length, or 0
@@ -393,12 +393,10 @@ typedef enum {
 
 /* Interprets the reply to GET of uid's entry (exposed for tests and
  * fuzzing): AUTHN_HMAC_REDIS_ERROR for a reply of the wrong type. */
-authn_hmac_redis_rc
-authn_hmac_redis_interpret(const struct redisReply *get,
-                           const authn_hmac_mac_t *mac,
-                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                           authn_hmac_entries_t *es,
-                           authn_hmac_value_state *st);
+authn_hmac_redis_rc authn_hmac_redis_interpret(
+    const struct redisReply *get, const authn_hmac_mac_t *mac,
+    const unsigned char uid[AUTHN_HMAC_KEY_LEN], authn_hmac_entries_t *es,
+    authn_hmac_value_state *st);
 
 /* GET of uid's entry (prefix + hex(uid)). */
 authn_hmac_redis_rc authn_hmac_redis_get(
@@ -408,13 +406,11 @@ authn_hmac_redis_rc authn_hmac_redis_get(
     const char **why, apr_pool_t *p);
 
 /* SET of uid's entry to es, tagged, PX until its last entry expires. */
-authn_hmac_redis_rc
-authn_hmac_redis_set(authn_hmac_redis_conn_t *c,
-                     const authn_hmac_redis_conf_t *conf,
-                     const authn_hmac_mac_t *mac,
-                     const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                     const authn_hmac_entries_t *es, apr_time_t now,
-                     apr_time_t deadline, const char **why, apr_pool_t *p);
+authn_hmac_redis_rc authn_hmac_redis_set(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+    const authn_hmac_entries_t *es, apr_time_t now, apr_time_t deadline,
+    const char **why, apr_pool_t *p);
 
 /* Makes a hiredis reader refuse arrays of more than a few elements (they
  * would be allocated before being read). Returns 0 if it could not. */

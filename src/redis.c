@@ -307,12 +307,9 @@ static authn_hmac_redis_rc recv_reply(authn_hmac_redis_conn_t *c,
     return AUTHN_HMAC_REDIS_OK;
 }
 
-authn_hmac_redis_rc authn_hmac_redis_command(authn_hmac_redis_conn_t *c,
-                                             int argc, const char **argv,
-                                             const size_t *lens,
-                                             apr_time_t deadline,
-                                             redisReply **reply,
-                                             const char **why, apr_pool_t *p)
+authn_hmac_redis_rc authn_hmac_redis_command(
+    authn_hmac_redis_conn_t *c, int argc, const char **argv, const size_t *lens,
+    apr_time_t deadline, redisReply **reply, const char **why, apr_pool_t *p)
 {
     struct iovec iov[1 + 3 * MAX_ARGS];
     char head[16 * (1 + MAX_ARGS)], *h = head;
@@ -453,7 +450,28 @@ static void pool_resolve(authn_hmac_redis_pool_t *rp, apr_pool_t *p)
         rp->unresolved = apr_psprintf(p, "no address for %s", conf->host);
 }
 
-/* A connected socket to one of the addresses, before the deadline. */
+/* Connects a non-blocking socket before the deadline: 0, ETIMEDOUT at the
+ * deadline, or why it failed. */
+static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len,
+                      apr_time_t deadline)
+{
+    int err = 0, ready;
+    socklen_t elen = sizeof(err);
+
+    if (connect(fd, sa, len) == 0)
+        return 0;
+    if (errno != EINPROGRESS && errno != EAGAIN)
+        return errno;
+    ready = wait_fd(fd, POLLOUT, deadline);
+    if (ready == 0)
+        return ETIMEDOUT;
+    if (ready < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+        return errno;
+    return err;
+}
+
+/* A connected socket to one of the addresses, before the deadline; -2 at
+ * the deadline, -1 if none would connect. */
 static int open_socket(const authn_hmac_redis_pool_t *rp, apr_time_t deadline,
                        const char **why, apr_pool_t *p)
 {
@@ -462,34 +480,27 @@ static int open_socket(const authn_hmac_redis_pool_t *rp, apr_time_t deadline,
     *why = "connect: no address";
     for (i = 0; i < rp->naddr; i++) {
         const struct sockaddr *sa = (const struct sockaddr *)&rp->addr[i].sa;
-        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                        0);
-        int err = 0, ready = 1, one = 1;
-        socklen_t elen = sizeof(err);
+        int fd = socket(sa->sa_family,
+                        SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int err, one = 1;
 
         if (fd < 0) {
             *why = apr_psprintf(p, "connect: %s", strerror(errno));
             continue;
         }
-        if (connect(fd, sa, rp->addr[i].len) != 0) {
-            if (errno != EINPROGRESS && errno != EAGAIN)
-                err = errno;
-            else if ((ready = wait_fd(fd, POLLOUT, deadline)) > 0 &&
-                     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
-                err = errno;
-        }
-        if (ready > 0 && !err) {
+        err = connect_fd(fd, sa, rp->addr[i].len, deadline);
+        if (!err) {
             if (sa->sa_family != AF_UNIX)
                 (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
                                  sizeof(one));
             return fd;
         }
         close(fd);
-        *why = ready == 0 ? "connect: timed out"
-               : err      ? apr_psprintf(p, "connect: %s", strerror(err))
-                          : apr_psprintf(p, "connect: %s", strerror(errno));
-        if (ready == 0)
+        if (err == ETIMEDOUT) {
+            *why = "connect: timed out";
             return -2;
+        }
+        *why = apr_psprintf(p, "connect: %s", strerror(err));
     }
     return -1;
 }
@@ -664,20 +675,26 @@ static char *put_hex64(char *o, uint64_t v)
     return put_hex(o, b, sizeof(b));
 }
 
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
 /* Strict lowercase hex; 0 for anything else. */
 static int get_hex(const char *s, unsigned char *b, size_t n)
 {
     size_t i;
 
-    for (i = 0; i < 2 * n; i++) {
-        const char *d = memchr(hexdigits, s[i], 16);
+    for (i = 0; i < n; i++) {
+        int hi = hexval(s[2 * i]), lo = hi < 0 ? -1 : hexval(s[2 * i + 1]);
 
-        if (!s[i] || !d)
+        if (lo < 0)
             return 0;
-        if (i & 1)
-            b[i / 2] = (unsigned char)(b[i / 2] | (d - hexdigits));
-        else
-            b[i / 2] = (unsigned char)((d - hexdigits) << 4);
+        b[i] = (unsigned char)(hi << 4 | lo);
     }
     return 1;
 }
@@ -698,7 +715,8 @@ static int get_hex64(const char *s, int64_t *v)
     return 1;
 }
 
-#define ENTRY_HEX (2 * AUTHN_HMAC_KEY_LEN + 32) /* mac, stored, expires */
+#define KEY_HEX   ((size_t)2 * AUTHN_HMAC_KEY_LEN)
+#define ENTRY_HEX (KEY_HEX + 32) /* mac, stored, expires */
 
 size_t authn_hmac_value_encode(const authn_hmac_mac_t *mac,
                                const unsigned char uid[AUTHN_HMAC_KEY_LEN],
@@ -727,8 +745,7 @@ size_t authn_hmac_value_encode(const authn_hmac_mac_t *mac,
 
 int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                            const char *v, size_t len,
-                            authn_hmac_entries_t *es)
+                            const char *v, size_t len, authn_hmac_entries_t *es)
 {
     unsigned char want[AUTHN_HMAC_KEY_LEN], got[AUTHN_HMAC_KEY_LEN];
     char buf[AUTHN_HMAC_VALUE_MAX];
@@ -737,9 +754,9 @@ int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
 
     es->n = 0;
     /* "V" (":" entry){1,PER_USER} ":" tag, every field of fixed width. */
-    if (len < 2 + 1 + 2 * AUTHN_HMAC_KEY_LEN || len >= sizeof(buf))
+    if (len < 2 + 1 + KEY_HEX || len >= sizeof(buf))
         return 0;
-    body = len - 1 - 2 * AUTHN_HMAC_KEY_LEN;
+    body = len - 1 - KEY_HEX;
     if ((body - 1) % (1 + ENTRY_HEX) != 0)
         return 0;
     n = (int)((body - 1) / (1 + ENTRY_HEX));
@@ -755,8 +772,8 @@ int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
         const char *e = buf + 1 + (size_t)i * (1 + ENTRY_HEX);
 
         ok = e[0] == ':' && get_hex(e + 1, es->e[i].mac, AUTHN_HMAC_KEY_LEN) &&
-             get_hex64(e + 1 + 2 * AUTHN_HMAC_KEY_LEN, &es->e[i].stored) &&
-             get_hex64(e + 1 + 2 * AUTHN_HMAC_KEY_LEN + 16, &es->e[i].expires);
+             get_hex64(e + 1 + KEY_HEX, &es->e[i].stored) &&
+             get_hex64(e + 1 + KEY_HEX + 16, &es->e[i].expires);
     }
     es->n = ok ? n : 0;
     explicit_bzero(want, sizeof(want));
@@ -808,8 +825,8 @@ void authn_hmac_entries_add(authn_hmac_entries_t *es,
             int dup = CRYPTO_memcmp(old.e[i].mac, key, AUTHN_HMAC_KEY_LEN) == 0;
 
             for (j = 1; j < es->n && !dup; j++)
-                dup = memcmp(old.e[i].mac, es->e[j].mac, AUTHN_HMAC_KEY_LEN) ==
-                      0;
+                dup =
+                    memcmp(old.e[i].mac, es->e[j].mac, AUTHN_HMAC_KEY_LEN) == 0;
             if (!dup && old.e[i].expires > now &&
                 (best < 0 || old.e[i].stored > old.e[best].stored))
                 best = i;
@@ -825,7 +842,7 @@ static const char *redis_key(const authn_hmac_redis_conf_t *conf,
                              const unsigned char *uid, apr_pool_t *p)
 {
     size_t pl = strlen(conf->prefix);
-    char *k = apr_palloc(p, pl + (size_t)2 * AUTHN_HMAC_KEY_LEN + 1);
+    char *k = apr_palloc(p, pl + KEY_HEX + 1);
 
     memcpy(k, conf->prefix, pl);
     *put_hex(k + pl, uid, AUTHN_HMAC_KEY_LEN) = '\0';
@@ -870,19 +887,17 @@ authn_hmac_redis_rc authn_hmac_redis_get(
         return rc;
     rc = authn_hmac_redis_interpret(get, mac, uid, es, st);
     if (rc != AUTHN_HMAC_REDIS_OK)
-        *why = apr_psprintf(p, "GET: unexpected answer (%s)",
-                            reply_error(get, p));
+        *why =
+            apr_psprintf(p, "GET: unexpected answer (%s)", reply_error(get, p));
     freeReplyObject(get);
     return rc;
 }
 
-authn_hmac_redis_rc
-authn_hmac_redis_set(authn_hmac_redis_conn_t *c,
-                     const authn_hmac_redis_conf_t *conf,
-                     const authn_hmac_mac_t *mac,
-                     const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                     const authn_hmac_entries_t *es, apr_time_t now,
-                     apr_time_t deadline, const char **why, apr_pool_t *p)
+authn_hmac_redis_rc authn_hmac_redis_set(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+    const authn_hmac_entries_t *es, apr_time_t now, apr_time_t deadline,
+    const char **why, apr_pool_t *p)
 {
     char value[AUTHN_HMAC_VALUE_MAX];
     const char *k = redis_key(conf, uid, p), *px;

@@ -158,7 +158,7 @@ static void slot_write(slot_t *s, const unsigned char *key, uint64_t user,
 
 static int slot_torn(const slot_t *s)
 {
-    return __atomic_load_n(&s->seq, __ATOMIC_RELAXED) & 1;
+    return (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) & 1) != 0;
 }
 
 int authn_hmac_table_lookup(authn_hmac_table_t *t,

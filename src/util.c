@@ -82,9 +82,9 @@ int authn_hmac_status_wants_json(const char *args)
 }
 
 static const char *const counter_names[AUTHN_HMAC_C_COUNT] = {
-    "hits",           "misses",       "verifications", "verify_usec",
-    "denied",         "unknown_user", "errors",        "stores",
-    "evictions",      "redis_hits",   "redis_misses",  "redis_errors",
+    "hits",           "misses",        "verifications", "verify_usec",
+    "denied",         "unknown_user",  "errors",        "stores",
+    "evictions",      "redis_hits",    "redis_misses",  "redis_errors",
     "redis_timeouts", "redis_skipped", "redis_forged"};
 
 const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,

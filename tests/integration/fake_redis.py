@@ -127,6 +127,9 @@ class FakeRedis:
                     reply = b"+OK\r\n"
                 elif name == b"GET":
                     reply = self._answer_get(cmd[1])
+                elif name == b"PTTL":
+                    reply = b":300000\r\n" if self.mode == "forge" or cmd[1] in self.store \
+                        else b":-2\r\n"
                 elif name == b"SET":
                     with self.lock:
                         self.store[cmd[1]] = cmd[2]

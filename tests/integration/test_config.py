@@ -139,3 +139,18 @@ def test_pepper_owned_by_another_user_is_refused(srv):
     os.chown(path, 65534, 65534)
     rc, out = configure(srv, "AuthHMACPepperFile %s" % path)
     assert rc != 0 and "must be owned by root" in out
+
+
+def test_shipped_conf_is_valid_and_keeps_the_counters_local(srv):
+    """conf/authn_hmac.conf (what a2enmod enables) parses, and its status
+    handler answers local clients only: the counters tell unknown users
+    from wrong passwords."""
+    import re
+    conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "conf",
+                        "authn_hmac.conf")
+    with open(conf) as f:
+        text = f.read()
+    assert re.search(r"<Location /authn-hmac-status>\s*SetHandler authn-hmac-status\s*"
+                     r"Require local\s*</Location>", text), text
+    rc, out = configure(srv, global_conf="Include %s" % os.path.abspath(conf))
+    assert rc == 0, out

@@ -3,6 +3,7 @@ mod_authn_file on the same htpasswd file: never a grant it would refuse, no
 crash, and no password in the error log."""
 import base64
 import os
+import re
 import socket
 import threading
 
@@ -56,6 +57,17 @@ def srv():
         f.write("ok\n")
     htpasswd(s.path("users"), "alice", "alice:colon\r\npass", create=True)
     htpasswd(s.path("users"), "bob", "b\u00e9b pass")
+    # Lines as people write them by hand: a field after the hash, a doubled
+    # separator. mod_authn_file reads the hash up to the next ':' after the
+    # run of ':' that follows the user (ap_getword).
+    htpasswd(s.path("users"), "carol", "carol pass")
+    htpasswd(s.path("users"), "dave", "dave pass")
+    with open(s.path("users")) as f:
+        text = f.read()
+    text = re.sub(r"^carol:(.*)$", r"carol:\1:extra field", text, flags=re.M)
+    text = re.sub(r"^dave:(.*)$", r"dave::\1", text, flags=re.M)
+    with open(s.path("users"), "w") as f:
+        f.write(text)
     htpasswd(s.path("other"), "alice", "alice other pass", create=True)
     # 10,000 users sharing one cost-4 hash (the index does not care; making
     # 10,000 bcrypt hashes would take hours at cost 12).
@@ -115,6 +127,9 @@ CREDENTIALS = [
     (b"alice", b""),                                       # empty password
     (b"", b""),
     (b"alice:colon", b"\r\npass"),                         # split at the other ':'
+    (b"carol", b"carol pass"),                             # user:hash:extra
+    (b"carol", b"carol pass:extra field"),
+    (b"dave", b"dave pass"),                               # user::hash
 ]
 
 

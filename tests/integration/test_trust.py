@@ -110,7 +110,6 @@ def test_whoever_answers_for_redis_cannot_grant(site):
         assert srv.status_code("/w/", "alice", "alice pass") == 200
         assert srv.status_code("/w/", "bob", "bob pass") == 200
         assert len(fake.written) == 2
-        assert all(re.fullmatch(rb"2:[0-9a-f]{96}:[0-9a-f]{64}", v) for _, v in fake.written)
         fake.mode = "forge"
         forgeries = max(len(fake.forgeries(k)) for k, _ in fake.written)
         for i in range(2 * forgeries):
@@ -125,6 +124,7 @@ def test_whoever_answers_for_redis_cannot_grant(site):
         st = srv.status()
         assert st["redis_forged"] >= forgeries, st
         assert st["redis_hits"] == 0
+        assert all(re.fullmatch(rb"2:[0-9a-f]{96}:[0-9a-f]{64}", v) for _, v in fake.written[:2])
         # The forged answers left nothing behind: with the impostor gone,
         # wrong passwords are still refused and right ones still work.
         fake.stop()

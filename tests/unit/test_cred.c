@@ -231,8 +231,8 @@ static void test_mac_matches_hmac_of_encoding(apr_pool_t *p)
     CHECK(authn_hmac_mac_compute(m, "/scope", 6, "alice", 5, "secret", 6,
                                  "$2y$12$x", 8, k1) == APR_SUCCESS);
     openssl_subkey(pep, AUTHN_HMAC_LABEL_ENTRY, sub);
-    CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, sub, sizeof(sub),
-                    b.buf, b.len, want, sizeof(want), &wl) != NULL);
+    CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, sub, sizeof(sub), b.buf,
+                    b.len, want, sizeof(want), &wl) != NULL);
     CHECK(wl == 32 && memcmp(k1, want, 32) == 0);
     /* The same input gives the same key; one changed byte a different one. */
     CHECK(authn_hmac_mac_compute(m, "/scope", 6, "alice", 5, "secret", 6,
@@ -262,8 +262,8 @@ static void test_user_id_and_long_pepper(apr_pool_t *p)
     b = enc("/s", "u", 1, "", 0, "");
     b.len -= 8; /* version, scope and user only */
     openssl_subkey(pep, AUTHN_HMAC_LABEL_USER, sub);
-    CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, sub, sizeof(sub),
-                    b.buf, b.len, want, sizeof(want), &wl) != NULL);
+    CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, sub, sizeof(sub), b.buf,
+                    b.len, want, sizeof(want), &wl) != NULL);
     CHECK(memcmp(id, want, 32) == 0);
     authn_hmac_mac_compute(m, "/s", 2, "u", 1, "pw", 2, "h", 1, k);
     b = enc("/s", "u", 1, "pw", 2, "h");
@@ -299,7 +299,8 @@ static void test_value_tag(apr_pool_t *p)
     CHECK(authn_hmac_value_decode(m, uid, v, len, &got) && got.n == 2);
     CHECK(authn_hmac_entries_find(&got, k1, now, apr_time_from_sec(300), &st,
                                   &ex));
-    CHECK(st == now - apr_time_from_sec(10) && ex == now + apr_time_from_sec(60));
+    CHECK(st == now - apr_time_from_sec(10) &&
+          ex == now + apr_time_from_sec(60));
     CHECK(authn_hmac_entries_find(&got, k2, now, apr_time_from_sec(300), &st,
                                   &ex));
     /* Replayed under another user, or read with another pepper. */

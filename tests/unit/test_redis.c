@@ -194,9 +194,8 @@ static authn_hmac_redis_rc get_over(const char *data, size_t len, size_t chunk,
     pid = fake_server(sv[1], data, len, chunk, gap_ms);
     c = authn_hmac_redis_conn_wrap(sv[0]);
     t0 = authn_hmac_monotonic();
-    rc = authn_hmac_redis_command(c, 2, argv, lens,
-                                  t0 + apr_time_from_msec(timeout_ms), &r, why,
-                                  p);
+    rc = authn_hmac_redis_command(
+        c, 2, argv, lens, t0 + apr_time_from_msec(timeout_ms), &r, why, p);
     *took = authn_hmac_monotonic() - t0;
     if (r)
         freeReplyObject(r);

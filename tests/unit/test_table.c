@@ -68,7 +68,8 @@ static void test_ttl(apr_pool_t *p)
 
     make_key(k, 5, 1);
     CHECK(!authn_hmac_table_lookup(t, k, U(k), now, SEC(300)));
-    CHECK(authn_hmac_table_store(t, k, U(k), now, now, now + SEC(10)) == APR_SUCCESS);
+    CHECK(authn_hmac_table_store(t, k, U(k), now, now, now + SEC(10)) ==
+          APR_SUCCESS);
     CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(9), SEC(300)));
     CHECK(!authn_hmac_table_lookup(t, k, U(k), now + SEC(10), SEC(300)));
     /* A section with a shorter TTL sees the entry expire sooner. */
@@ -112,7 +113,8 @@ static void test_eviction(apr_pool_t *p)
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 0);
     /* Full: the oldest goes. */
     make_key(k, 0, 100);
-    authn_hmac_table_store(t, k, U(k), now + SEC(20), now + SEC(20), now + SEC(120));
+    authn_hmac_table_store(t, k, U(k), now + SEC(20), now + SEC(20),
+                           now + SEC(120));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 1);
     make_key(k, 0, 0);
     CHECK(!authn_hmac_table_lookup(t, k, U(k), now + SEC(20), SEC(300)));
@@ -193,7 +195,8 @@ static void test_concurrent_writers(apr_pool_t *p)
                     make_key(k, n * 7919u + (uint32_t)i * 104729u,
                              (uint32_t)i << 16 | n);
                     k[8] = (unsigned char)i; /* writers never share a key */
-                    if (authn_hmac_table_store(t, k, U(k), now, now, now + SEC(60)))
+                    if (authn_hmac_table_store(t, k, U(k), now, now,
+                                               now + SEC(60)))
                         bad = 1;
                 }
                 else {
@@ -217,7 +220,8 @@ static void test_concurrent_writers(apr_pool_t *p)
             make_key(k, n * 7919u + (uint32_t)i * 104729u,
                      (uint32_t)i << 16 | n);
             k[8] = (unsigned char)i;
-            found += (uint32_t)authn_hmac_table_lookup(t, k, U(k), now, SEC(60));
+            found +=
+                (uint32_t)authn_hmac_table_lookup(t, k, U(k), now, SEC(60));
         }
     CHECK(counter(t, AUTHN_HMAC_C_STORES) == WRITERS * PER_WRITER);
     CHECK(found + counter(t, AUTHN_HMAC_C_EVICTIONS) == WRITERS * PER_WRITER);
