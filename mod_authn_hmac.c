@@ -437,9 +437,8 @@ static void log_bad_line(void *baton, unsigned lineno, const char *why)
     request_rec *r = baton;
     dir_conf *c = ap_get_module_config(r->per_dir_config, &authn_hmac_module);
 
-    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
-                  "authn_hmac: %s line %u %s; line skipped", c->scope, lineno,
-                  why);
+    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "authn_hmac: %s line %u %s",
+                  c->scope, lineno, why);
 }
 
 static authn_status done(request_rec *r, const char *note, authn_status st)
@@ -448,14 +447,15 @@ static authn_status done(request_rec *r, const char *note, authn_status st)
     return st;
 }
 
-/* One request's use of Redis. Its waits share one budget of
- * AuthHMACRedisTimeout, and its first failure ends its use of Redis. */
+/* One request's use of Redis: each operation (connect, AUTH and SELECT if
+ * needed, the command and its whole reply) has one deadline of
+ * AuthHMACRedisTimeout, and the request's first failure ends its use of
+ * Redis. */
 typedef struct {
-    apr_interval_time_t left; /* of the budget */
-    int off;                  /* a failure or the breaker: no more Redis */
-    int probe;                /* this request probes a half-open breaker */
-    apr_time_t started;       /* monotonic, of the current operation */
-    authn_hmac_entries_t es;  /* the user's entries that GET found */
+    int off;                 /* a failure or the breaker: no more Redis */
+    int probe;               /* this request probes a half-open breaker */
+    apr_time_t started;      /* monotonic, of the current operation */
+    authn_hmac_entries_t es; /* the user's entries that GET found */
 } redis_req;
 
 /* After a Redis operation: gives the connection back (or drops it), keeps
@@ -468,12 +468,11 @@ static void redis_end(request_rec *r, redis_req *rq,
     apr_time_t now = authn_hmac_monotonic();
     apr_interval_time_t outage = 0;
 
-    rq->left -= now - rq->started;
     if (conn)
         authn_hmac_redis_pool_release(g.redis_pool, conn,
                                       rc != AUTHN_HMAC_REDIS_OK);
     if (rc == AUTHN_HMAC_REDIS_OK) {
-        if (authn_hmac_redis_succeeded(h, rq->started, now, &outage))
+        if (authn_hmac_redis_succeeded(h, rq->started, now, rq->probe, &outage))
             ap_log_rerror(
                 APLOG_MARK, APLOG_NOTICE, 0, r,
                 "authn_hmac: Redis at %s is back after %" APR_TIME_T_FMT " s",
@@ -504,24 +503,24 @@ static authn_hmac_redis_conn_t *redis_begin(request_rec *r, redis_req *rq,
                                             apr_time_t *deadline)
 {
     authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(g.table);
+    apr_interval_time_t timeout = apr_time_from_msec(g.redis.timeout_ms);
     authn_hmac_redis_conn_t *conn = NULL;
     const char *why = "";
     authn_hmac_redis_rc rc;
     int go;
 
-    if (rq->off || rq->left <= 0)
+    if (rq->off)
         return NULL;
     rq->started = authn_hmac_monotonic();
     go = authn_hmac_redis_allowed(h, rq->started,
-                                  apr_time_from_msec(g.redis.timeout_ms) +
-                                      apr_time_from_sec(1));
+                                  timeout + apr_time_from_sec(1));
     if (!go) {
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_SKIPPED, 1);
         rq->off = 1;
         return NULL;
     }
     rq->probe = go == 2;
-    *deadline = rq->started + rq->left;
+    *deadline = rq->started + timeout;
     rc = authn_hmac_redis_pool_acquire(g.redis_pool, &conn, *deadline, &why,
                                        r->pool);
     if (rc != AUTHN_HMAC_REDIS_OK) {
@@ -632,7 +631,6 @@ static authn_status check_password(request_rec *r, const char *user,
     }
 
     memset(&rq, 0, sizeof(rq));
-    rq.left = apr_time_from_msec(g.redis.timeout_ms);
     rq.off = !g.redis_pool || c->ttl == 0;
     t0 = apr_time_now();
     if (c->ttl > 0) {

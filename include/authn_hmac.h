@@ -285,7 +285,8 @@ void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
 /* Redis health shared by every process, so that an outage is logged once
  * and the breaker holds for all. Lives in the shared segment. */
 typedef struct {
-    uint64_t failures;      /* consecutive */
+    uint64_t failures;      /* within the window that began at window */
+    int64_t window;         /* monotonic */
     uint64_t opens;         /* consecutive breaker openings: the backoff */
     int64_t breaker_until;  /* monotonic; 0: closed; else skip Redis before */
     int64_t down_since;     /* monotonic; 0 while healthy */
@@ -426,14 +427,18 @@ int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now,
 int authn_hmac_redis_breaker_open(authn_hmac_redis_health_t *h);
 
 /* Records a failure (probe: of the half-open probe); returns 1 if it began
- * an outage (log it once). */
+ * an outage (log it once). BREAKER_AFTER failures within BREAKER_WINDOW
+ * open the breaker, whatever succeeded between them: a Redis that answers
+ * one command in two in time is as good as down. */
 int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
                             int probe);
 
-/* Records the success of an operation begun at `started`; returns 1 if it
- * ended an outage, with the outage's length. Times are monotonic. */
+/* Records the success of an operation begun at `started` (probe: the
+ * half-open probe, which closes the breaker); returns 1 if it ended an
+ * outage, with the outage's length. Times are monotonic. */
 int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
-                               apr_time_t now, apr_interval_time_t *outage);
+                               apr_time_t now, int probe,
+                               apr_interval_time_t *outage);
 
 /* 1 the first time a forged value is seen (log it once). */
 int authn_hmac_redis_forged_first(authn_hmac_redis_health_t *h);

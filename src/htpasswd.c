@@ -39,8 +39,6 @@ static const char *parse_line(apr_hash_t *users, char *l, size_t len,
         end--;
     if (l == end || *l == '#')
         return NULL;
-    if (memchr(l, '\0', (size_t)(end - l)))
-        return "contains a NUL byte"; /* no C string can name this user */
     colon = memchr(l, ':', (size_t)(end - l));
     hash = colon ? colon : end;
     while (hash < end && *hash == ':')
@@ -49,11 +47,11 @@ static const char *parse_line(apr_hash_t *users, char *l, size_t len,
     if (!hash_end)
         hash_end = end;
     if (!colon)
-        why = "has no ':' separator";
+        why = "has no ':' separator; the user it names cannot log in";
     else if (colon == l)
         why = "has an empty user name";
     else if (hash == hash_end)
-        why = "has an empty password hash";
+        why = "has an empty password hash; the user cannot log in";
     if (!colon)
         colon = end;
     *colon = '\0';
@@ -67,6 +65,46 @@ static const char *parse_line(apr_hash_t *users, char *l, size_t len,
     return why;
 }
 
+/* The next logical line from *pos, as ap_cfg_getline reads it: a line
+ * ending in '\\' (before its LF or CRLF) goes on with the next one, the
+ * backslash removed; a NUL ends the line, and the rest of its physical line
+ * is dropped. The line is joined in place at *line; returns its length and
+ * sets *nul when a NUL cut it. */
+static size_t next_line(char **pos, char *end, char **line, unsigned *lineno,
+                        int *nul)
+{
+    char *w = *pos;
+
+    *line = *pos;
+    *nul = 0;
+    while (*pos < end) {
+        char *nl = memchr(*pos, '\n', (size_t)(end - *pos));
+        char *e = nl ? nl : end;
+        char *z = memchr(*pos, '\0', (size_t)(e - *pos));
+        int more = 0;
+
+        (*lineno)++;
+        if (z) {
+            *nul = 1;
+            e = z;
+        }
+        else if (nl) {
+            if (e > *pos && e[-1] == '\r')
+                e--;
+            if (e > *pos && e[-1] == '\\') {
+                e--;
+                more = 1;
+            }
+        }
+        memmove(w, *pos, (size_t)(e - *pos));
+        w += e - *pos;
+        *pos = nl ? nl + 1 : end;
+        if (!more)
+            break;
+    }
+    return (size_t)(w - *line);
+}
+
 apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
                                        size_t len, authn_hmac_badline_fn bad,
                                        void *baton, apr_pool_t *p)
@@ -77,20 +115,23 @@ apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
 
     idx->users = apr_hash_make(p);
     while (pos < end) {
-        char *nl = memchr(pos, '\n', (size_t)(end - pos));
-        size_t l = nl ? (size_t)(nl - pos) : (size_t)(end - pos);
+        unsigned first = lineno + 1;
+        char *line;
+        int nul;
+        size_t l = next_line(&pos, end, &line, &lineno, &nul);
         const char *why;
 
-        lineno++;
-        /* NB: the terminator written by parse_line lands on the '\n' (or
-         * the byte past the buffer, which callers reserve). */
-        why = parse_line(idx->users, pos, l, p);
+        /* NB: the terminators written by parse_line land inside what the
+         * line took of the buffer, or on the byte past it, which callers
+         * reserve. */
+        why = parse_line(idx->users, line, l, p);
+        if (nul)
+            why = "contains a NUL byte; the rest of the line is ignored";
         if (why) {
             idx->bad++;
             if (bad)
-                bad(baton, lineno, why);
+                bad(baton, first, why);
         }
-        pos += l + 1;
     }
     *out = idx;
     return APR_SUCCESS;

@@ -41,7 +41,8 @@
 #include <hiredis/hiredis.h>
 #include <openssl/crypto.h>
 
-#define BREAKER_AFTER     3       /* consecutive failures */
+#define BREAKER_AFTER     3 /* failures within BREAKER_WINDOW */
+#define BREAKER_WINDOW    apr_time_from_sec(10)
 #define BREAKER_MAX_SHIFT 3       /* backoff 2, 4, 8, 16 s */
 #define CLOCK_SKEW_USEC   5000000 /* between the servers of a farm */
 #define REPLY_MAX         512     /* bytes; the longest reply is ~270 */
@@ -186,21 +187,31 @@ int authn_hmac_redis_limit_reader(redisReader *r)
     return 1;
 }
 
-/* An error reply's first word (e.g. WRONGPASS, NOAUTH, ERR) and text; Redis
- * does not echo secrets in them. */
+/* An error reply's text, e.g. "WRONGPASS invalid username-password pair",
+ * up to any quoted argument. */
 static const char *reply_error(const redisReply *r, apr_pool_t *p)
 {
+    size_t n;
+
     if (!r)
         return "no reply";
-    if (r->type == REDIS_REPLY_ERROR)
-        return apr_pstrndup(p, r->str, r->len > 120 ? 120 : r->len);
-    return apr_psprintf(p, "unexpected reply type %d", r->type);
+    if (r->type != REDIS_REPLY_ERROR)
+        return apr_psprintf(p, "unexpected reply type %d", r->type);
+    /* NB: Redis quotes a command's arguments in some errors ("ERR unknown
+     * command 'AUTH', with args beginning with: 'user' 'password'"): the
+     * text is cut at the first quote, and at 120 bytes. */
+    n = strcspn(r->str, "'\"");
+    if (n > r->len)
+        n = r->len;
+    return apr_pstrndup(p, r->str, n > 120 ? 120 : n);
 }
 
 /* ------------------------------------------------------------- socket I/O */
 
 /* Waits for fd to be ready for ev until deadline (monotonic). 1 when ready,
- * 0 at the deadline, -1 on error. */
+ * 0 at the deadline, -1 on error. NB: past the deadline, one last look
+ * without waiting: a reply that came while this thread was not running is
+ * not late. */
 static int wait_fd(int fd, short ev, apr_time_t deadline)
 {
     for (;;) {
@@ -208,18 +219,16 @@ static int wait_fd(int fd, short ev, apr_time_t deadline)
         struct pollfd pfd;
         int n;
 
-        if (left <= 0)
-            return 0;
         pfd.fd = fd;
         pfd.events = ev;
         pfd.revents = 0;
-        n = poll(&pfd, 1, (int)((left + 999) / 1000));
+        n = poll(&pfd, 1, left > 0 ? (int)((left + 999) / 1000) : 0);
         if (n > 0)
             return 1;
-        if (n == 0)
-            continue; /* rounding: check the clock again */
-        if (errno != EINTR)
+        if (n < 0 && errno != EINTR)
             return -1;
+        if (left <= 0)
+            return 0;
     }
 }
 
@@ -460,8 +469,8 @@ static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len,
 
     if (connect(fd, sa, len) == 0)
         return 0;
-    if (errno != EINPROGRESS && errno != EAGAIN)
-        return errno;
+    if (errno != EINPROGRESS)
+        return errno; /* EAGAIN: a unix socket's backlog is full */
     ready = wait_fd(fd, POLLOUT, deadline);
     if (ready == 0)
         return ETIMEDOUT;
@@ -615,8 +624,13 @@ authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
      * process) is presumed dead: this process may have skipped Redis the
      * whole time, with the breaker open, and never noticed. */
     while (!*c && rp->nidle > 0) {
+        char b;
+
         *c = rp->idle[--rp->nidle];
-        if ((*c)->epoch != epoch) {
+        /* NB: an idle connection with bytes to read (a late answer, or a
+         * server closing it) would answer the next command out of step. */
+        if ((*c)->epoch != epoch ||
+            recv((*c)->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) {
             pool_close(rp, *c);
             *c = NULL;
         }
@@ -973,14 +987,21 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
                             int probe)
 {
     int64_t zero = 0;
-    uint64_t n = __atomic_add_fetch(&h->failures, 1, __ATOMIC_RELAXED);
+    int64_t window = __atomic_load_n(&h->window, __ATOMIC_RELAXED);
+    uint64_t n;
 
+    /* Failures are counted over a window, not "in a row": successes in
+     * between do not hide a Redis that fails one command in two. */
+    if (now - window > BREAKER_WINDOW &&
+        __atomic_compare_exchange_n(&h->window, &window, now, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
+    n = __atomic_add_fetch(&h->failures, 1, __ATOMIC_RELAXED);
     if (probe) {
         uint64_t opens = __atomic_fetch_add(&h->opens, 1, __ATOMIC_RELAXED);
 
         __atomic_store_n(&h->breaker_until, now + backoff(opens),
                          __ATOMIC_RELEASE);
-        __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
     }
     else if (n >= BREAKER_AFTER) {
         /* NB: a burst of failures from requests that were all in flight
@@ -990,10 +1011,8 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
 
         if (__atomic_compare_exchange_n(&h->breaker_until, &zero,
                                         now + backoff(opens), 0,
-                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
             __atomic_add_fetch(&h->opens, 1, __ATOMIC_RELAXED);
-            __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
-        }
         zero = 0;
     }
     if (!__atomic_compare_exchange_n(&h->down_since, &zero, now, 0,
@@ -1004,22 +1023,30 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
 }
 
 int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
-                               apr_time_t now, apr_interval_time_t *outage)
+                               apr_time_t now, int probe,
+                               apr_interval_time_t *outage)
 {
     int64_t since = __atomic_load_n(&h->down_since, __ATOMIC_RELAXED);
+    int ended = 0;
 
-    __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
     /* NB: an answer to a command sent before the outage began proves
-     * nothing about now. */
-    if (since == 0 || started <= since)
-        return 0;
-    __atomic_store_n(&h->opens, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
-    if (!__atomic_compare_exchange_n(&h->down_since, &since, 0, 0,
-                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        return 0;
-    *outage = now - since;
-    return 1;
+     * nothing about now. The outage ends first, then the breaker closes: a
+     * failure racing with this one opens a new outage, which the next
+     * success ends; a probe's success closes the breaker in any case. */
+    if (since != 0 && started > since &&
+        __atomic_compare_exchange_n(&h->down_since, &since, 0, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        *outage = now - since;
+        ended = 1;
+    }
+    if (ended || probe) {
+        __atomic_store_n(&h->opens, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
+    }
+    /* NB: other successes leave the window's failures counted. */
+    if (probe)
+        __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
+    return ended;
 }
 
 int authn_hmac_redis_forged_first(authn_hmac_redis_health_t *h)

@@ -407,13 +407,14 @@ class Redis:
     """A real redis-server on a loopback port (or a unix socket), with a
     password and optionally an ACL user, and no persistence."""
 
-    def __init__(self, password="redis-test-secret", acl_user=None, unix=False):
+    def __init__(self, password="redis-test-secret", acl_user=None, unix=False, extra=()):
         self.dir = tempfile.mkdtemp(prefix="authn_hmac_redis_")
         os.chmod(self.dir, 0o755)
         self.port = free_port()
         self.password = password
         self.acl_user = acl_user  # (name, password)
         self.socket = os.path.join(self.dir, "redis.sock") if unix else None
+        self.extra = list(extra)  # more redis.conf lines
         self.proc = None
 
     @property
@@ -430,6 +431,7 @@ class Redis:
             conf.append("requirepass \"%s\"" % self.password)
         if self.acl_user:
             conf.append("user %s on >%s ~* +@all" % self.acl_user)
+        conf += self.extra
         with open(os.path.join(self.dir, "redis.conf"), "w") as f:
             f.write("\n".join(conf) + "\n")
         self.proc = subprocess.Popen(["redis-server", os.path.join(self.dir, "redis.conf")],

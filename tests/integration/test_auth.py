@@ -139,7 +139,7 @@ def test_malformed_lines_warn_by_number_without_content(server):
     f = server.path("b.htpasswd")
     with open(f, "a") as out:
         out.write("this-line-is-secret-garbage\n")
-    server.expect_log(r"\[authn_hmac:warn\].*b\.htpasswd line 2 has no ':' separator; line skipped")
+    server.expect_log(r"\[authn_hmac:warn\].*b\.htpasswd line 2 has no ':' separator; the user it names cannot log in")
     assert server.status_code("/b/index.html", "alice", "battery staple") == 200
     log = server.error_log()
     assert "b.htpasswd line 2 has no ':' separator" in log

@@ -66,6 +66,15 @@ def srv():
         text = f.read()
     text = re.sub(r"^carol:(.*)$", r"carol:\1:extra field", text, flags=re.M)
     text = re.sub(r"^dave:(.*)$", r"dave::\1", text, flags=re.M)
+    # As ap_cfg_getline reads them (found by review): a comment ending in a
+    # backslash swallows the next line; a NUL ends its line, and a user so
+    # named has no hash, which hides the user's later lines.
+    htpasswd(s.path("users"), "frank", "frank pass")
+    htpasswd(s.path("users"), "gina", "gina pass")
+    frank = re.search(r"^frank:.*$", open(s.path("users")).read(), re.M).group(0)
+    gina = re.search(r"^gina:.*$", open(s.path("users")).read(), re.M).group(0)
+    text += "# a comment that goes on \\\n" + frank + "\n"
+    text += "gina\0tail:" + gina.split(":", 1)[1] + "\n" + gina + "\n"
     with open(s.path("users"), "w") as f:
         f.write(text)
     htpasswd(s.path("other"), "alice", "alice other pass", create=True)
@@ -76,6 +85,7 @@ def srv():
         hash_ = f.read().split(":", 1)[1].strip()
     with open(s.path("burst"), "w") as f:
         f.writelines("u%d:%s\n" % (i, hash_) for i in range(BURST))
+    s.expect_log(r"\[authn_hmac:warn\].*users line \d+ contains a NUL byte; the rest of the line is ignored")
     s.start()
     yield s
     s.stop()
@@ -130,6 +140,8 @@ CREDENTIALS = [
     (b"carol", b"carol pass"),                             # user:hash:extra
     (b"carol", b"carol pass:extra field"),
     (b"dave", b"dave pass"),                               # user::hash
+    (b"frank", b"frank pass"),                             # after "\\\n"
+    (b"gina", b"gina pass"),                               # after "gina\0"
 ]
 
 

@@ -195,6 +195,40 @@ def test_connect_and_auth_share_one_deadline(site):
         fake.stop()
 
 
+def test_a_host_name_is_resolved_when_a_child_starts(site):
+    """A name, not an address: resolved once per child, then used."""
+    redis = Redis().start()
+    srv = site.server("localhost:%d" % redis.port, auth_secret=redis.password,
+                      extra="AuthHMACCacheSize 0")
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        assert last_note(srv, "alice") == "redis-hit"
+        finish(srv)
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+
+
+def test_a_redis_error_never_logs_the_password(site):
+    """A server where AUTH is an unknown command answers with the command's
+    arguments quoted (found by review): the logged reason stops before
+    them."""
+    redis = Redis(password=None, extra=['rename-command AUTH ""']).start()
+    srv = site.server(redis.address, auth_secret="never-log-this-redis-pass")
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        log = srv.error_log()
+        assert re.search(r"AUTH refused: ERR unknown command", log), log
+        assert "never-log" not in log
+        finish(srv, OUTAGE)
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+
+
 # ------------------------------------------------ one account, many entries
 
 def test_password_variants_of_one_account_never_evict_another_user(site):

@@ -76,7 +76,8 @@ static void test_odd_lines(apr_pool_t *p)
     CHECK(has(idx, "no-colon-here", ""));
     CHECK(has(idx, "emptyhash", ""));
     CHECK(has(idx, "", "$2y$05$nouser"));
-    CHECK(authn_hmac_htpasswd_count(idx) == 7);
+    CHECK(has(idx, "nul", "")); /* the line ends at its NUL */
+    CHECK(authn_hmac_htpasswd_count(idx) == 8);
     CHECK(bad.n == 4);
     CHECK(bad.lines[0] == 4 && bad.lines[1] == 5 && bad.lines[2] == 6 &&
           bad.lines[3] == 8);
@@ -251,6 +252,30 @@ static void test_not_a_regular_file(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* Lines as ap_cfg_getline gives them to mod_authn_file (found by review):
+ * a trailing backslash joins the next line, so a comment can swallow a
+ * user; a NUL ends its line, and the user it names has no hash. */
+static void test_continuation_and_nul(apr_pool_t *p)
+{
+    static const char f[] = "# a comment that ends in a backslash \\\n"
+                            "bob:$2y$05$bbb\n"
+                            "carol:$2y$\\\r\n"
+                            "05$ccc\n"
+                            "dave\0evil:$2y$05$evil\n"
+                            "dave:$2y$05$ddd\n"
+                            "erin:$2y$05$eee\\   \n"
+                            "frank:x\\";
+    bad_t bad;
+    authn_hmac_htpasswd_t *idx = parse(p, f, sizeof(f) - 1, &bad);
+
+    CHECK(authn_hmac_htpasswd_get(idx, "bob", &(size_t){0}) == NULL);
+    CHECK(has(idx, "carol", "$2y$05$ccc"));
+    CHECK(has(idx, "dave", "")); /* can never log in, as with the file */
+    CHECK(has(idx, "erin", "$2y$05$eee\\")); /* not a continuation */
+    CHECK(has(idx, "frank", "x\\"));         /* no newline: not either */
+    CHECK(bad.n == 1 && bad.lines[0] == 5);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -261,6 +286,7 @@ int main(void)
     RUN(test_ten_thousand_users, p);
     RUN(test_userfile_follows_file, p);
     RUN(test_recent_ctime_is_read_again, p);
+    RUN(test_continuation_and_nul, p);
     RUN(test_not_a_regular_file, p);
     return unit_end();
 }

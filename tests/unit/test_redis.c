@@ -308,16 +308,17 @@ static void test_health(apr_pool_t *p)
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(6) + w - 1, w) == 0);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(6) + w, w) == 2);
     /* An answer to a command sent before the outage began ends nothing. */
-    CHECK(authn_hmac_redis_succeeded(&h, now - 1, now + SEC(7), &outage) == 0);
+    CHECK(authn_hmac_redis_succeeded(&h, now - 1, now + SEC(7), 0, &outage) ==
+          0);
     CHECK(authn_hmac_redis_breaker_open(&h));
     /* The probe succeeds: the outage ends once, with its length, and the
      * breaker closes. */
-    CHECK(authn_hmac_redis_succeeded(&h, now + SEC(7), now + SEC(7), &outage) ==
-              1 &&
+    CHECK(authn_hmac_redis_succeeded(&h, now + SEC(7), now + SEC(7), 1,
+                                     &outage) == 1 &&
           outage == SEC(7));
     CHECK(!authn_hmac_redis_breaker_open(&h));
-    CHECK(authn_hmac_redis_succeeded(&h, now + SEC(8), now + SEC(8), &outage) ==
-          0);
+    CHECK(authn_hmac_redis_succeeded(&h, now + SEC(8), now + SEC(8), 0,
+                                     &outage) == 0);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(8), w) == 1);
     CHECK(h.epoch == 1); /* connections made before it are stale */
     CHECK(authn_hmac_redis_failed(&h, now + SEC(9), 0) == 1); /* a new one */
@@ -325,6 +326,50 @@ static void test_health(apr_pool_t *p)
     /* The forged-value warning is given once. */
     CHECK(authn_hmac_redis_forged_first(&h) == 1);
     CHECK(authn_hmac_redis_forged_first(&h) == 0);
+}
+
+/* A Redis that answers one command in two in time opens the breaker: the
+ * successes between its failures do not hide it (found by review: the
+ * count was "in a row" and any success reset it). */
+static void test_breaker_sees_intermittent_failures(apr_pool_t *p)
+{
+    authn_hmac_redis_health_t h;
+    apr_time_t now = SEC(5000), w = SEC(1), o = 0;
+    int i;
+
+    (void)p;
+    memset(&h, 0, sizeof(h));
+    for (i = 0; i < 3; i++) {
+        authn_hmac_redis_succeeded(&h, now + i, now + i, 0, &o);
+        authn_hmac_redis_failed(&h, now + i, 0);
+    }
+    CHECK(authn_hmac_redis_breaker_open(&h));
+    CHECK(!authn_hmac_redis_allowed(&h, now + SEC(1), w));
+    /* Sporadic failures, farther apart than the window, do not. */
+    memset(&h, 0, sizeof(h));
+    for (i = 0; i < 10; i++) {
+        authn_hmac_redis_failed(&h, now + SEC(11) * i, 0);
+        authn_hmac_redis_succeeded(&h, now + SEC(11) * i + 1,
+                                   now + SEC(11) * i + 1, 0, &o);
+    }
+    CHECK(!authn_hmac_redis_breaker_open(&h));
+}
+
+/* A breaker left open with no outage recorded (a failure racing with the
+ * success that ended the outage) is closed by the next successful probe
+ * (found by review: it stayed open until Redis failed again). */
+static void test_probe_closes_a_breaker_without_outage(apr_pool_t *p)
+{
+    authn_hmac_redis_health_t h;
+    apr_time_t now = SEC(5000), w = SEC(1), o = 0;
+
+    (void)p;
+    memset(&h, 0, sizeof(h));
+    h.breaker_until = now; /* open, its wait over; down_since is 0 */
+    CHECK(authn_hmac_redis_allowed(&h, now, w) == 2);
+    authn_hmac_redis_succeeded(&h, now, now + 10, 1, &o);
+    CHECK(!authn_hmac_redis_breaker_open(&h));
+    CHECK(authn_hmac_redis_allowed(&h, now + 20, w) == 1);
 }
 
 int main(void)
@@ -338,5 +383,7 @@ int main(void)
     RUN(test_reply_size_cap, p);
     RUN(test_trickle_deadline, p);
     RUN(test_health, p);
+    RUN(test_breaker_sees_intermittent_failures, p);
+    RUN(test_probe_closes_a_breaker_without_outage, p);
     return unit_end();
 }

@@ -1,0 +1,138 @@
+/* hitbench: the cost of a cache hit, in process, without httpd.
+ *
+ * Times the pieces of the hit path (the credential MAC, the user id, the
+ * shared-memory lookup) and all three together, with 1 and 2 threads, and
+ * prints nanoseconds per hit. `tools/hitbench [iterations]` after a build
+ * (build/tools/hitbench). */
+#include "authn_hmac.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define USERS 1000
+
+static authn_hmac_mac_t *mac;
+static authn_hmac_table_t *table;
+static const char *scope = "/etc/apache2/wiki.htpasswd";
+static const char *hash =
+    "$2y$12$abcdefghijklmnopqrstuuJ2pV3Hb4Vu5mYb8M3ZB5a7z4Fqkz3Qu";
+static long iterations = 2000000;
+static volatile int sink;
+
+typedef enum { MAC, UID, LOOKUP, WHOLE } what_t;
+
+static void user_name(char *u, long i)
+{
+    snprintf(u, 16, "user%04ld", i % USERS);
+}
+
+static void *run(void *arg)
+{
+    what_t what = *(what_t *)arg;
+    unsigned char key[USERS][AUTHN_HMAC_KEY_LEN], uid[USERS][AUTHN_HMAC_KEY_LEN];
+    unsigned char k[AUTHN_HMAC_KEY_LEN], u[AUTHN_HMAC_KEY_LEN];
+    apr_time_t now = apr_time_now();
+    char name[16];
+    long i;
+    int hits = 0;
+
+    for (i = 0; i < USERS; i++) {
+        user_name(name, i);
+        authn_hmac_mac_compute(mac, scope, strlen(scope), name, strlen(name),
+                               "correct horse battery", 21, hash, strlen(hash),
+                               key[i]);
+        authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name),
+                           uid[i]);
+    }
+    for (i = 0; i < iterations; i++) {
+        long n = i % USERS;
+
+        user_name(name, n);
+        switch (what) {
+        case MAC:
+            authn_hmac_mac_compute(mac, scope, strlen(scope), name,
+                                   strlen(name), "correct horse battery", 21,
+                                   hash, strlen(hash), k);
+            hits += k[0];
+            break;
+        case UID:
+            authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name),
+                               u);
+            hits += u[0];
+            break;
+        case LOOKUP:
+            hits += authn_hmac_table_lookup(table, key[n], uid[n], now,
+                                            apr_time_from_sec(300));
+            break;
+        case WHOLE:
+            authn_hmac_mac_compute(mac, scope, strlen(scope), name,
+                                   strlen(name), "correct horse battery", 21,
+                                   hash, strlen(hash), k);
+            authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name),
+                               u);
+            hits += authn_hmac_table_lookup(table, k, u, now,
+                                            apr_time_from_sec(300));
+            break;
+        }
+    }
+    sink = hits;
+    return NULL;
+}
+
+static double measure(what_t what, int threads)
+{
+    pthread_t t[2];
+    apr_time_t t0 = apr_time_now();
+    int i;
+
+    for (i = 0; i < threads; i++)
+        pthread_create(&t[i], NULL, run, &what);
+    for (i = 0; i < threads; i++)
+        pthread_join(t[i], NULL);
+    /* ns per hit, per thread (each thread does `iterations`). */
+    return (double)(apr_time_now() - t0) * 1000.0 / (double)iterations;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *names[] = {"credential MAC", "user id", "shm lookup",
+                                  "MAC + id + lookup"};
+    authn_hmac_secret_t *pepper = NULL;
+    apr_pool_t *p;
+    size_t size = authn_hmac_table_size(4u << 20);
+    void *base;
+    apr_time_t now;
+    char name[16];
+    int w;
+    long i;
+
+    if (argc > 1)
+        iterations = atol(argv[1]);
+    apr_initialize();
+    apr_pool_create(&p, NULL);
+    if (authn_hmac_secret_random(&pepper, 32, p) != APR_SUCCESS ||
+        authn_hmac_mac_create(&mac, pepper, p) != APR_SUCCESS)
+        return 1;
+    base = apr_pcalloc(p, size);
+    now = apr_time_now();
+    authn_hmac_table_format(base, size, now);
+    table = authn_hmac_table_attach(base, NULL, p);
+    for (i = 0; i < USERS; i++) {
+        unsigned char k[AUTHN_HMAC_KEY_LEN], u[AUTHN_HMAC_KEY_LEN];
+
+        user_name(name, i);
+        authn_hmac_mac_compute(mac, scope, strlen(scope), name, strlen(name),
+                               "correct horse battery", 21, hash, strlen(hash),
+                               k);
+        authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name), u);
+        authn_hmac_table_store(table, k, u, now, now, now + apr_time_from_sec(600));
+    }
+    printf("%-20s %12s %12s\n", "ns per hit", "1 thread", "2 threads");
+    for (w = MAC; w <= WHOLE; w++)
+        printf("%-20s %12.0f %12.0f\n", names[w], measure((what_t)w, 1),
+               measure((what_t)w, 2));
+    apr_terminate();
+    return 0;
+}
