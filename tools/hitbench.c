@@ -20,6 +20,7 @@ static const char *hash =
     "$2y$12$abcdefghijklmnopqrstuuJ2pV3Hb4Vu5mYb8M3ZB5a7z4Fqkz3Qu";
 static long iterations = 2000000;
 static volatile int sink;
+static char names_[USERS][16];
 
 typedef enum { MAC, UID, LOOKUP, WHOLE } what_t;
 
@@ -28,10 +29,16 @@ static void user_name(char *u, long i)
     snprintf(u, 16, "user%04ld", i % USERS);
 }
 
+static const char *name_of(long i)
+{
+    return names_[i % USERS];
+}
+
 static void *run(void *arg)
 {
     what_t what = *(what_t *)arg;
-    unsigned char key[USERS][AUTHN_HMAC_KEY_LEN], uid[USERS][AUTHN_HMAC_KEY_LEN];
+    unsigned char key[USERS][AUTHN_HMAC_KEY_LEN],
+        uid[USERS][AUTHN_HMAC_KEY_LEN];
     unsigned char k[AUTHN_HMAC_KEY_LEN], u[AUTHN_HMAC_KEY_LEN];
     apr_time_t now = apr_time_now();
     char name[16];
@@ -48,18 +55,18 @@ static void *run(void *arg)
     }
     for (i = 0; i < iterations; i++) {
         long n = i % USERS;
+        const char *nm = name_of(n);
+        size_t nl = strlen(nm);
 
-        user_name(name, n);
         switch (what) {
         case MAC:
-            authn_hmac_mac_compute(mac, scope, strlen(scope), name,
-                                   strlen(name), "correct horse battery", 21,
-                                   hash, strlen(hash), k);
+            authn_hmac_mac_compute(mac, scope, strlen(scope), nm, nl,
+                                   "correct horse battery", 21, hash,
+                                   strlen(hash), k);
             hits += k[0];
             break;
         case UID:
-            authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name),
-                               u);
+            authn_hmac_user_id(mac, scope, strlen(scope), nm, nl, u);
             hits += u[0];
             break;
         case LOOKUP:
@@ -67,11 +74,10 @@ static void *run(void *arg)
                                             apr_time_from_sec(300));
             break;
         case WHOLE:
-            authn_hmac_mac_compute(mac, scope, strlen(scope), name,
-                                   strlen(name), "correct horse battery", 21,
-                                   hash, strlen(hash), k);
-            authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name),
-                               u);
+            authn_hmac_mac_compute(mac, scope, strlen(scope), nm, nl,
+                                   "correct horse battery", 21, hash,
+                                   strlen(hash), k);
+            authn_hmac_user_id(mac, scope, strlen(scope), nm, nl, u);
             hits += authn_hmac_table_lookup(table, k, u, now,
                                             apr_time_from_sec(300));
             break;
@@ -119,6 +125,8 @@ int main(int argc, char **argv)
     now = apr_time_now();
     authn_hmac_table_format(base, size, now);
     table = authn_hmac_table_attach(base, NULL, p);
+    for (i = 0; i < USERS; i++)
+        user_name(names_[i], i);
     for (i = 0; i < USERS; i++) {
         unsigned char k[AUTHN_HMAC_KEY_LEN], u[AUTHN_HMAC_KEY_LEN];
 
@@ -127,7 +135,8 @@ int main(int argc, char **argv)
                                "correct horse battery", 21, hash, strlen(hash),
                                k);
         authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name), u);
-        authn_hmac_table_store(table, k, u, now, now, now + apr_time_from_sec(600));
+        authn_hmac_table_store(table, k, u, now, now,
+                               now + apr_time_from_sec(600));
     }
     printf("%-20s %12s %12s\n", "ns per hit", "1 thread", "2 threads");
     for (w = MAC; w <= WHOLE; w++)
