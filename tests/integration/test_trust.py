@@ -177,6 +177,7 @@ def test_a_slow_or_endless_redis_costs_at_most_the_timeout(site, mode):
         fake.stop()
 
 
+@pytest.mark.slow
 def test_connect_and_auth_share_one_deadline(site):
     """A fresh connection: connect, AUTH and GET all under one deadline
     while every reply trickles."""
