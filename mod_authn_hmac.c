@@ -32,6 +32,7 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 
 #define D_USERFILE "AuthHMACUserFile"
 #define D_TTL      "AuthHMACCacheTTL"
+#define D_NEGTTL   "AuthHMACNegativeTTL"
 #define D_PEPPER   "AuthHMACPepperFile"
 #define D_SIZE     "AuthHMACCacheSize"
 #define D_REDIS    "AuthHMACRedisServer"
@@ -48,6 +49,7 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define MIN_SIZE     ((uint64_t)16 << 10)
 #define MAX_SIZE     ((uint64_t)1 << 30)
 #define DEFAULT_TTL  300
+#define DEFAULT_NEGATIVE_TTL 30
 #define MAX_TTL      604800 /* 7 days */
 
 #define DEFAULT_REDIS_TIMEOUT_MS 50
@@ -60,6 +62,8 @@ typedef struct {
     size_t scope_len;
     apr_interval_time_t ttl;
     int ttl_set;
+    apr_interval_time_t negative_ttl;
+    int negative_ttl_set;
 } dir_conf;
 
 /* Server-wide state: one pepper and one shared segment serve every vhost,
@@ -76,6 +80,7 @@ static struct {
     authn_hmac_redis_conf_t redis;
     authn_hmac_secret_t *redis_secret;   /* from AuthHMACRedisAuthFile */
     authn_hmac_redis_pool_t *redis_pool; /* per child */
+    authn_hmac_engine_t engine;          /* per child */
 } g;
 
 /* ------------------------------------------------------------ directives */
@@ -86,6 +91,7 @@ static void *create_dir_conf(apr_pool_t *p, char *dir)
 
     (void)dir;
     c->ttl = apr_time_from_sec(DEFAULT_TTL);
+    c->negative_ttl = apr_time_from_sec(DEFAULT_NEGATIVE_TTL);
     return c;
 }
 
@@ -98,6 +104,9 @@ static void *merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
     c->scope_len = add->uf ? add->scope_len : base->scope_len;
     c->ttl_set = add->ttl_set || base->ttl_set;
     c->ttl = add->ttl_set ? add->ttl : base->ttl;
+    c->negative_ttl_set = add->negative_ttl_set || base->negative_ttl_set;
+    c->negative_ttl =
+        add->negative_ttl_set ? add->negative_ttl : base->negative_ttl;
     return c;
 }
 
@@ -140,6 +149,25 @@ static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
                             arg, err, MAX_TTL);
     c->ttl = apr_time_from_sec((apr_time_t)v);
     c->ttl_set = 1;
+    return NULL;
+}
+
+static const char *set_negative_ttl(cmd_parms *cmd, void *dc, const char *arg)
+{
+    dir_conf *c = dc;
+    uint64_t v;
+    const char *err = authn_hmac_parse_seconds(arg, &v);
+
+    if (!err && v > MAX_TTL)
+        err = "too long";
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            D_NEGTTL ": '%s' is %s (seconds from 0 to %d, with "
+                                     "an optional unit s, m, h or d; 0 turns "
+                                     "the negative cache off)",
+                            arg, err, MAX_TTL);
+    c->negative_ttl = apr_time_from_sec((apr_time_t)v);
+    c->negative_ttl_set = 1;
     return NULL;
 }
 
@@ -282,6 +310,9 @@ static const command_rec cmds[] = {
     AP_INIT_TAKE1(D_TTL, set_ttl, NULL, RSRC_CONF | ACCESS_CONF,
                   "how long a verified credential is cached, in seconds "
                   "(default 300)"),
+    AP_INIT_TAKE1(D_NEGTTL, set_negative_ttl, NULL, RSRC_CONF | ACCESS_CONF,
+                  "how long a refused credential is refused again without "
+                  "bcrypt, in seconds (default 30)"),
     AP_INIT_TAKE1(D_PEPPER, set_pepper, NULL, RSRC_CONF,
                   "file holding the secret pepper (default: random per start)"),
     AP_INIT_TAKE1(D_SIZE, set_size, NULL, RSRC_CONF,
@@ -392,6 +423,8 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     return OK;
 }
 
+static void engine_log(void *baton, int level, const char *msg);
+
 static void child_init(apr_pool_t *pchild, server_rec *s)
 {
     apr_hash_index_t *hi;
@@ -422,6 +455,13 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
             ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
                          "authn_hmac: cannot set up the Redis pool");
     }
+    g.engine.mac = g.mac;
+    g.engine.table = g.table;
+    g.engine.redis = g.redis_pool;
+    g.engine.redis_conf = &g.redis;
+    g.engine.redis_name = g.redis_name;
+    g.engine.verify = apr_password_validate;
+    g.engine.log = engine_log;
     for (hi = apr_hash_first(pchild, g.userfiles); hi; hi = apr_hash_next(hi)) {
         rv = authn_hmac_userfile_child_init(apr_hash_this_val(hi), pchild);
         if (rv != APR_SUCCESS)
@@ -447,164 +487,42 @@ static authn_status done(request_rec *r, const char *note, authn_status st)
     return st;
 }
 
-/* One request's use of Redis: each operation (connect, AUTH and SELECT if
- * needed, the command and its whole reply) has one deadline of
- * AuthHMACRedisTimeout, and the request's first failure ends its use of
- * Redis. */
-typedef struct {
-    int off;                 /* a failure or the breaker: no more Redis */
-    int probe;               /* this request probes a half-open breaker */
-    apr_time_t started;      /* monotonic, of the current operation */
-    authn_hmac_entries_t es; /* the user's entries that GET found */
-} redis_req;
-
-/* After a Redis operation: gives the connection back (or drops it), keeps
- * the shared health, and logs an outage once and its end once. */
-static void redis_end(request_rec *r, redis_req *rq,
-                      authn_hmac_redis_conn_t *conn, authn_hmac_redis_rc rc,
-                      const char *why)
+/* The engine's messages, as this request's. */
+static void engine_log(void *baton, int level, const char *msg)
 {
-    authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(g.table);
-    apr_time_t now = authn_hmac_monotonic();
-    apr_interval_time_t outage = 0;
+    request_rec *r = baton;
 
-    if (conn)
-        authn_hmac_redis_pool_release(g.redis_pool, conn,
-                                      rc != AUTHN_HMAC_REDIS_OK);
-    if (rc == AUTHN_HMAC_REDIS_OK) {
-        if (authn_hmac_redis_succeeded(h, rq->started, now, rq->probe, &outage))
-            ap_log_rerror(
-                APLOG_MARK, APLOG_NOTICE, 0, r,
-                "authn_hmac: Redis at %s is back after %" APR_TIME_T_FMT " s",
-                g.redis_name, apr_time_sec(outage));
-        rq->probe = 0;
-        return;
-    }
-    rq->off = 1;
-    authn_hmac_table_count(g.table,
-                           rc == AUTHN_HMAC_REDIS_TIMEOUT
-                               ? AUTHN_HMAC_C_REDIS_TIMEOUTS
-                               : AUTHN_HMAC_C_REDIS_ERRORS,
-                           1);
-    if (authn_hmac_redis_failed(h, now, rq->probe))
-        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
-                      "authn_hmac: Redis at %s is unavailable (%s); using "
-                      "shared memory and bcrypt until it is back",
-                      g.redis_name, why);
-    else
-        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
-                      "authn_hmac: Redis at %s: %s", g.redis_name, why);
+    ap_log_rerror(APLOG_MARK, level, 0, r, "authn_hmac: %s", msg);
 }
 
-/* A pooled Redis connection and the deadline of the operation; NULL when
- * this request is done with Redis, the breaker is open, or Redis cannot be
- * reached. */
-static authn_hmac_redis_conn_t *redis_begin(request_rec *r, redis_req *rq,
-                                            apr_time_t *deadline)
+static authn_status status_of(authn_hmac_outcome o)
 {
-    authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(g.table);
-    apr_interval_time_t timeout = apr_time_from_msec(g.redis.timeout_ms);
-    authn_hmac_redis_conn_t *conn = NULL;
-    const char *why = "";
-    authn_hmac_redis_rc rc;
-    int go;
-
-    if (rq->off)
-        return NULL;
-    rq->started = authn_hmac_monotonic();
-    go = authn_hmac_redis_allowed(h, rq->started,
-                                  timeout + apr_time_from_sec(1));
-    if (!go) {
-        authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_SKIPPED, 1);
-        rq->off = 1;
-        return NULL;
+    switch (o) {
+    case AUTHN_HMAC_HIT:
+    case AUTHN_HMAC_REDIS_HIT:
+    case AUTHN_HMAC_VERIFIED:
+        return AUTH_GRANTED;
+    case AUTHN_HMAC_DENIED:
+    case AUTHN_HMAC_NEGATIVE_HIT:
+        return AUTH_DENIED;
+    case AUTHN_HMAC_UNKNOWN_USER:
+        return AUTH_USER_NOT_FOUND;
+    default:
+        return AUTH_GENERAL_ERROR;
     }
-    rq->probe = go == 2;
-    *deadline = rq->started + timeout;
-    rc = authn_hmac_redis_pool_acquire(g.redis_pool, &conn, *deadline, &why,
-                                       r->pool);
-    if (rc != AUTHN_HMAC_REDIS_OK) {
-        redis_end(r, rq, NULL, rc, why);
-        return NULL;
-    }
-    return conn;
 }
 
-/* Looks the user's entry up in Redis; on a hit for this credential, fills
- * shared memory for no longer than the entry has left. A value whose tag
- * does not verify is a miss, whoever wrote it. */
-static int redis_lookup(request_rec *r, redis_req *rq, const unsigned char *key,
-                        const unsigned char *uid, apr_time_t now,
-                        apr_interval_time_t ttl)
-{
-    apr_time_t deadline = 0, stored = 0, expires = 0;
-    authn_hmac_redis_conn_t *conn = redis_begin(r, rq, &deadline);
-    authn_hmac_value_state st = AUTHN_HMAC_VALUE_NONE;
-    const char *why = "";
-    authn_hmac_redis_rc rc;
-    int found;
-
-    if (!conn)
-        return 0;
-    rc = authn_hmac_redis_get(conn, &g.redis, g.mac, uid, deadline, &rq->es,
-                              &st, &why, r->pool);
-    redis_end(r, rq, conn, rc, why);
-    if (rc != AUTHN_HMAC_REDIS_OK)
-        return 0;
-    if (st == AUTHN_HMAC_VALUE_FORGED) {
-        /* NB: ap_log_rerror evaluates its level more than once. */
-        int level = authn_hmac_redis_forged_first(
-                        authn_hmac_table_redis_health(g.table))
-                        ? APLOG_WARNING
-                        : APLOG_DEBUG;
-
-        authn_hmac_table_count(g.table, AUTHN_HMAC_C_REDIS_FORGED, 1);
-        ap_log_rerror(
-            APLOG_MARK, level, 0, r,
-            "authn_hmac: Redis returned an entry that does not verify "
-            "(forged, damaged, or written with another pepper); treated as "
-            "a miss. Is %s the farm's Redis?",
-            g.redis_name);
-    }
-    found = st == AUTHN_HMAC_VALUE_VALID &&
-            authn_hmac_entries_find(&rq->es, key, now, ttl, &stored, &expires);
-    authn_hmac_table_count(
-        g.table, found ? AUTHN_HMAC_C_REDIS_HITS : AUTHN_HMAC_C_REDIS_MISSES,
-        1);
-    if (found)
-        authn_hmac_table_store(g.table, key, uid, now, stored, expires);
-    return found;
-}
-
-/* Makes the credential the user's newest entry in Redis, keeping the
- * newest other one that GET found. */
-static void redis_store(request_rec *r, redis_req *rq, const unsigned char *key,
-                        const unsigned char *uid, apr_time_t now,
-                        apr_interval_time_t ttl)
-{
-    apr_time_t deadline = 0;
-    authn_hmac_redis_conn_t *conn;
-    const char *why = "";
-    authn_hmac_redis_rc rc;
-
-    authn_hmac_entries_add(&rq->es, key, now, now + ttl, now);
-    conn = redis_begin(r, rq, &deadline);
-    if (!conn)
-        return;
-    rc = authn_hmac_redis_set(conn, &g.redis, g.mac, uid, &rq->es, now,
-                              deadline, &why, r->pool);
-    redis_end(r, rq, conn, rc, why);
-}
-
+/* The provider: finds the user's stored hash, and lets the engine (src/
+ * engine.c) do the rest. */
 static authn_status check_password(request_rec *r, const char *user,
                                    const char *password)
 {
     dir_conf *c = ap_get_module_config(r->per_dir_config, &authn_hmac_module);
-    unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
+    authn_hmac_cred_t cred;
+    authn_hmac_policy_t pol;
+    authn_hmac_outcome o;
     const char *hash = NULL;
-    size_t hash_len = 0, user_len = strlen(user);
-    apr_time_t t0, t1;
-    redis_req rq;
+    size_t hash_len = 0;
     apr_status_t rv;
 
     if (!c->uf || !g.table) {
@@ -614,64 +532,24 @@ static authn_status check_password(request_rec *r, const char *user,
     }
     rv = authn_hmac_userfile_lookup(c->uf, user, &hash, &hash_len, log_bad_line,
                                     r, r->pool);
-    if (rv == APR_NOTFOUND) {
-        authn_hmac_table_count(g.table, AUTHN_HMAC_C_UNKNOWN_USER, 1);
-        return done(r, "unknown-user", AUTH_USER_NOT_FOUND);
-    }
-    if (rv != APR_SUCCESS) {
+    if (rv != APR_SUCCESS && rv != APR_NOTFOUND) {
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_ERRORS, 1);
         ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r,
                       "authn_hmac: could not open password file: %s", c->scope);
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
-    if (hash_len == 0) {
-        /* A line without a hash: its user can never log in. */
-        authn_hmac_table_count(g.table, AUTHN_HMAC_C_DENIED, 1);
-        return done(r, "denied", AUTH_DENIED);
-    }
-
-    memset(&rq, 0, sizeof(rq));
-    rq.off = !g.redis_pool || c->ttl == 0;
-    t0 = apr_time_now();
-    if (c->ttl > 0) {
-        authn_hmac_mac_compute(g.mac, c->scope, c->scope_len, user, user_len,
-                               password, strlen(password), hash, hash_len, key);
-        authn_hmac_user_id(g.mac, c->scope, c->scope_len, user, user_len, uid);
-        if (authn_hmac_table_lookup(g.table, key, uid, t0, c->ttl)) {
-            explicit_bzero(key, sizeof(key));
-            authn_hmac_table_count(g.table, AUTHN_HMAC_C_HITS, 1);
-            ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
-                          "authn_hmac: cache hit");
-            return done(r, "hit", AUTH_GRANTED);
-        }
-    }
-    authn_hmac_table_count(g.table, AUTHN_HMAC_C_MISSES, 1);
-    if (c->ttl > 0 && redis_lookup(r, &rq, key, uid, t0, c->ttl)) {
-        explicit_bzero(key, sizeof(key));
-        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "authn_hmac: Redis hit");
-        return done(r, "redis-hit", AUTH_GRANTED);
-    }
-
-    t0 = apr_time_now();
-    rv = apr_password_validate(password, hash);
-    t1 = apr_time_now();
-    authn_hmac_table_count(g.table, AUTHN_HMAC_C_VERIFICATIONS, 1);
-    authn_hmac_table_count(g.table, AUTHN_HMAC_C_VERIFY_USEC,
-                           (uint64_t)(t1 - t0));
-    if (rv != APR_SUCCESS) {
-        explicit_bzero(key, sizeof(key));
-        authn_hmac_table_count(g.table, AUTHN_HMAC_C_DENIED, 1);
-        return done(r, "denied", AUTH_DENIED);
-    }
-    if (c->ttl > 0) {
-        authn_hmac_table_store(g.table, key, uid, t1, t1, t1 + c->ttl);
-        redis_store(r, &rq, key, uid, t1, c->ttl);
-    }
-    explicit_bzero(key, sizeof(key));
-    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
-                  "authn_hmac: verified in %" APR_TIME_T_FMT " us, cached",
-                  t1 - t0);
-    return done(r, "verified", AUTH_GRANTED);
+    cred.scope = c->scope;
+    cred.scope_len = c->scope_len;
+    cred.user = user;
+    cred.user_len = strlen(user);
+    cred.password = password;
+    cred.password_len = strlen(password);
+    cred.hash = rv == APR_SUCCESS ? hash : NULL;
+    cred.hash_len = hash_len;
+    pol.ttl = c->ttl;
+    pol.negative_ttl = c->negative_ttl;
+    o = authn_hmac_check(&g.engine, &pol, &cred, r, r->pool);
+    return done(r, authn_hmac_outcome_name(o), status_of(o));
 }
 
 static const authn_provider provider = {check_password, NULL};

@@ -59,6 +59,7 @@ void authn_hmac_secret_wipe(authn_hmac_secret_t *secret);
 #define AUTHN_HMAC_LABEL_ENTRY "authn_hmac v2 entry" /* credential MAC */
 #define AUTHN_HMAC_LABEL_USER  "authn_hmac v2 user"  /* user id */
 #define AUTHN_HMAC_LABEL_VALUE "authn_hmac v2 value" /* Redis value tag */
+#define AUTHN_HMAC_LABEL_NEGATIVE "authn_hmac v2 negative" /* refused creds */
 
 /* Receives the encoding piece by piece. */
 typedef void (*authn_hmac_sink_fn)(void *baton, const void *data, size_t len);
@@ -102,6 +103,15 @@ apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
                                     const char *password, size_t password_len,
                                     const char *hash, size_t hash_len,
                                     unsigned char key[AUTHN_HMAC_KEY_LEN]);
+
+/* nkey = HMAC-SHA256(negative subkey, encode(...)): names a refused
+ * credential in the negative region. Thread-safe. */
+void authn_hmac_negative_key(const authn_hmac_mac_t *mac, const char *scope,
+                             size_t scope_len, const char *user,
+                             size_t user_len, const char *password,
+                             size_t password_len, const char *hash,
+                             size_t hash_len,
+                             unsigned char nkey[AUTHN_HMAC_KEY_LEN]);
 
 /* id = HMAC-SHA256(user subkey, version, scope, user), length-prefixed. */
 void authn_hmac_user_id(const authn_hmac_mac_t *mac, const char *scope,
@@ -212,24 +222,43 @@ unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
 
 /* -------------------------------------------------- shared-memory table */
 
+/* Every counter, in one list: X(ID, name, help). The enum, the status
+ * page's text and JSON, and their help text all come from it. Counters
+ * only grow (since the last start); the status page adds gauges. */
+#define AUTHN_HMAC_COUNTERS(X)                                                 \
+    X(HITS, "hits", "credentials found in shared memory")                      \
+    X(MISSES, "misses", "credentials not in shared memory")                    \
+    X(VERIFICATIONS, "verifications", "runs of the password hash (bcrypt)")    \
+    X(VERIFY_USEC, "verify_usec", "microseconds spent in them")                \
+    X(DENIED, "denied", "wrong passwords of known users")                      \
+    X(UNKNOWN_USER, "unknown_user", "users not in the htpasswd file")          \
+    X(ERRORS, "errors", "htpasswd files that could not be read")               \
+    X(STORES, "stores", "entries written to shared memory")                    \
+    X(EVICTIONS, "evictions", "live entries pushed out of a full set")         \
+    X(REDIS_HITS, "redis_hits", "credentials found in Redis")                  \
+    X(REDIS_MISSES, "redis_misses", "credentials not in Redis")                \
+    X(REDIS_ERRORS, "redis_errors", "Redis operations that failed")            \
+    X(REDIS_TIMEOUTS, "redis_timeouts", "Redis operations out of time")        \
+    X(REDIS_SKIPPED, "redis_skipped",                                          \
+      "Redis lookups skipped while the breaker was open")                      \
+    X(REDIS_FORGED, "redis_forged", "Redis values whose tag did not verify")  \
+    X(NEGATIVE_HITS, "negative_hits",                                         \
+      "wrong passwords denied from the negative cache, without bcrypt")
+
 enum authn_hmac_counter {
-    AUTHN_HMAC_C_HITS,
-    AUTHN_HMAC_C_MISSES,
-    AUTHN_HMAC_C_VERIFICATIONS,
-    AUTHN_HMAC_C_VERIFY_USEC,
-    AUTHN_HMAC_C_DENIED,
-    AUTHN_HMAC_C_UNKNOWN_USER,
-    AUTHN_HMAC_C_ERRORS,
-    AUTHN_HMAC_C_STORES,
-    AUTHN_HMAC_C_EVICTIONS,
-    AUTHN_HMAC_C_REDIS_HITS,
-    AUTHN_HMAC_C_REDIS_MISSES,
-    AUTHN_HMAC_C_REDIS_ERRORS,
-    AUTHN_HMAC_C_REDIS_TIMEOUTS,
-    AUTHN_HMAC_C_REDIS_SKIPPED, /* while the breaker was open */
-    AUTHN_HMAC_C_REDIS_FORGED,  /* values whose tag did not verify */
-    AUTHN_HMAC_C_COUNT
+#define AUTHN_HMAC_COUNTER_ENUM(id, name, help) AUTHN_HMAC_C_##id,
+    AUTHN_HMAC_COUNTERS(AUTHN_HMAC_COUNTER_ENUM)
+#undef AUTHN_HMAC_COUNTER_ENUM
+        AUTHN_HMAC_C_COUNT
 };
+
+/* The name and help text of each counter, in enum order. */
+typedef struct {
+    const char *name;
+    const char *help;
+} authn_hmac_counter_info_t;
+
+extern const authn_hmac_counter_info_t authn_hmac_counter_info[];
 
 typedef struct {
     uint64_t counter[AUTHN_HMAC_C_COUNT];
@@ -238,6 +267,8 @@ typedef struct {
     uint64_t redis_conns;   /* open connections, all processes */
     uint64_t entries;       /* slots holding an entry (live or expired) */
     uint64_t slots;         /* capacity in entries */
+    uint64_t negative_entries; /* slots of the negative region in use */
+    uint64_t negative_slots;
     uint64_t bytes;         /* size of the shared segment */
     apr_time_t started;
 } authn_hmac_stats_t;
@@ -272,6 +303,20 @@ apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                                     const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                                     apr_time_t now, apr_time_t stored,
                                     apr_time_t expires);
+
+/* The negative region: nkey (a MAC of its own, authn_hmac_negative_key) of
+ * a credential the verifier refused, until `expires`. Lookups take no lock;
+ * the region holds at most AUTHN_HMAC_PER_USER entries per user, and never
+ * touches the positive region. */
+int authn_hmac_negative_lookup(authn_hmac_table_t *t,
+                               const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
+                               const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                               apr_time_t now);
+
+apr_status_t authn_hmac_negative_store(
+    authn_hmac_table_t *t, const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
+    const unsigned char uid[AUTHN_HMAC_KEY_LEN], apr_time_t now,
+    apr_time_t expires);
 
 /* For tests: leaves key's slot as a writer that died halfway through
  * writing it would (its sequence odd, its contents torn). */
@@ -442,6 +487,74 @@ int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
 
 /* 1 the first time a forged value is seen (log it once). */
 int authn_hmac_redis_forged_first(authn_hmac_redis_health_t *h);
+
+/* ------------------------------------------------------------- the engine */
+
+/* What became of a credential; the module's note says it by name. */
+typedef enum {
+    AUTHN_HMAC_HIT,          /* in shared memory */
+    AUTHN_HMAC_REDIS_HIT,    /* in Redis, under a tag that verifies */
+    AUTHN_HMAC_VERIFIED,     /* the verifier said yes; now cached */
+    AUTHN_HMAC_DENIED,       /* the verifier said no */
+    AUTHN_HMAC_NEGATIVE_HIT, /* the same wrong password, seen recently */
+    AUTHN_HMAC_UNKNOWN_USER, /* not in the htpasswd file */
+    AUTHN_HMAC_BUSY,         /* too many verifications waiting */
+    AUTHN_HMAC_ERROR
+} authn_hmac_outcome;
+
+/* "hit", "redis-hit", "verified", "denied", "negative-hit", "unknown-user",
+ * "busy", "error". */
+const char *authn_hmac_outcome_name(authn_hmac_outcome o);
+
+/* Log levels of the engine's messages: syslog's, as httpd's APLOG_*. */
+#define AUTHN_HMAC_LOG_WARNING 4
+#define AUTHN_HMAC_LOG_NOTICE  5
+#define AUTHN_HMAC_LOG_DEBUG   7
+
+/* Checks password against hash (C strings): APR_SUCCESS if it matches.
+ * apr_password_validate in the module; a fake one in tests. */
+typedef apr_status_t (*authn_hmac_verify_fn)(const char *password,
+                                             const char *hash);
+
+/* Receives each of the engine's messages (never a secret). */
+typedef void (*authn_hmac_log_fn)(void *baton, int level, const char *msg);
+
+/* The tiers and tools of one process. */
+typedef struct {
+    const authn_hmac_mac_t *mac;
+    authn_hmac_table_t *table;
+    authn_hmac_redis_pool_t *redis; /* NULL: no Redis */
+    const authn_hmac_redis_conf_t *redis_conf;
+    const char *redis_name; /* as configured, for messages */
+    authn_hmac_verify_fn verify;
+    authn_hmac_log_fn log; /* may be NULL */
+} authn_hmac_engine_t;
+
+/* What a section asks for. */
+typedef struct {
+    apr_interval_time_t ttl;          /* 0: no caching */
+    apr_interval_time_t negative_ttl; /* 0: no negative cache */
+} authn_hmac_policy_t;
+
+/* One credential, with the user's stored hash from the htpasswd file
+ * (hash NULL: no such user). password and hash are C strings. */
+typedef struct {
+    const char *scope;
+    size_t scope_len;
+    const char *user;
+    size_t user_len;
+    const char *password;
+    size_t password_len;
+    const char *hash;
+    size_t hash_len;
+} authn_hmac_cred_t;
+
+/* The request path: shared memory, then Redis, then the verifier; stores
+ * what it verified. baton goes to the log callback. */
+authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
+                                    const authn_hmac_policy_t *pol,
+                                    const authn_hmac_cred_t *c, void *baton,
+                                    apr_pool_t *p);
 
 /* ------------------------------------------------------------- utilities */
 

@@ -30,7 +30,7 @@ typedef struct {
 } hmac_key_t;
 
 struct authn_hmac_mac {
-    hmac_key_t entry, user, value;
+    hmac_key_t entry, user, value, negative;
     authn_hmac_secret_t *page; /* where this structure lives */
 };
 
@@ -188,6 +188,7 @@ apr_status_t authn_hmac_mac_create(authn_hmac_mac_t **out,
     derive(&m->entry, pepper, AUTHN_HMAC_LABEL_ENTRY);
     derive(&m->user, pepper, AUTHN_HMAC_LABEL_USER);
     derive(&m->value, pepper, AUTHN_HMAC_LABEL_VALUE);
+    derive(&m->negative, pepper, AUTHN_HMAC_LABEL_NEGATIVE);
     m->page = page;
     *out = m;
     return APR_SUCCESS;
@@ -205,6 +206,21 @@ static void sha_sink(void *baton, const void *data, size_t len)
     SHA256_Update(baton, data, len);
 }
 
+/* HMAC of the credential's encoding under k. NB: the password is streamed
+ * into the digest; no copy of it is made, and the digest state that saw it
+ * is wiped by hmac_finish. */
+static void cred_mac(const hmac_key_t *k, const char *scope, size_t scope_len,
+                     const char *user, size_t user_len, const char *password,
+                     size_t password_len, const char *hash, size_t hash_len,
+                     unsigned char out[AUTHN_HMAC_KEY_LEN])
+{
+    SHA256_CTX ctx = k->inner;
+
+    authn_hmac_encode(sha_sink, &ctx, scope, scope_len, user, user_len,
+                      password, password_len, hash, hash_len);
+    hmac_finish(k, &ctx, out);
+}
+
 apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
                                     const char *scope, size_t scope_len,
                                     const char *user, size_t user_len,
@@ -212,14 +228,20 @@ apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
                                     const char *hash, size_t hash_len,
                                     unsigned char key[AUTHN_HMAC_KEY_LEN])
 {
-    SHA256_CTX ctx = mac->entry.inner;
-
-    /* NB: the password is streamed into the digest; no copy of it is made,
-     * and the digest state that saw it is wiped by hmac_finish. */
-    authn_hmac_encode(sha_sink, &ctx, scope, scope_len, user, user_len,
-                      password, password_len, hash, hash_len);
-    hmac_finish(&mac->entry, &ctx, key);
+    cred_mac(&mac->entry, scope, scope_len, user, user_len, password,
+             password_len, hash, hash_len, key);
     return APR_SUCCESS;
+}
+
+void authn_hmac_negative_key(const authn_hmac_mac_t *mac, const char *scope,
+                             size_t scope_len, const char *user,
+                             size_t user_len, const char *password,
+                             size_t password_len, const char *hash,
+                             size_t hash_len,
+                             unsigned char nkey[AUTHN_HMAC_KEY_LEN])
+{
+    cred_mac(&mac->negative, scope, scope_len, user, user_len, password,
+             password_len, hash, hash_len, nkey);
 }
 
 void authn_hmac_user_id(const authn_hmac_mac_t *mac, const char *scope,

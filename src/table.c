@@ -19,7 +19,7 @@
 #include <bsd/string.h>
 #include <openssl/crypto.h>
 
-#define TABLE_MAGIC 0x61686d6163740002ULL /* "ahmact", layout 2 */
+#define TABLE_MAGIC 0x61686d6163740003ULL /* "ahmact", layout 3 */
 #define WAYS        8                     /* slots per set */
 #define READ_TRIES  64                    /* then treat the slot as a miss */
 
@@ -32,13 +32,28 @@ typedef struct {
     uint64_t user; /* first 8 bytes of the user id */
 } slot_t;
 
+/* The segment, in one place:
+ *   header           magic, size, start time, where each region is and how
+ *                    full, the Redis health, the counters (HEADER_SIZE)
+ *   positive region  credentials verified: what grants (8 of 9 sets)
+ *   negative region  wrong passwords seen recently: what denies without
+ *                    bcrypt (1 of 9 sets; none in a table of one set)
+ * Each region is sets of WAYS slots, and never writes into another: a flood
+ * of wrong passwords cannot evict a verified credential. */
+enum { POSITIVE, NEGATIVE, REGIONS };
+
+typedef struct {
+    uint64_t offset; /* from the segment's start */
+    uint64_t nsets;
+    uint64_t used; /* slots holding an entry, live or expired */
+} region_hdr_t;
+
 typedef struct {
     uint64_t magic;
-    uint64_t nsets;
     uint64_t size;
     int64_t started;
-    uint64_t used; /* slots holding an entry, live or expired */
-    char pad0[24];
+    region_hdr_t region[REGIONS];
+    char pad0[64 - (24 + REGIONS * sizeof(region_hdr_t)) % 64];
     authn_hmac_redis_health_t redis;
     char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
     uint64_t counter[AUTHN_HMAC_C_COUNT];
@@ -47,10 +62,16 @@ typedef struct {
 
 #define HEADER_SIZE ((sizeof(header_t) + 63) & ~(size_t)63)
 
-struct authn_hmac_table {
-    header_t *hdr;
+typedef struct {
     slot_t *slots;
     uint64_t nsets;
+    uint64_t *used;
+    int evictions; /* counted (the positive region's) */
+} region_t;
+
+struct authn_hmac_table {
+    header_t *hdr;
+    region_t region[REGIONS];
     apr_global_mutex_t *mutex;
 };
 
@@ -70,11 +91,18 @@ size_t authn_hmac_table_size(size_t budget)
 apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now)
 {
     header_t *h = base;
+    uint64_t sets, neg;
 
     if (size < HEADER_SIZE)
         return APR_EINVAL;
     memset(base, 0, size);
-    h->nsets = (size - HEADER_SIZE) / (WAYS * sizeof(slot_t));
+    sets = (size - HEADER_SIZE) / (WAYS * sizeof(slot_t));
+    neg = sets >= 2 ? (sets / 9 ? sets / 9 : 1) : 0;
+    h->region[POSITIVE].offset = HEADER_SIZE;
+    h->region[POSITIVE].nsets = sets - neg;
+    h->region[NEGATIVE].offset =
+        HEADER_SIZE + (sets - neg) * WAYS * sizeof(slot_t);
+    h->region[NEGATIVE].nsets = neg;
     h->size = size;
     h->started = now;
     h->magic = TABLE_MAGIC;
@@ -86,13 +114,18 @@ authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p)
 {
     authn_hmac_table_t *t;
     header_t *h = base;
+    int r;
 
     if (h->magic != TABLE_MAGIC)
         return NULL;
     t = apr_pcalloc(p, sizeof(*t));
     t->hdr = h;
-    t->slots = (slot_t *)((char *)base + HEADER_SIZE);
-    t->nsets = h->nsets;
+    for (r = 0; r < REGIONS; r++) {
+        t->region[r].slots = (slot_t *)((char *)base + h->region[r].offset);
+        t->region[r].nsets = h->region[r].nsets;
+        t->region[r].used = &h->region[r].used;
+    }
+    t->region[POSITIVE].evictions = 1;
     t->mutex = mutex;
     return t;
 }
@@ -107,9 +140,9 @@ static uint64_t user_word(const unsigned char *uid)
 
 /* First slot of the user's set; the user id is a MAC, so no client can
  * steer it without the pepper. */
-static slot_t *set_for(authn_hmac_table_t *t, uint64_t user)
+static slot_t *set_for(const region_t *r, uint64_t user)
 {
-    return t->slots + (user % t->nsets) * WAYS;
+    return r->slots + (user % r->nsets) * WAYS;
 }
 
 /* Copies a slot consistently; 0 if a writer kept it busy too long. */
@@ -161,17 +194,16 @@ static int slot_torn(const slot_t *s)
     return (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) & 1) != 0;
 }
 
-int authn_hmac_table_lookup(authn_hmac_table_t *t,
-                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                            apr_time_t now, apr_interval_time_t ttl)
+static int lookup_in(const region_t *r, const unsigned char *key,
+                     const unsigned char *uid, apr_time_t now,
+                     apr_interval_time_t ttl)
 {
     slot_t *set, copy;
     int i, found = 0;
 
-    if (t->nsets == 0)
+    if (r->nsets == 0)
         return 0;
-    set = set_for(t, user_word(uid));
+    set = set_for(r, user_word(uid));
     for (i = 0; i < WAYS; i++) {
         if (!slot_read(&set[i], &copy) || copy.stored == 0)
             continue;
@@ -183,22 +215,21 @@ int authn_hmac_table_lookup(authn_hmac_table_t *t,
     return found;
 }
 
-apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
-                                    const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                                    const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                                    apr_time_t now, apr_time_t stored,
-                                    apr_time_t expires)
+static apr_status_t store_in(authn_hmac_table_t *t, region_t *r,
+                             const unsigned char *key, const unsigned char *uid,
+                             apr_time_t now, apr_time_t stored,
+                             apr_time_t expires)
 {
     uint64_t user = user_word(uid);
     slot_t *set, *victim = NULL, *own_oldest = NULL;
     apr_status_t rv;
     int i, own = 0;
 
-    if (t->nsets == 0 || expires <= now || stored > now)
+    if (r->nsets == 0 || expires <= now || stored > now)
         return APR_SUCCESS;
     if (t->mutex && (rv = apr_global_mutex_lock(t->mutex)) != APR_SUCCESS)
         return rv;
-    set = set_for(t, user);
+    set = set_for(r, user);
     /* Under the mutex no one else writes, so plain reads are safe; a slot
      * left odd by a writer that died is free to take. The same key, else
      * the user's oldest live entry once the user holds its share, else a
@@ -220,7 +251,7 @@ apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
         if (slot_torn(&set[i]) || set[i].stored == 0) {
             victim = &set[i];
             if (set[i].stored == 0)
-                __atomic_add_fetch(&t->hdr->used, 1, __ATOMIC_RELAXED);
+                __atomic_add_fetch(r->used, 1, __ATOMIC_RELAXED);
         }
     for (i = 0; i < WAYS && !victim; i++)
         if (set[i].expires <= now)
@@ -230,20 +261,56 @@ apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
         for (i = 1; i < WAYS; i++)
             if (set[i].stored < victim->stored)
                 victim = &set[i];
-        authn_hmac_table_count(t, AUTHN_HMAC_C_EVICTIONS, 1);
+        if (r->evictions)
+            authn_hmac_table_count(t, AUTHN_HMAC_C_EVICTIONS, 1);
     }
     slot_write(victim, key, user, stored, expires);
-    authn_hmac_table_count(t, AUTHN_HMAC_C_STORES, 1);
+    if (r->evictions)
+        authn_hmac_table_count(t, AUTHN_HMAC_C_STORES, 1);
     if (t->mutex)
         apr_global_mutex_unlock(t->mutex);
     return APR_SUCCESS;
+}
+
+int authn_hmac_table_lookup(authn_hmac_table_t *t,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                            apr_time_t now, apr_interval_time_t ttl)
+{
+    return lookup_in(&t->region[POSITIVE], key, uid, now, ttl);
+}
+
+apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
+                                    const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                                    const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                                    apr_time_t now, apr_time_t stored,
+                                    apr_time_t expires)
+{
+    return store_in(t, &t->region[POSITIVE], key, uid, now, stored, expires);
+}
+
+int authn_hmac_negative_lookup(authn_hmac_table_t *t,
+                               const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
+                               const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                               apr_time_t now)
+{
+    /* NB: a negative entry's life is its expiry, set when it was stored. */
+    return lookup_in(&t->region[NEGATIVE], nkey, uid, now, APR_INT64_MAX / 2);
+}
+
+apr_status_t authn_hmac_negative_store(
+    authn_hmac_table_t *t, const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
+    const unsigned char uid[AUTHN_HMAC_KEY_LEN], apr_time_t now,
+    apr_time_t expires)
+{
+    return store_in(t, &t->region[NEGATIVE], nkey, uid, now, now, expires);
 }
 
 void authn_hmac_table_tear(authn_hmac_table_t *t,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
                            const unsigned char uid[AUTHN_HMAC_KEY_LEN])
 {
-    slot_t *set = set_for(t, user_word(uid));
+    slot_t *set = set_for(&t->region[POSITIVE], user_word(uid));
     int i;
 
     for (i = 0; i < WAYS; i++)
@@ -269,7 +336,7 @@ authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t)
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
                             authn_hmac_stats_t *out)
 {
-    uint64_t n = t->nsets * WAYS;
+    uint64_t n = t->region[POSITIVE].nsets * WAYS;
     int c;
 
     memset(out, 0, sizeof(*out));
@@ -277,7 +344,10 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
         out->counter[c] =
             __atomic_load_n(&t->hdr->counter[c], __ATOMIC_RELAXED);
     /* NB: O(1): the count is kept as slots fill, never by a scan. */
-    out->entries = __atomic_load_n(&t->hdr->used, __ATOMIC_RELAXED);
+    out->entries = __atomic_load_n(t->region[POSITIVE].used, __ATOMIC_RELAXED);
+    out->negative_entries =
+        __atomic_load_n(t->region[NEGATIVE].used, __ATOMIC_RELAXED);
+    out->negative_slots = t->region[NEGATIVE].nsets * WAYS;
     out->redis_breaker =
         __atomic_load_n(&t->hdr->redis.breaker_until, __ATOMIC_RELAXED) != 0;
     out->redis_conns =

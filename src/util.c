@@ -81,23 +81,23 @@ int authn_hmac_status_wants_json(const char *args)
     return 0;
 }
 
-static const char *const counter_names[AUTHN_HMAC_C_COUNT] = {
-    "hits",           "misses",        "verifications", "verify_usec",
-    "denied",         "unknown_user",  "errors",        "stores",
-    "evictions",      "redis_hits",    "redis_misses",  "redis_errors",
-    "redis_timeouts", "redis_skipped", "redis_forged"};
+const authn_hmac_counter_info_t authn_hmac_counter_info[] = {
+#define AUTHN_HMAC_COUNTER_INFO(id, name, help) {name, help},
+    AUTHN_HMAC_COUNTERS(AUTHN_HMAC_COUNTER_INFO)
+#undef AUTHN_HMAC_COUNTER_INFO
+};
 
 const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
                                      apr_time_t now, apr_pool_t *p)
 {
-    const char *name[AUTHN_HMAC_C_COUNT + 8];
-    uint64_t val[AUTHN_HMAC_C_COUNT + 8];
+    const char *name[AUTHN_HMAC_C_COUNT + 12];
+    uint64_t val[AUTHN_HMAC_C_COUNT + 12];
     uint64_t v = s->counter[AUTHN_HMAC_C_VERIFICATIONS];
     const char *out = json ? "{" : "";
     int c, n = 0;
 
     for (c = 0; c < AUTHN_HMAC_C_COUNT; c++, n++) {
-        name[n] = counter_names[c];
+        name[n] = authn_hmac_counter_info[c].name;
         val[n] = s->counter[c];
     }
     name[n] = "verify_avg_usec";
@@ -112,6 +112,10 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
     val[n++] = s->entries;
     name[n] = "slots";
     val[n++] = s->slots;
+    name[n] = "negative_entries";
+    val[n++] = s->negative_entries;
+    name[n] = "negative_slots";
+    val[n++] = s->negative_slots;
     name[n] = "cache_bytes";
     val[n++] = s->bytes;
     name[n] = "uptime_sec";

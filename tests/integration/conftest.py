@@ -36,6 +36,7 @@ Alias /b/ "{d}/htdocs/"
 Alias /short/ "{d}/htdocs/"
 Alias /gone/ "{d}/htdocs/"
 Alias /nocache/ "{d}/htdocs/"
+Alias /noneg/ "{d}/htdocs/"
 <Location /a/>
     AuthType Basic
     AuthName "a"
@@ -64,6 +65,14 @@ Alias /nocache/ "{d}/htdocs/"
     AuthName "gone"
     AuthBasicProvider hmac
     AuthHMACUserFile "{d}/gone.htpasswd"
+    Require valid-user
+</Location>
+<Location /noneg/>
+    AuthType Basic
+    AuthName "a"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{d}/a.htpasswd"
+    AuthHMACNegativeTTL 0
     Require valid-user
 </Location>
 <Location /nocache/>

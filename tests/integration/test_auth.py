@@ -58,12 +58,40 @@ def test_notes_name_what_happened(server):
     assert server.notes("no-such-user") == ["unknown-user"]
 
 
-def test_failed_verification_is_never_cached(server):
+def test_failed_verification_is_never_cached_as_a_grant(server):
+    """A refused credential is refused again: the first time by bcrypt, then
+    from the negative cache, and never from the positive one."""
     before = server.status()
     for _ in range(3):
         assert server.status_code("/a/index.html", "alice", "not it") == 401
     d = counters_delta(server, before)
-    assert d["verifications"] == 3 and d["denied"] == 3 and d["hits"] == 0
+    assert d["verifications"] == 1 and d["denied"] == 1 and d["hits"] == 0
+    assert d["negative_hits"] == 2
+    assert server.notes("alice")[-3:] == ["denied", "negative-hit", "negative-hit"]
+
+
+def test_repeated_wrong_password_runs_bcrypt_once(server):
+    htpasswd(server.path("a.htpasswd"), "rex", "rex's real password")
+    before = server.status()
+    assert server.status_code("/a/index.html", "rex", "rex guess") == 401
+    complete, failed, non2xx, out = server.ab("/a/index.html", "rex", "rex guess", n=999, c=8)
+    assert complete == 999 and non2xx == 999, out
+    d = counters_delta(server, before)
+    assert d["verifications"] == 1 and d["negative_hits"] == 999, d
+    # The right password is not affected, and a password set to what was
+    # refused works at once (the stored hash is in the key).
+    assert server.status_code("/a/index.html", "rex", "rex's real password") == 200
+    htpasswd(server.path("a.htpasswd"), "rex", "rex guess")
+    assert server.status_code("/a/index.html", "rex", "rex guess") == 200
+    assert server.notes("rex")[-1] == "verified"
+
+
+def test_negative_ttl_zero_verifies_every_wrong_password(server):
+    before = server.status()
+    for _ in range(2):
+        assert server.status_code("/noneg/index.html", "alice", "again wrong") == 401
+    d = counters_delta(server, before)
+    assert d["verifications"] == 2 and d["negative_hits"] == 0
 
 
 def test_password_change_takes_effect_on_next_request(server):

@@ -87,6 +87,13 @@ def test_bad_ttl_is_refused(srv, value):
     assert "AuthHMACCacheTTL" in out and "seconds from 0 to" in out
 
 
+@pytest.mark.parametrize("value", ["never", "-1", "2.5", "8d"])
+def test_bad_negative_ttl_is_refused(srv, value):
+    rc, out = configure(srv, ttl='AuthHMACNegativeTTL "%s"' % value)
+    assert rc != 0
+    assert "AuthHMACNegativeTTL" in out and "0 turns the negative cache off" in out
+
+
 def test_server_wide_directives_refused_in_vhost(srv):
     rc, out = configure(srv, "<VirtualHost 127.0.0.1:%d>\n AuthHMACCacheSize 8M\n</VirtualHost>"
                         % srv.port)

@@ -203,7 +203,8 @@ def test_wrong_secret_or_database_falls_back(shared, what):
             assert srv.status_code("/w/", "alice", "wrong") == 401
         st = srv.status()
         assert st["redis_errors"] >= 1 and st["redis_hits"] == 0
-        assert st["verifications"] == 4  # 1 right (then shm hits) + 3 wrong
+        # 1 right (then shm hits), 1 wrong (then the negative cache).
+        assert st["verifications"] == 2 and st["negative_hits"] == 2
         log = srv.error_log()
         warnings = re.findall(OUTAGE + ".*", log)
         assert len(warnings) == 1, warnings

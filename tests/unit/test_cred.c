@@ -202,6 +202,8 @@ static void test_subkey_vectors(apr_pool_t *p)
          "117e5ddb00500d62c66cf24eefb8966208f03dc4efb5f80b3c5ebe9b740fecb8"},
         {AUTHN_HMAC_LABEL_VALUE,
          "12843ca6dc93bf6919934f6d460039194f3ace920acfa644673f97c33f041eb9"},
+        {AUTHN_HMAC_LABEL_NEGATIVE,
+         "a792f603736ab1740863fdf2b600e93768d0d8c62eced2a623b3b7ad44bfc85c"},
     };
     authn_hmac_secret_t *pep = NULL;
     unsigned char got[32], want[32], ossl[32];

@@ -1,0 +1,285 @@
+/* engine.c: the request path, in one place.
+ *
+ * A credential (scope, user, password, stored hash) goes through the tiers
+ * in order and comes out as an outcome:
+ *   1. shared memory: the credential MAC among the user's entries (hit);
+ *   2. Redis, when configured: the user's entry, whose tag must verify
+ *      (redis-hit; a value that does not verify is a miss, counted and
+ *      logged once);
+ *   3. the negative region of shared memory: the same wrong password seen
+ *      within the negative TTL is denied again without the verifier
+ *      (negative-hit);
+ *   4. the verifier (apr_password_validate in the module): verified, then
+ *      stored in shared memory and Redis; or denied, and remembered in the
+ *      negative region.
+ * A request waits for Redis at most the configured timeout in all, and its
+ * first Redis failure ends its use of Redis.
+ *
+ * No httpd here: the module adapts the outcome to an authn_status, and unit
+ * tests drive the engine with a fake verifier.
+ */
+#include "authn_hmac.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#include <apr_strings.h>
+#include <bsd/string.h>
+
+static void logf_(const authn_hmac_engine_t *e, void *baton, int level,
+                  apr_pool_t *p, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void logf_(const authn_hmac_engine_t *e, void *baton, int level,
+                  apr_pool_t *p, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!e->log)
+        return;
+    va_start(ap, fmt);
+    e->log(baton, level, apr_pvsprintf(p, fmt, ap));
+    va_end(ap);
+}
+
+static void count(const authn_hmac_engine_t *e, enum authn_hmac_counter c,
+                  uint64_t n)
+{
+    authn_hmac_table_count(e->table, c, n);
+}
+
+/* One request's use of Redis: each operation (connect, AUTH and SELECT if
+ * needed, the command and its whole reply) has one deadline of the timeout,
+ * and the request's first failure ends its use of Redis. */
+typedef struct {
+    const authn_hmac_engine_t *e;
+    void *baton;
+    apr_pool_t *p;
+    int off;                 /* a failure or the breaker: no more Redis */
+    int probe;               /* this request probes a half-open breaker */
+    apr_time_t started;      /* monotonic, of the current operation */
+    authn_hmac_entries_t es; /* the user's entries that GET found */
+} redis_req;
+
+/* After a Redis operation: gives the connection back (or drops it), keeps
+ * the shared health, and logs an outage once and its end once. */
+static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
+                      authn_hmac_redis_rc rc, const char *why)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(e->table);
+    apr_time_t now = authn_hmac_monotonic();
+    apr_interval_time_t outage = 0;
+
+    if (conn)
+        authn_hmac_redis_pool_release(e->redis, conn,
+                                      rc != AUTHN_HMAC_REDIS_OK);
+    if (rc == AUTHN_HMAC_REDIS_OK) {
+        if (authn_hmac_redis_succeeded(h, rq->started, now, rq->probe, &outage))
+            logf_(e, rq->baton, AUTHN_HMAC_LOG_NOTICE, rq->p,
+                  "Redis at %s is back after %" APR_TIME_T_FMT " s",
+                  e->redis_name, apr_time_sec(outage));
+        rq->probe = 0;
+        return;
+    }
+    rq->off = 1;
+    count(e,
+          rc == AUTHN_HMAC_REDIS_TIMEOUT ? AUTHN_HMAC_C_REDIS_TIMEOUTS
+                                         : AUTHN_HMAC_C_REDIS_ERRORS,
+          1);
+    if (authn_hmac_redis_failed(h, now, rq->probe))
+        logf_(e, rq->baton, AUTHN_HMAC_LOG_WARNING, rq->p,
+              "Redis at %s is unavailable (%s); using shared memory and "
+              "bcrypt until it is back",
+              e->redis_name, why);
+    else
+        logf_(e, rq->baton, AUTHN_HMAC_LOG_DEBUG, rq->p, "Redis at %s: %s",
+              e->redis_name, why);
+}
+
+/* A pooled Redis connection and the deadline of the operation; NULL when
+ * this request is done with Redis, the breaker is open, or Redis cannot be
+ * reached. */
+static authn_hmac_redis_conn_t *redis_begin(redis_req *rq, apr_time_t *deadline)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(e->table);
+    authn_hmac_redis_conn_t *conn = NULL;
+    apr_interval_time_t timeout;
+    const char *why = "";
+    authn_hmac_redis_rc rc;
+    int go;
+
+    if (rq->off)
+        return NULL;
+    timeout = apr_time_from_msec(e->redis_conf->timeout_ms);
+    rq->started = authn_hmac_monotonic();
+    go = authn_hmac_redis_allowed(h, rq->started,
+                                  timeout + apr_time_from_sec(1));
+    if (!go) {
+        count(e, AUTHN_HMAC_C_REDIS_SKIPPED, 1);
+        rq->off = 1;
+        return NULL;
+    }
+    rq->probe = go == 2;
+    *deadline = rq->started + timeout;
+    rc = authn_hmac_redis_pool_acquire(e->redis, &conn, *deadline, &why, rq->p);
+    if (rc != AUTHN_HMAC_REDIS_OK) {
+        redis_end(rq, NULL, rc, why);
+        return NULL;
+    }
+    return conn;
+}
+
+/* Looks the user's entry up in Redis; on a hit for this credential, fills
+ * shared memory for no longer than the entry has left. A value whose tag
+ * does not verify is a miss, whoever wrote it. */
+static int redis_lookup(redis_req *rq, const unsigned char *key,
+                        const unsigned char *uid, apr_time_t now,
+                        apr_interval_time_t ttl)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    apr_time_t deadline = 0, stored = 0, expires = 0;
+    authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
+    authn_hmac_value_state st = AUTHN_HMAC_VALUE_NONE;
+    const char *why = "";
+    authn_hmac_redis_rc rc;
+    int found;
+
+    if (!conn)
+        return 0;
+    rc = authn_hmac_redis_get(conn, e->redis_conf, e->mac, uid, deadline,
+                              &rq->es, &st, &why, rq->p);
+    redis_end(rq, conn, rc, why);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return 0;
+    if (st == AUTHN_HMAC_VALUE_FORGED) {
+        count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
+        logf_(e, rq->baton,
+              authn_hmac_redis_forged_first(
+                  authn_hmac_table_redis_health(e->table))
+                  ? AUTHN_HMAC_LOG_WARNING
+                  : AUTHN_HMAC_LOG_DEBUG,
+              rq->p,
+              "Redis returned an entry that does not verify (forged, "
+              "damaged, or written with another pepper); treated as a "
+              "miss. Is %s the farm's Redis?",
+              e->redis_name);
+    }
+    found = st == AUTHN_HMAC_VALUE_VALID &&
+            authn_hmac_entries_find(&rq->es, key, now, ttl, &stored, &expires);
+    count(e, found ? AUTHN_HMAC_C_REDIS_HITS : AUTHN_HMAC_C_REDIS_MISSES, 1);
+    if (found)
+        authn_hmac_table_store(e->table, key, uid, now, stored, expires);
+    return found;
+}
+
+/* Makes the credential the user's newest entry in Redis, keeping the
+ * newest other one that GET found. */
+static void redis_store(redis_req *rq, const unsigned char *key,
+                        const unsigned char *uid, apr_time_t now,
+                        apr_interval_time_t ttl)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn;
+    const char *why = "";
+    authn_hmac_redis_rc rc;
+
+    authn_hmac_entries_add(&rq->es, key, now, now + ttl, now);
+    conn = redis_begin(rq, &deadline);
+    if (!conn)
+        return;
+    rc = authn_hmac_redis_set(conn, e->redis_conf, e->mac, uid, &rq->es, now,
+                              deadline, &why, rq->p);
+    redis_end(rq, conn, rc, why);
+}
+
+const char *authn_hmac_outcome_name(authn_hmac_outcome o)
+{
+    static const char *const names[] = {
+        "hit",          "redis-hit",    "verified", "denied",
+        "negative-hit", "unknown-user", "busy",     "error"};
+
+    return (unsigned)o < sizeof(names) / sizeof(names[0]) ? names[o] : "error";
+}
+
+authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
+                                    const authn_hmac_policy_t *pol,
+                                    const authn_hmac_cred_t *c, void *baton,
+                                    apr_pool_t *p)
+{
+    unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
+    unsigned char nkey[AUTHN_HMAC_KEY_LEN];
+    apr_time_t t0, t1;
+    redis_req rq;
+    int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
+    apr_status_t rv;
+
+    if (!c->hash) {
+        count(e, AUTHN_HMAC_C_UNKNOWN_USER, 1);
+        return AUTHN_HMAC_UNKNOWN_USER;
+    }
+    if (c->hash_len == 0) {
+        /* A line without a hash: its user can never log in. */
+        count(e, AUTHN_HMAC_C_DENIED, 1);
+        return AUTHN_HMAC_DENIED;
+    }
+    memset(&rq, 0, sizeof(rq));
+    rq.e = e;
+    rq.baton = baton;
+    rq.p = p;
+    rq.off = !e->redis || !cache;
+    t0 = apr_time_now();
+    if (cache) {
+        authn_hmac_mac_compute(e->mac, c->scope, c->scope_len, c->user,
+                               c->user_len, c->password, c->password_len,
+                               c->hash, c->hash_len, key);
+        authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
+                           uid);
+        if (authn_hmac_table_lookup(e->table, key, uid, t0, pol->ttl)) {
+            explicit_bzero(key, sizeof(key));
+            count(e, AUTHN_HMAC_C_HITS, 1);
+            return AUTHN_HMAC_HIT;
+        }
+    }
+    count(e, AUTHN_HMAC_C_MISSES, 1);
+    if (cache && redis_lookup(&rq, key, uid, t0, pol->ttl)) {
+        explicit_bzero(key, sizeof(key));
+        return AUTHN_HMAC_REDIS_HIT;
+    }
+    if (negative) {
+        authn_hmac_negative_key(e->mac, c->scope, c->scope_len, c->user,
+                                c->user_len, c->password, c->password_len,
+                                c->hash, c->hash_len, nkey);
+        if (authn_hmac_negative_lookup(e->table, nkey, uid, t0)) {
+            explicit_bzero(key, sizeof(key));
+            count(e, AUTHN_HMAC_C_NEGATIVE_HITS, 1);
+            return AUTHN_HMAC_NEGATIVE_HIT;
+        }
+    }
+
+    t0 = apr_time_now();
+    rv = e->verify(c->password, c->hash);
+    t1 = apr_time_now();
+    count(e, AUTHN_HMAC_C_VERIFICATIONS, 1);
+    count(e, AUTHN_HMAC_C_VERIFY_USEC, (uint64_t)(t1 - t0));
+    if (rv != APR_SUCCESS) {
+        explicit_bzero(key, sizeof(key));
+        count(e, AUTHN_HMAC_C_DENIED, 1);
+        /* NB: only a mismatch is remembered: the same input gives it
+         * again. Any other failure (out of memory) may not. */
+        if (negative && rv == APR_EMISMATCH)
+            authn_hmac_negative_store(e->table, nkey, uid, t1,
+                                      t1 + pol->negative_ttl);
+        return AUTHN_HMAC_DENIED;
+    }
+    if (cache) {
+        authn_hmac_table_store(e->table, key, uid, t1, t1, t1 + pol->ttl);
+        redis_store(&rq, key, uid, t1, pol->ttl);
+    }
+    explicit_bzero(key, sizeof(key));
+    logf_(e, baton, AUTHN_HMAC_LOG_DEBUG, p,
+          "verified in %" APR_TIME_T_FMT " us, cached", t1 - t0);
+    return AUTHN_HMAC_VERIFIED;
+}

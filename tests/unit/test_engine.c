@@ -1,0 +1,208 @@
+/* Unit tests: the request path (src/engine.c), without httpd, with a fake
+ * verifier that counts its calls and can be made slow. */
+#include "authn_hmac.h"
+#include "unit.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The fake verifier: "right" matches the hash "H-right", and so on. Its
+ * calls are counted in shared memory, across processes. */
+static uint64_t *calls;
+static int slow_ms;
+static void *table_base;
+static apr_global_mutex_t *table_mutex;
+
+static apr_status_t fake_verify(const char *password, const char *hash)
+{
+    __atomic_add_fetch(calls, 1, __ATOMIC_RELAXED);
+    if (slow_ms)
+        usleep((useconds_t)slow_ms * 1000);
+    return strncmp(hash, "H-", 2) == 0 && strcmp(hash + 2, password) == 0
+               ? APR_SUCCESS
+               : APR_EMISMATCH;
+}
+
+static authn_hmac_engine_t engine(apr_pool_t *p, size_t budget)
+{
+    authn_hmac_engine_t e;
+    authn_hmac_secret_t *pep = NULL;
+    authn_hmac_mac_t *mac = NULL;
+    size_t size = authn_hmac_table_size(budget);
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    apr_global_mutex_t *mutex = NULL;
+
+    table_base = m;
+
+    CHECK(m != MAP_FAILED);
+    CHECK(authn_hmac_table_format(m, size, apr_time_now()) == APR_SUCCESS);
+    CHECK(apr_global_mutex_create(&mutex, NULL, APR_LOCK_DEFAULT, p) ==
+          APR_SUCCESS);
+    CHECK(authn_hmac_secret_random(&pep, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&mac, pep, p) == APR_SUCCESS);
+    memset(&e, 0, sizeof(e));
+    e.mac = mac;
+    e.table = authn_hmac_table_attach(m, mutex, p);
+    table_mutex = mutex;
+    e.verify = fake_verify;
+    *calls = 0;
+    return e;
+}
+
+static authn_hmac_cred_t cred(const char *user, const char *password,
+                              const char *hash)
+{
+    authn_hmac_cred_t c;
+
+    c.scope = "/etc/apache2/users";
+    c.scope_len = strlen(c.scope);
+    c.user = user;
+    c.user_len = strlen(user);
+    c.password = password;
+    c.password_len = strlen(password);
+    c.hash = hash;
+    c.hash_len = hash ? strlen(hash) : 0;
+    return c;
+}
+
+static apr_interval_time_t negative_ttl_us; /* 0: off */
+
+static authn_hmac_outcome check(const authn_hmac_engine_t *e, int ttl_sec,
+                                const char *user, const char *password,
+                                const char *hash, apr_pool_t *p)
+{
+    authn_hmac_policy_t pol;
+    authn_hmac_cred_t c = cred(user, password, hash);
+
+    pol.ttl = apr_time_from_sec(ttl_sec);
+    pol.negative_ttl = negative_ttl_us;
+    return authn_hmac_check(e, &pol, &c, NULL, p);
+}
+
+static void test_outcomes(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+
+    CHECK(check(&e, 300, "zed", "x", NULL, p) == AUTHN_HMAC_UNKNOWN_USER);
+    CHECK(check(&e, 300, "nohash", "x", "", p) == AUTHN_HMAC_DENIED);
+    CHECK(*calls == 0);
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
+          AUTHN_HMAC_VERIFIED);
+    CHECK(*calls == 1);
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    CHECK(*calls == 1);
+    CHECK(check(&e, 300, "alice", "wrong", "H-right", p) == AUTHN_HMAC_DENIED);
+    CHECK(check(&e, 300, "alice", "wrong", "H-right", p) == AUTHN_HMAC_DENIED);
+    CHECK(*calls == 3); /* no negative cache yet */
+    /* Another user with the same password, another scope: not the hit. */
+    CHECK(check(&e, 300, "bob", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
+    /* The stored hash is in the key: a new hash is verified again at once,
+     * and the old password no longer matches it. */
+    CHECK(check(&e, 300, "alice", "right", "H-new", p) == AUTHN_HMAC_DENIED);
+    CHECK(check(&e, 300, "alice", "new", "H-new", p) == AUTHN_HMAC_VERIFIED);
+    /* TTL 0: no caching, the verifier every time. */
+    *calls = 0;
+    CHECK(check(&e, 0, "carol", "c", "H-c", p) == AUTHN_HMAC_VERIFIED);
+    CHECK(check(&e, 0, "carol", "c", "H-c", p) == AUTHN_HMAC_VERIFIED);
+    CHECK(*calls == 2);
+    CHECK(!strcmp(authn_hmac_outcome_name(AUTHN_HMAC_REDIS_HIT), "redis-hit"));
+    CHECK(!strcmp(authn_hmac_outcome_name(AUTHN_HMAC_UNKNOWN_USER),
+                  "unknown-user"));
+    CHECK(!strcmp(authn_hmac_outcome_name((authn_hmac_outcome)99), "error"));
+}
+
+#define PROCS 4
+
+/* Several processes check credentials at once through one table, with a
+ * slow verifier: every answer is right, and afterwards all are hits. */
+static void test_forked_processes(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    pid_t pid[PROCS];
+    int i, status, ok = 1;
+
+    slow_ms = 20;
+    for (i = 0; i < PROCS; i++) {
+        pid[i] = fork();
+        if (pid[i] == 0) {
+            apr_pool_t *cp;
+            int bad = 0, n;
+
+            apr_pool_create(&cp, NULL);
+            apr_global_mutex_child_init(&table_mutex, NULL, cp);
+            e.table = authn_hmac_table_attach(table_base, table_mutex, cp);
+            for (n = 0; n < 5; n++) {
+                char user[16];
+
+                snprintf(user, sizeof(user), "u%d", n);
+                bad |=
+                    check(&e, 300, user, "pw", "H-pw", cp) == AUTHN_HMAC_DENIED;
+                bad |= check(&e, 300, user, "nope", "H-pw", cp) !=
+                       AUTHN_HMAC_DENIED;
+            }
+            _exit(bad);
+        }
+    }
+    for (i = 0; i < PROCS; i++) {
+        CHECK(waitpid(pid[i], &status, 0) == pid[i]);
+        ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    CHECK(ok);
+    slow_ms = 0;
+    for (i = 0; i < 5; i++) {
+        char user[16];
+
+        snprintf(user, sizeof(user), "u%d", i);
+        CHECK(check(&e, 300, user, "pw", "H-pw", p) == AUTHN_HMAC_HIT);
+    }
+}
+
+/* A repeated wrong password is refused without the verifier; the right
+ * password is not affected; a new stored hash starts afresh. */
+static void test_negative_cache(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    int i;
+
+    negative_ttl_us = apr_time_from_sec(30);
+    CHECK(check(&e, 300, "alice", "wrong", "H-right", p) == AUTHN_HMAC_DENIED);
+    for (i = 0; i < 1000; i++)
+        CHECK(check(&e, 300, "alice", "wrong", "H-right", p) ==
+              AUTHN_HMAC_NEGATIVE_HIT);
+    CHECK(*calls == 1);
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
+          AUTHN_HMAC_VERIFIED);
+    /* The password set to what was refused: it works at once. */
+    CHECK(check(&e, 300, "alice", "wrong", "H-wrong", p) ==
+          AUTHN_HMAC_VERIFIED);
+    /* A flood of distinct wrong passwords never evicts a verified one. */
+    for (i = 0; i < 5000; i++) {
+        char pw[32];
+
+        snprintf(pw, sizeof(pw), "flood %d", i);
+        CHECK(check(&e, 300, "alice", pw, "H-right", p) == AUTHN_HMAC_DENIED);
+    }
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    /* Off: every wrong password is verified. */
+    negative_ttl_us = 0;
+    *calls = 0;
+    CHECK(check(&e, 300, "bob", "nope", "H-b", p) == AUTHN_HMAC_DENIED);
+    CHECK(check(&e, 300, "bob", "nope", "H-b", p) == AUTHN_HMAC_DENIED);
+    CHECK(*calls == 2);
+}
+
+int main(void)
+{
+    apr_pool_t *p = unit_start();
+
+    calls = mmap(NULL, sizeof(*calls), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    RUN(test_outcomes, p);
+    RUN(test_forked_processes, p);
+    RUN(test_negative_cache, p);
+    return unit_end();
+}
