@@ -45,12 +45,12 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define NOTE           "authn-hmac"
 #define STATUS_HANDLER "authn-hmac-status"
 
-#define DEFAULT_SIZE ((uint64_t)4 << 20)
-#define MIN_SIZE     ((uint64_t)16 << 10)
-#define MAX_SIZE     ((uint64_t)1 << 30)
-#define DEFAULT_TTL  300
+#define DEFAULT_SIZE         ((uint64_t)4 << 20)
+#define MIN_SIZE             ((uint64_t)16 << 10)
+#define MAX_SIZE             ((uint64_t)1 << 30)
+#define DEFAULT_TTL          300
 #define DEFAULT_NEGATIVE_TTL 30
-#define MAX_TTL      604800 /* 7 days */
+#define MAX_TTL              604800 /* 7 days */
 
 #define DEFAULT_REDIS_TIMEOUT_MS 50
 #define MAX_REDIS_TIMEOUT_MS     10000
@@ -501,6 +501,7 @@ static authn_status status_of(authn_hmac_outcome o)
     case AUTHN_HMAC_HIT:
     case AUTHN_HMAC_REDIS_HIT:
     case AUTHN_HMAC_VERIFIED:
+    case AUTHN_HMAC_COALESCED:
         return AUTH_GRANTED;
     case AUTHN_HMAC_DENIED:
     case AUTHN_HMAC_NEGATIVE_HIT:

@@ -56,9 +56,9 @@ void authn_hmac_secret_wipe(authn_hmac_secret_t *secret);
 #define AUTHN_HMAC_ENCODING_VERSION 2
 
 /* HKDF-SHA256 info labels of the three subkeys of the pepper. */
-#define AUTHN_HMAC_LABEL_ENTRY "authn_hmac v2 entry" /* credential MAC */
-#define AUTHN_HMAC_LABEL_USER  "authn_hmac v2 user"  /* user id */
-#define AUTHN_HMAC_LABEL_VALUE "authn_hmac v2 value" /* Redis value tag */
+#define AUTHN_HMAC_LABEL_ENTRY    "authn_hmac v2 entry"    /* credential MAC */
+#define AUTHN_HMAC_LABEL_USER     "authn_hmac v2 user"     /* user id */
+#define AUTHN_HMAC_LABEL_VALUE    "authn_hmac v2 value"    /* Redis value tag */
 #define AUTHN_HMAC_LABEL_NEGATIVE "authn_hmac v2 negative" /* refused creds */
 
 /* Receives the encoding piece by piece. */
@@ -241,9 +241,12 @@ unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
     X(REDIS_TIMEOUTS, "redis_timeouts", "Redis operations out of time")        \
     X(REDIS_SKIPPED, "redis_skipped",                                          \
       "Redis lookups skipped while the breaker was open")                      \
-    X(REDIS_FORGED, "redis_forged", "Redis values whose tag did not verify")  \
-    X(NEGATIVE_HITS, "negative_hits",                                         \
-      "wrong passwords denied from the negative cache, without bcrypt")
+    X(REDIS_FORGED, "redis_forged", "Redis values whose tag did not verify")   \
+    X(NEGATIVE_HITS, "negative_hits",                                          \
+      "wrong passwords denied from the negative cache, without bcrypt")        \
+    X(COALESCED, "coalesced",                                                  \
+      "misses answered by another request's verification of the same "         \
+      "credential")
 
 enum authn_hmac_counter {
 #define AUTHN_HMAC_COUNTER_ENUM(id, name, help) AUTHN_HMAC_C_##id,
@@ -262,14 +265,14 @@ extern const authn_hmac_counter_info_t authn_hmac_counter_info[];
 
 typedef struct {
     uint64_t counter[AUTHN_HMAC_C_COUNT];
-    int redis;              /* Redis is configured */
-    uint64_t redis_breaker; /* 1 while the breaker skips Redis */
-    uint64_t redis_conns;   /* open connections, all processes */
-    uint64_t entries;       /* slots holding an entry (live or expired) */
-    uint64_t slots;         /* capacity in entries */
+    int redis;                 /* Redis is configured */
+    uint64_t redis_breaker;    /* 1 while the breaker skips Redis */
+    uint64_t redis_conns;      /* open connections, all processes */
+    uint64_t entries;          /* slots holding an entry (live or expired) */
+    uint64_t slots;            /* capacity in entries */
     uint64_t negative_entries; /* slots of the negative region in use */
     uint64_t negative_slots;
-    uint64_t bytes;         /* size of the shared segment */
+    uint64_t bytes; /* size of the shared segment */
     apr_time_t started;
 } authn_hmac_stats_t;
 
@@ -313,10 +316,38 @@ int authn_hmac_negative_lookup(authn_hmac_table_t *t,
                                const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                                apr_time_t now);
 
-apr_status_t authn_hmac_negative_store(
-    authn_hmac_table_t *t, const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
-    const unsigned char uid[AUTHN_HMAC_KEY_LEN], apr_time_t now,
-    apr_time_t expires);
+apr_status_t
+authn_hmac_negative_store(authn_hmac_table_t *t,
+                          const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
+                          const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                          apr_time_t now, apr_time_t expires);
+
+/* Single flight: concurrent misses of one credential (its MAC, which
+ * covers scope, user, password and stored hash) run one verification, in
+ * any process. begin() says whether to RUN it (then end() must follow),
+ * to WAIT for the one that runs, or NONE (no room: verify alone). A runner
+ * that died, or has run stale_after or longer, is taken over. Times are
+ * monotonic. */
+typedef enum {
+    AUTHN_HMAC_FLIGHT_RUN,
+    AUTHN_HMAC_FLIGHT_WAIT,
+    AUTHN_HMAC_FLIGHT_NONE
+} authn_hmac_flight_rc;
+
+authn_hmac_flight_rc authn_hmac_flight_begin(
+    authn_hmac_table_t *t, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    apr_time_t now, apr_interval_time_t stale_after, int *slot);
+
+void authn_hmac_flight_end(authn_hmac_table_t *t, int slot,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           int granted, apr_time_t now);
+
+/* Waits for the runner of key: 1 if it granted, 0 if it refused, -1 if no
+ * answer came (the deadline, the runner died, the flight was reused): the
+ * waiter then verifies by itself. Takes no lock. */
+int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           apr_time_t deadline);
 
 /* For tests: leaves key's slot as a writer that died halfway through
  * writing it would (its sequence odd, its contents torn). */
@@ -326,6 +357,9 @@ void authn_hmac_table_tear(authn_hmac_table_t *t,
 
 void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
                             uint64_t delta);
+
+uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,
+                                  enum authn_hmac_counter c);
 
 /* Redis health shared by every process, so that an outage is logged once
  * and the breaker holds for all. Lives in the shared segment. */
@@ -499,11 +533,12 @@ typedef enum {
     AUTHN_HMAC_NEGATIVE_HIT, /* the same wrong password, seen recently */
     AUTHN_HMAC_UNKNOWN_USER, /* not in the htpasswd file */
     AUTHN_HMAC_BUSY,         /* too many verifications waiting */
-    AUTHN_HMAC_ERROR
+    AUTHN_HMAC_ERROR,
+    AUTHN_HMAC_COALESCED /* granted by a concurrent request's verification */
 } authn_hmac_outcome;
 
 /* "hit", "redis-hit", "verified", "denied", "negative-hit", "unknown-user",
- * "busy", "error". */
+ * "busy", "error", "coalesced". */
 const char *authn_hmac_outcome_name(authn_hmac_outcome o);
 
 /* Log levels of the engine's messages: syslog's, as httpd's APLOG_*. */

@@ -11,7 +11,10 @@
  *      (negative-hit);
  *   4. the verifier (apr_password_validate in the module): verified, then
  *      stored in shared memory and Redis; or denied, and remembered in the
- *      negative region.
+ *      negative region. Concurrent misses of the same credential, in any
+ *      process of the server, run it once: the others wait for its result
+ *      (coalesced), for at most twice the usual verification time, and
+ *      verify by themselves if its runner died or is late.
  * A request waits for Redis at most the configured timeout in all, and its
  * first Redis failure ends its use of Redis.
  *
@@ -198,10 +201,23 @@ static void redis_store(redis_req *rq, const unsigned char *key,
 const char *authn_hmac_outcome_name(authn_hmac_outcome o)
 {
     static const char *const names[] = {
-        "hit",          "redis-hit",    "verified", "denied",
-        "negative-hit", "unknown-user", "busy",     "error"};
+        "hit",          "redis-hit", "verified", "denied",   "negative-hit",
+        "unknown-user", "busy",      "error",    "coalesced"};
 
     return (unsigned)o < sizeof(names) / sizeof(names[0]) ? names[o] : "error";
+}
+
+/* How long a verification usually takes here: the average so far, at
+ * least 10 ms; 3 s before the first. */
+static apr_interval_time_t expected_verify(const authn_hmac_engine_t *e)
+{
+    uint64_t n = authn_hmac_table_counter(e->table, AUTHN_HMAC_C_VERIFICATIONS);
+    uint64_t us = authn_hmac_table_counter(e->table, AUTHN_HMAC_C_VERIFY_USEC);
+    apr_interval_time_t avg = n ? (apr_interval_time_t)(us / n) : 0;
+
+    if (!n)
+        return apr_time_from_sec(3);
+    return avg < apr_time_from_msec(10) ? apr_time_from_msec(10) : avg;
 }
 
 authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
@@ -214,6 +230,8 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     apr_time_t t0, t1;
     redis_req rq;
     int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
+    authn_hmac_flight_rc flight = AUTHN_HMAC_FLIGHT_NONE;
+    int slot = -1;
     apr_status_t rv;
 
     if (!c->hash) {
@@ -259,23 +277,48 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         }
     }
 
+    if (cache) {
+        /* NB: about twice the usual time, and a second more for a machine
+         * whose cores are busy with other verifications (a waiter that gave
+         * up too soon would add one more). */
+        apr_interval_time_t wait =
+            2 * expected_verify(e) + apr_time_from_sec(1);
+        apr_time_t mono = authn_hmac_monotonic();
+        int got;
+
+        flight = authn_hmac_flight_begin(e->table, key, mono, wait, &slot);
+        if (flight == AUTHN_HMAC_FLIGHT_WAIT &&
+            (got = authn_hmac_flight_wait(e->table, slot, key, mono + wait)) >=
+                0) {
+            explicit_bzero(key, sizeof(key));
+            count(e, AUTHN_HMAC_C_COALESCED, 1);
+            return got ? AUTHN_HMAC_COALESCED : AUTHN_HMAC_DENIED;
+        }
+    }
+
     t0 = apr_time_now();
     rv = e->verify(c->password, c->hash);
     t1 = apr_time_now();
     count(e, AUTHN_HMAC_C_VERIFICATIONS, 1);
     count(e, AUTHN_HMAC_C_VERIFY_USEC, (uint64_t)(t1 - t0));
     if (rv != APR_SUCCESS) {
-        explicit_bzero(key, sizeof(key));
         count(e, AUTHN_HMAC_C_DENIED, 1);
         /* NB: only a mismatch is remembered: the same input gives it
          * again. Any other failure (out of memory) may not. */
         if (negative && rv == APR_EMISMATCH)
             authn_hmac_negative_store(e->table, nkey, uid, t1,
                                       t1 + pol->negative_ttl);
+        if (flight == AUTHN_HMAC_FLIGHT_RUN)
+            authn_hmac_flight_end(e->table, slot, key, 0,
+                                  authn_hmac_monotonic());
+        explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_DENIED;
     }
     if (cache) {
         authn_hmac_table_store(e->table, key, uid, t1, t1, t1 + pol->ttl);
+        if (flight == AUTHN_HMAC_FLIGHT_RUN)
+            authn_hmac_flight_end(e->table, slot, key, 1,
+                                  authn_hmac_monotonic());
         redis_store(&rq, key, uid, t1, pol->ttl);
     }
     explicit_bzero(key, sizeof(key));

@@ -16,12 +16,18 @@
 
 #include <string.h>
 
+#include <errno.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <bsd/string.h>
 #include <openssl/crypto.h>
 
-#define TABLE_MAGIC 0x61686d6163740003ULL /* "ahmact", layout 3 */
-#define WAYS        8                     /* slots per set */
-#define READ_TRIES  64                    /* then treat the slot as a miss */
+#define TABLE_MAGIC 0x61686d6163740004ULL /* "ahmact", layout 4 */
+#define FLIGHTS     64 /* verifications in flight, per server */
+#define WAYS        8  /* slots per set */
+#define READ_TRIES  64 /* then treat the slot as a miss */
 
 typedef struct {
     uint32_t seq; /* odd while a writer is inside */
@@ -38,9 +44,25 @@ typedef struct {
  *   positive region  credentials verified: what grants (8 of 9 sets)
  *   negative region  wrong passwords seen recently: what denies without
  *                    bcrypt (1 of 9 sets; none in a table of one set)
+ *   flights          FLIGHTS verifications in flight, so that concurrent
+ *                    misses of one credential wait for one bcrypt
  * Each region is sets of WAYS slots, and never writes into another: a flood
  * of wrong passwords cannot evict a verified credential. */
 enum { POSITIVE, NEGATIVE, REGIONS };
+
+/* A verification in flight, or just done. */
+enum { FLIGHT_FREE, FLIGHT_RUNNING, FLIGHT_GRANTED, FLIGHT_REFUSED };
+
+typedef struct {
+    uint32_t seq; /* odd while a writer is inside */
+    uint32_t state;
+    int64_t pid;     /* of the runner */
+    int64_t started; /* monotonic */
+    int64_t done;    /* monotonic */
+    uint64_t key[4]; /* the credential MAC */
+} flight_t;
+
+typedef char flight_is_64_bytes[sizeof(flight_t) == 64 ? 1 : -1];
 
 typedef struct {
     uint64_t offset; /* from the segment's start */
@@ -53,7 +75,8 @@ typedef struct {
     uint64_t size;
     int64_t started;
     region_hdr_t region[REGIONS];
-    char pad0[64 - (24 + REGIONS * sizeof(region_hdr_t)) % 64];
+    uint64_t flights; /* offset of the flights */
+    char pad0[64 - (32 + REGIONS * sizeof(region_hdr_t)) % 64];
     authn_hmac_redis_health_t redis;
     char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
     uint64_t counter[AUTHN_HMAC_C_COUNT];
@@ -72,20 +95,23 @@ typedef struct {
 struct authn_hmac_table {
     header_t *hdr;
     region_t region[REGIONS];
+    flight_t *flights;
     apr_global_mutex_t *mutex;
 };
 
 typedef char slot_is_64_bytes[sizeof(slot_t) == 64 ? 1 : -1];
+
+#define FLIGHTS_SIZE (FLIGHTS * sizeof(flight_t))
 
 size_t authn_hmac_table_size(size_t budget)
 {
     size_t set = WAYS * sizeof(slot_t);
 
     if (budget == 0)
-        return HEADER_SIZE;
+        return HEADER_SIZE + FLIGHTS_SIZE;
     if (budget < HEADER_SIZE + set)
-        return HEADER_SIZE + set;
-    return HEADER_SIZE + (budget - HEADER_SIZE) / set * set;
+        return HEADER_SIZE + FLIGHTS_SIZE + set;
+    return HEADER_SIZE + FLIGHTS_SIZE + (budget - HEADER_SIZE) / set * set;
 }
 
 apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now)
@@ -93,15 +119,16 @@ apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now)
     header_t *h = base;
     uint64_t sets, neg;
 
-    if (size < HEADER_SIZE)
+    if (size < HEADER_SIZE + FLIGHTS_SIZE)
         return APR_EINVAL;
     memset(base, 0, size);
-    sets = (size - HEADER_SIZE) / (WAYS * sizeof(slot_t));
+    h->flights = HEADER_SIZE;
+    sets = (size - HEADER_SIZE - FLIGHTS_SIZE) / (WAYS * sizeof(slot_t));
     neg = sets >= 2 ? (sets / 9 ? sets / 9 : 1) : 0;
-    h->region[POSITIVE].offset = HEADER_SIZE;
+    h->region[POSITIVE].offset = HEADER_SIZE + FLIGHTS_SIZE;
     h->region[POSITIVE].nsets = sets - neg;
     h->region[NEGATIVE].offset =
-        HEADER_SIZE + (sets - neg) * WAYS * sizeof(slot_t);
+        h->region[POSITIVE].offset + (sets - neg) * WAYS * sizeof(slot_t);
     h->region[NEGATIVE].nsets = neg;
     h->size = size;
     h->started = now;
@@ -126,6 +153,7 @@ authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p)
         t->region[r].used = &h->region[r].used;
     }
     t->region[POSITIVE].evictions = 1;
+    t->flights = (flight_t *)((char *)base + h->flights);
     t->mutex = mutex;
     return t;
 }
@@ -298,10 +326,11 @@ int authn_hmac_negative_lookup(authn_hmac_table_t *t,
     return lookup_in(&t->region[NEGATIVE], nkey, uid, now, APR_INT64_MAX / 2);
 }
 
-apr_status_t authn_hmac_negative_store(
-    authn_hmac_table_t *t, const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
-    const unsigned char uid[AUTHN_HMAC_KEY_LEN], apr_time_t now,
-    apr_time_t expires)
+apr_status_t
+authn_hmac_negative_store(authn_hmac_table_t *t,
+                          const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
+                          const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                          apr_time_t now, apr_time_t expires)
 {
     return store_in(t, &t->region[NEGATIVE], nkey, uid, now, now, expires);
 }
@@ -326,6 +355,12 @@ void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
                             uint64_t delta)
 {
     __atomic_fetch_add(&t->hdr->counter[c], delta, __ATOMIC_RELAXED);
+}
+
+uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,
+                                  enum authn_hmac_counter c)
+{
+    return __atomic_load_n(&t->hdr->counter[c], __ATOMIC_RELAXED);
 }
 
 authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t)
@@ -355,4 +390,149 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
     out->slots = n;
     out->bytes = t->hdr->size;
     out->started = t->hdr->started;
+}
+
+/* ------------------------------------------------------- single flight */
+
+static int alive(int64_t pid)
+{
+    return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* Writes a flight; the caller holds the writers' mutex. */
+static void flight_write(flight_t *f, uint32_t state, const unsigned char *key,
+                         int64_t pid, int64_t started, int64_t done)
+{
+    uint32_t seq = __atomic_load_n(&f->seq, __ATOMIC_RELAXED);
+    uint64_t k[4];
+    int i;
+
+    memcpy(k, key, sizeof(k));
+    if (!(seq & 1))
+        __atomic_store_n(&f->seq, ++seq, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&f->state, state, __ATOMIC_RELAXED);
+    __atomic_store_n(&f->pid, pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&f->started, started, __ATOMIC_RELAXED);
+    __atomic_store_n(&f->done, done, __ATOMIC_RELAXED);
+    for (i = 0; i < 4; i++)
+        __atomic_store_n(&f->key[i], k[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&f->seq, seq + 1, __ATOMIC_RELEASE);
+}
+
+/* A consistent copy of a flight; 0 if a writer kept it busy. */
+static int flight_read(const flight_t *f, flight_t *copy)
+{
+    int i, k;
+
+    for (i = 0; i < READ_TRIES; i++) {
+        uint32_t s1 = __atomic_load_n(&f->seq, __ATOMIC_ACQUIRE);
+
+        if (s1 & 1)
+            continue;
+        copy->state = __atomic_load_n(&f->state, __ATOMIC_RELAXED);
+        copy->pid = __atomic_load_n(&f->pid, __ATOMIC_RELAXED);
+        copy->started = __atomic_load_n(&f->started, __ATOMIC_RELAXED);
+        copy->done = __atomic_load_n(&f->done, __ATOMIC_RELAXED);
+        for (k = 0; k < 4; k++)
+            copy->key[k] = __atomic_load_n(&f->key[k], __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&f->seq, __ATOMIC_RELAXED) == s1)
+            return 1;
+    }
+    return 0;
+}
+
+authn_hmac_flight_rc authn_hmac_flight_begin(
+    authn_hmac_table_t *t, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    apr_time_t now, apr_interval_time_t stale_after, int *slot)
+{
+    flight_t *f = t->flights, *claim = NULL;
+    authn_hmac_flight_rc rc = AUTHN_HMAC_FLIGHT_NONE;
+    int i;
+
+    if (!t->mutex || apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
+        return AUTHN_HMAC_FLIGHT_NONE;
+    /* Under the mutex no one else writes, so plain reads are safe. The
+     * same credential running: wait for it, unless its runner died or is
+     * past its time, in which case take it over. NB: a flight of it that
+     * already ended is run again, not reused: its result was for those
+     * who waited (the caches answer later requests, as configured). */
+    for (i = 0; i < FLIGHTS && rc == AUTHN_HMAC_FLIGHT_NONE; i++) {
+        if (f[i].state == FLIGHT_FREE ||
+            CRYPTO_memcmp(f[i].key, key, AUTHN_HMAC_KEY_LEN) != 0)
+            continue;
+        if (f[i].state == FLIGHT_RUNNING && now - f[i].started < stale_after &&
+            alive(f[i].pid)) {
+            *slot = i;
+            rc = AUTHN_HMAC_FLIGHT_WAIT;
+        }
+        else
+            claim = &f[i];
+    }
+    /* Else a free flight, or the one that ended longest ago, or a runner
+     * that died or is past its time. */
+    for (i = 0; i < FLIGHTS && rc == AUTHN_HMAC_FLIGHT_NONE && !claim; i++)
+        if (f[i].state == FLIGHT_FREE)
+            claim = &f[i];
+    for (i = 0; i < FLIGHTS && rc == AUTHN_HMAC_FLIGHT_NONE; i++)
+        if ((f[i].state == FLIGHT_GRANTED || f[i].state == FLIGHT_REFUSED) &&
+            (!claim ||
+             (claim->state != FLIGHT_FREE && f[i].done < claim->done)))
+            claim = &f[i];
+    for (i = 0; i < FLIGHTS && rc == AUTHN_HMAC_FLIGHT_NONE && !claim; i++)
+        if (now - f[i].started >= stale_after || !alive(f[i].pid))
+            claim = &f[i];
+    if (rc == AUTHN_HMAC_FLIGHT_NONE && claim) {
+        flight_write(claim, FLIGHT_RUNNING, key, (int64_t)getpid(), now, 0);
+        *slot = (int)(claim - f);
+        rc = AUTHN_HMAC_FLIGHT_RUN;
+    }
+    apr_global_mutex_unlock(t->mutex);
+    return rc;
+}
+
+void authn_hmac_flight_end(authn_hmac_table_t *t, int slot,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           int granted, apr_time_t now)
+{
+    flight_t *f = &t->flights[slot];
+
+    if (apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
+        return;
+    /* NB: only if it is still this runner's (it may have been taken over). */
+    if (f->state == FLIGHT_RUNNING && f->pid == (int64_t)getpid() &&
+        CRYPTO_memcmp(f->key, key, AUTHN_HMAC_KEY_LEN) == 0)
+        flight_write(f, granted ? FLIGHT_GRANTED : FLIGHT_REFUSED, key, f->pid,
+                     f->started, now);
+    apr_global_mutex_unlock(t->mutex);
+}
+
+int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           apr_time_t deadline)
+{
+    const flight_t *f = &t->flights[slot];
+    struct timespec nap = {0, 2000000}; /* 2 ms */
+    int polls = 0;
+
+    for (;;) {
+        flight_t copy;
+        int mine;
+
+        if (flight_read(f, &copy)) {
+            mine = CRYPTO_memcmp(copy.key, key, AUTHN_HMAC_KEY_LEN) == 0;
+            if (!mine || copy.state == FLIGHT_FREE)
+                return -1; /* reused: ask again, or verify */
+            if (copy.state == FLIGHT_GRANTED)
+                return 1;
+            if (copy.state == FLIGHT_REFUSED)
+                return 0;
+            if (++polls % 25 == 0 && !alive(copy.pid))
+                return -1; /* the runner died */
+        }
+        if (authn_hmac_monotonic() >= deadline)
+            return -1;
+        nanosleep(&nap, NULL);
+    }
 }

@@ -199,3 +199,68 @@ def test_counters_sum_over_all_children(server):
     for k in ("hits", "misses", "verifications", "denied", "entries", "evictions"):
         assert isinstance(st[k], int)
     assert st["entries"] >= 3
+
+
+def burst(server, path, user, passwords):
+    """Sends one request per password, each on its own connection, all
+    released at once by a barrier once every connection is open (ab sends
+    its first request alone, which hides concurrent misses). Returns the
+    status codes in order."""
+    import base64
+    import socket
+    import threading
+
+    barrier = threading.Barrier(len(passwords))
+    codes = [None] * len(passwords)
+
+    def one(i, pw):
+        raw = base64.b64encode(("%s:%s" % (user, pw)).encode()).decode()
+        req = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic %s\r\n"
+               "Connection: close\r\n\r\n" % (path, raw)).encode()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as c:
+            barrier.wait()
+            c.sendall(req)
+            data = b""
+            while b"\r\n" not in data:
+                chunk = c.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        codes[i] = int(data.split(b" ", 2)[1]) if data else 0
+
+    threads = [threading.Thread(target=one, args=(i, pw)) for i, pw in enumerate(passwords)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    server.sent[user] = server.sent.get(user, 0) + len(passwords)
+    server.secrets.update(passwords)
+    return codes
+
+
+@pytest.mark.slow
+def test_cold_burst_runs_one_verification(server):
+    """64 first requests for one credential at once (cost 12): all 200, and
+    one bcrypt, whichever process or thread each lands in."""
+    htpasswd(server.path("a.htpasswd"), "burst", "burst password")
+    before = server.status()
+    codes = burst(server, "/a/index.html", "burst", ["burst password"] * 64)
+    assert codes == [200] * 64, codes
+    d = counters_delta(server, before)
+    assert d["verifications"] == 1, d
+    assert d["coalesced"] + d["hits"] == 63, d
+    notes = server.notes("burst")
+    assert notes.count("verified") == 1 and set(notes) <= {"verified", "coalesced", "hit"}
+
+
+@pytest.mark.slow
+def test_burst_mixing_right_and_wrong_passwords(server):
+    """Right and wrong passwords for one user at once: exactly the right
+    200s and 401s; one verification per distinct password."""
+    htpasswd(server.path("a.htpasswd"), "mixer", "mixer right")
+    before = server.status()
+    pws = ["mixer right", "mixer wrong", "mixer other"] * 8
+    codes = burst(server, "/a/index.html", "mixer", pws)
+    assert codes == [200 if p == "mixer right" else 401 for p in pws], codes
+    d = counters_delta(server, before)
+    assert d["verifications"] == 3, d

@@ -112,6 +112,7 @@ static void test_outcomes(apr_pool_t *p)
     CHECK(!strcmp(authn_hmac_outcome_name(AUTHN_HMAC_REDIS_HIT), "redis-hit"));
     CHECK(!strcmp(authn_hmac_outcome_name(AUTHN_HMAC_UNKNOWN_USER),
                   "unknown-user"));
+    CHECK(!strcmp(authn_hmac_outcome_name(AUTHN_HMAC_COALESCED), "coalesced"));
     CHECK(!strcmp(authn_hmac_outcome_name((authn_hmac_outcome)99), "error"));
 }
 
@@ -195,6 +196,135 @@ static void test_negative_cache(apr_pool_t *p)
     CHECK(*calls == 2);
 }
 
+/* Forks n processes that wait at a barrier, then each check one
+ * credential; returns how many got each outcome. */
+static void burst(const authn_hmac_engine_t *e0, int n, const char **passwords,
+                  int *outcomes)
+{
+    int go[2], res[2], i;
+    pid_t pid[16];
+
+    CHECK(pipe(go) == 0 && pipe(res) == 0);
+    for (i = 0; i < n; i++) {
+        pid[i] = fork();
+        if (pid[i] == 0) {
+            authn_hmac_engine_t e = *e0;
+            apr_pool_t *cp;
+            unsigned char o;
+            char b;
+
+            apr_pool_create(&cp, NULL);
+            apr_global_mutex_child_init(&table_mutex, NULL, cp);
+            e.table = authn_hmac_table_attach(table_base, table_mutex, cp);
+            (void)!read(go[0], &b, 1);
+            o = (unsigned char)check(&e, 300, "alice", passwords[i], "H-right",
+                                     cp);
+            (void)!write(res[1], &o, 1);
+            _exit(0);
+        }
+    }
+    for (i = 0; i < n; i++)
+        (void)!write(go[1], "x", 1);
+    for (i = 0; i < n; i++) {
+        unsigned char o = 0;
+
+        CHECK(read(res[0], &o, 1) == 1);
+        outcomes[o]++;
+        waitpid(pid[i], NULL, 0);
+    }
+    close(go[0]);
+    close(go[1]);
+    close(res[0]);
+    close(res[1]);
+}
+
+/* Eight processes miss the same credential at once: one verification, and
+ * every answer right; mixed with wrong passwords, one per credential. */
+static void test_single_flight(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    const char *same[8] = {"right", "right", "right", "right",
+                           "right", "right", "right", "right"};
+    const char *mixed[8] = {"right", "wrong", "right", "wrong",
+                            "right", "wrong", "right", "wrong"};
+    int out[16] = {0};
+
+    slow_ms = 200;
+    burst(&e, 8, same, out);
+    CHECK(*calls == 1);
+    CHECK(out[AUTHN_HMAC_VERIFIED] == 1 && out[AUTHN_HMAC_COALESCED] == 7);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_COALESCED) == 7);
+
+    e = engine(p, 1 << 20);
+    memset(out, 0, sizeof(out));
+    negative_ttl_us = 0; /* the waiters learn the refusal from the flight */
+    burst(&e, 8, mixed, out);
+    CHECK(*calls == 2);
+    CHECK(out[AUTHN_HMAC_VERIFIED] + out[AUTHN_HMAC_COALESCED] == 4);
+    CHECK(out[AUTHN_HMAC_DENIED] == 4);
+    slow_ms = 0;
+}
+
+/* A runner that died is taken over at once; one that is late (past twice
+ * the usual verification time) is not waited for. */
+static void test_runner_dies_or_is_late(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    authn_hmac_cred_t c = cred("alice", "right", "H-right");
+    unsigned char key[AUTHN_HMAC_KEY_LEN];
+    apr_time_t t0;
+    pid_t pid;
+    int slot = -1, status;
+
+    authn_hmac_mac_compute(e.mac, c.scope, c.scope_len, c.user, c.user_len,
+                           c.password, c.password_len, c.hash, c.hash_len, key);
+    pid = fork();
+    if (pid == 0) {
+        apr_pool_t *cp;
+
+        apr_pool_create(&cp, NULL);
+        apr_global_mutex_child_init(&table_mutex, NULL, cp);
+        e.table = authn_hmac_table_attach(table_base, table_mutex, cp);
+        _exit(authn_hmac_flight_begin(e.table, key, authn_hmac_monotonic(),
+                                      apr_time_from_sec(60), &slot) !=
+              AUTHN_HMAC_FLIGHT_RUN); /* and dies before it ends */
+    }
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+          WEXITSTATUS(status) == 0);
+    t0 = apr_time_now();
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
+          AUTHN_HMAC_VERIFIED);
+    CHECK(apr_time_now() - t0 < apr_time_from_msec(500));
+    CHECK(*calls == 1);
+
+    /* Late: verifications here take 20 ms; the runner takes 3 s; a waiter
+     * gives up after twice 20 ms and a second, and verifies by itself. */
+    e = engine(p, 1 << 20);
+    authn_hmac_table_count(e.table, AUTHN_HMAC_C_VERIFICATIONS, 1);
+    authn_hmac_table_count(e.table, AUTHN_HMAC_C_VERIFY_USEC, 20000);
+    slow_ms = 3000;
+    pid = fork();
+    if (pid == 0) {
+        apr_pool_t *cp;
+
+        apr_pool_create(&cp, NULL);
+        apr_global_mutex_child_init(&table_mutex, NULL, cp);
+        e.table = authn_hmac_table_attach(table_base, table_mutex, cp);
+        _exit(check(&e, 300, "alice", "right", "H-right", cp) !=
+              AUTHN_HMAC_VERIFIED);
+    }
+    usleep(100000);
+    slow_ms = 0;
+    t0 = apr_time_now();
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
+          AUTHN_HMAC_VERIFIED);
+    CHECK(apr_time_now() - t0 >= apr_time_from_msec(1000));
+    CHECK(apr_time_now() - t0 < apr_time_from_msec(2000));
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+          WEXITSTATUS(status) == 0);
+    CHECK(*calls == 2);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -204,5 +334,7 @@ int main(void)
     RUN(test_outcomes, p);
     RUN(test_forked_processes, p);
     RUN(test_negative_cache, p);
+    RUN(test_single_flight, p);
+    RUN(test_runner_dies_or_is_late, p);
     return unit_end();
 }
