@@ -33,6 +33,7 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define D_USERFILE "AuthHMACUserFile"
 #define D_TTL      "AuthHMACCacheTTL"
 #define D_NEGTTL   "AuthHMACNegativeTTL"
+#define D_HIDE     "AuthHMACHideUnknownUsers"
 #define D_PEPPER   "AuthHMACPepperFile"
 #define D_SIZE     "AuthHMACCacheSize"
 #define D_REDIS    "AuthHMACRedisServer"
@@ -64,6 +65,7 @@ typedef struct {
     int ttl_set;
     apr_interval_time_t negative_ttl;
     int negative_ttl_set;
+    int hide_unknown; /* -1: not set (on) */
 } dir_conf;
 
 /* Server-wide state: one pepper and one shared segment serve every vhost,
@@ -92,6 +94,7 @@ static void *create_dir_conf(apr_pool_t *p, char *dir)
     (void)dir;
     c->ttl = apr_time_from_sec(DEFAULT_TTL);
     c->negative_ttl = apr_time_from_sec(DEFAULT_NEGATIVE_TTL);
+    c->hide_unknown = -1;
     return c;
 }
 
@@ -107,6 +110,8 @@ static void *merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
     c->negative_ttl_set = add->negative_ttl_set || base->negative_ttl_set;
     c->negative_ttl =
         add->negative_ttl_set ? add->negative_ttl : base->negative_ttl;
+    c->hide_unknown =
+        add->hide_unknown >= 0 ? add->hide_unknown : base->hide_unknown;
     return c;
 }
 
@@ -313,6 +318,11 @@ static const command_rec cmds[] = {
     AP_INIT_TAKE1(D_NEGTTL, set_negative_ttl, NULL, RSRC_CONF | ACCESS_CONF,
                   "how long a refused credential is refused again without "
                   "bcrypt, in seconds (default 30)"),
+    AP_INIT_FLAG(D_HIDE, ap_set_flag_slot,
+                 (void *)APR_OFFSETOF(dir_conf, hide_unknown),
+                 RSRC_CONF | ACCESS_CONF,
+                 "On (default): an unknown user costs a verification, as a "
+                 "known one does, so that timing does not tell names"),
     AP_INIT_TAKE1(D_PEPPER, set_pepper, NULL, RSRC_CONF,
                   "file holding the secret pepper (default: random per start)"),
     AP_INIT_TAKE1(D_SIZE, set_size, NULL, RSRC_CONF,
@@ -546,9 +556,12 @@ static authn_status check_password(request_rec *r, const char *user,
     cred.password = password;
     cred.password_len = strlen(password);
     cred.hash = rv == APR_SUCCESS ? hash : NULL;
-    cred.hash_len = hash_len;
+    cred.hash_len = rv == APR_SUCCESS ? hash_len : 0;
+    cred.dummy_hash = rv == APR_SUCCESS ? NULL : hash;
+    cred.dummy_hash_len = rv == APR_SUCCESS ? 0 : hash_len;
     pol.ttl = c->ttl;
     pol.negative_ttl = c->negative_ttl;
+    pol.hide_unknown = c->hide_unknown != 0;
     o = authn_hmac_check(&g.engine, &pol, &cred, r, r->pool);
     return done(r, authn_hmac_outcome_name(o), status_of(o));
 }

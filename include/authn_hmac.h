@@ -194,6 +194,11 @@ const char *authn_hmac_htpasswd_get(const authn_hmac_htpasswd_t *idx,
                                     const char *user, size_t *hash_len);
 
 unsigned authn_hmac_htpasswd_count(const authn_hmac_htpasswd_t *idx);
+
+/* A hash of the file's typical cost (one of its own, at the median bcrypt
+ * cost), that unknown users are checked against; NULL in an empty file. */
+const char *authn_hmac_htpasswd_typical(const authn_hmac_htpasswd_t *idx,
+                                        size_t *len);
 unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx);
 
 /* A per-process view of one htpasswd file, rebuilt when the file changes. */
@@ -208,9 +213,10 @@ apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
                                             apr_pool_t *pchild);
 
 /* Looks user up, first rebuilding the index if the file's dev, inode, size,
- * mtime or ctime changed. Returns APR_SUCCESS and a copy of the hash in p,
- * APR_NOTFOUND for an unknown user, or the error that kept the file from
- * being read (the index is then dropped: nothing stale can be used). */
+ * mtime or ctime changed. Returns APR_SUCCESS and a copy of the hash in p;
+ * APR_NOTFOUND for an unknown user, with a copy of the file's typical hash
+ * (NULL in an empty file); or the error that kept the file from being read
+ * (the index is then dropped: nothing stale can be used). */
 apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         const char *user, const char **hash,
                                         size_t *hash_len,
@@ -244,6 +250,9 @@ unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
     X(REDIS_FORGED, "redis_forged", "Redis values whose tag did not verify")   \
     X(NEGATIVE_HITS, "negative_hits",                                          \
       "wrong passwords denied from the negative cache, without bcrypt")        \
+    X(DUMMY_VERIFICATIONS, "dummy_verifications",                              \
+      "verifications run for unknown users, so that they cost what known "     \
+      "users cost")                                                            \
     X(COALESCED, "coalesced",                                                  \
       "misses answered by another request's verification of the same "         \
       "credential")
@@ -569,10 +578,12 @@ typedef struct {
 typedef struct {
     apr_interval_time_t ttl;          /* 0: no caching */
     apr_interval_time_t negative_ttl; /* 0: no negative cache */
+    int hide_unknown; /* unknown users cost a verification, as known ones */
 } authn_hmac_policy_t;
 
 /* One credential, with the user's stored hash from the htpasswd file
- * (hash NULL: no such user). password and hash are C strings. */
+ * (hash NULL: no such user; dummy_hash is then the file's typical hash, or
+ * NULL). password and the hashes are C strings. */
 typedef struct {
     const char *scope;
     size_t scope_len;
@@ -582,6 +593,8 @@ typedef struct {
     size_t password_len;
     const char *hash;
     size_t hash_len;
+    const char *dummy_hash;
+    size_t dummy_hash_len;
 } authn_hmac_cred_t;
 
 /* The request path: shared memory, then Redis, then the verifier; stores

@@ -220,6 +220,38 @@ static apr_interval_time_t expected_verify(const authn_hmac_engine_t *e)
     return avg < apr_time_from_msec(10) ? apr_time_from_msec(10) : avg;
 }
 
+/* An unknown user costs what a known user with a wrong password costs: one
+ * verification against a hash of the file's typical cost, through the same
+ * negative cache. Its result never grants. */
+static void dummy_verify(const authn_hmac_engine_t *e,
+                         const authn_hmac_policy_t *pol,
+                         const authn_hmac_cred_t *c)
+{
+    unsigned char uid[AUTHN_HMAC_KEY_LEN], nkey[AUTHN_HMAC_KEY_LEN];
+    int negative = pol->ttl > 0 && pol->negative_ttl > 0;
+    apr_time_t now = apr_time_now();
+    apr_status_t rv;
+
+    if (negative) {
+        authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
+                           uid);
+        authn_hmac_negative_key(e->mac, c->scope, c->scope_len, c->user,
+                                c->user_len, c->password, c->password_len,
+                                c->dummy_hash, c->dummy_hash_len, nkey);
+        if (authn_hmac_negative_lookup(e->table, nkey, uid, now)) {
+            count(e, AUTHN_HMAC_C_NEGATIVE_HITS, 1);
+            return;
+        }
+    }
+    count(e, AUTHN_HMAC_C_DUMMY_VERIFICATIONS, 1);
+    rv = e->verify(c->password, c->dummy_hash);
+    /* NB: a mismatch only: were the user added with that very hash, the
+     * password that matched it must not be refused. */
+    if (negative && rv == APR_EMISMATCH)
+        authn_hmac_negative_store(e->table, nkey, uid, apr_time_now(),
+                                  apr_time_now() + pol->negative_ttl);
+}
+
 authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                                     const authn_hmac_policy_t *pol,
                                     const authn_hmac_cred_t *c, void *baton,
@@ -236,6 +268,8 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
 
     if (!c->hash) {
         count(e, AUTHN_HMAC_C_UNKNOWN_USER, 1);
+        if (pol->hide_unknown && c->dummy_hash && c->dummy_hash_len)
+            dummy_verify(e, pol, c);
         return AUTHN_HMAC_UNKNOWN_USER;
     }
     if (c->hash_len == 0) {

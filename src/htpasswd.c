@@ -2,6 +2,7 @@
  * view that rebuilds it when the file changes. */
 #include "authn_hmac.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <apr_file_info.h>
@@ -13,6 +14,8 @@
 struct authn_hmac_htpasswd {
     apr_hash_t *users; /* user -> entry_t */
     unsigned bad;
+    const char *typical; /* a hash of the file's typical cost, or NULL */
+    size_t typical_len;
 };
 
 typedef struct {
@@ -63,6 +66,67 @@ static const char *parse_line(apr_hash_t *users, char *l, size_t len,
     e->len = (size_t)(hash_end - hash);
     apr_hash_set(users, l, (apr_ssize_t)(colon - l), e);
     return why;
+}
+
+/* The bcrypt cost of a "$2y$NN$..." hash, or -1 for another scheme. */
+static int bcrypt_cost(const char *h, size_t len)
+{
+    if (len < 7 || h[0] != '$' || h[1] != '2' || h[3] != '$' || h[6] != '$' ||
+        !apr_isdigit(h[4]) || !apr_isdigit(h[5]))
+        return -1;
+    return (h[4] - '0') * 10 + (h[5] - '0');
+}
+
+static int by_value(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* The hash that unknown users are checked against, so that they cost what
+ * known users cost: one of the file's own, at the median bcrypt cost (or
+ * any, in a file without bcrypt). */
+static void choose_typical(authn_hmac_htpasswd_t *idx, apr_pool_t *p)
+{
+    unsigned n = apr_hash_count(idx->users), nb = 0;
+    const entry_t *pick = NULL;
+    apr_hash_index_t *hi;
+    int *costs, median;
+
+    if (!n)
+        return;
+    costs = apr_palloc(p, sizeof(int) * n);
+    for (hi = apr_hash_first(p, idx->users); hi; hi = apr_hash_next(hi)) {
+        const entry_t *e = apr_hash_this_val(hi);
+        int cost = bcrypt_cost(e->hash, e->len);
+
+        if (e->len && !pick)
+            pick = e;
+        if (cost >= 0)
+            costs[nb++] = cost;
+    }
+    if (nb) {
+        qsort(costs, nb, sizeof(int), by_value);
+        median = costs[nb / 2];
+        for (hi = apr_hash_first(p, idx->users); hi; hi = apr_hash_next(hi)) {
+            const entry_t *e = apr_hash_this_val(hi);
+
+            if (bcrypt_cost(e->hash, e->len) == median) {
+                pick = e;
+                break;
+            }
+        }
+    }
+    if (pick) {
+        idx->typical = pick->hash;
+        idx->typical_len = pick->len;
+    }
+}
+
+const char *authn_hmac_htpasswd_typical(const authn_hmac_htpasswd_t *idx,
+                                        size_t *len)
+{
+    *len = idx->typical_len;
+    return idx->typical;
 }
 
 /* The next logical line from *pos, as ap_cfg_getline reads it: a line
@@ -133,6 +197,7 @@ apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
                 bad(baton, first, why);
         }
     }
+    choose_typical(idx, p);
     *out = idx;
     return APR_SUCCESS;
 }
@@ -302,13 +367,12 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
     }
     if (rv == APR_SUCCESS) {
         h = authn_hmac_htpasswd_get(uf->idx, user, &hl);
-        if (h) {
-            *hash = apr_pstrmemdup(p, h, hl);
-            *hash_len = hl;
-        }
-        else {
+        if (!h) {
             rv = APR_NOTFOUND;
+            h = authn_hmac_htpasswd_typical(uf->idx, &hl);
         }
+        *hash = h ? apr_pstrmemdup(p, h, hl) : NULL;
+        *hash_len = h ? hl : 0;
     }
     apr_thread_mutex_unlock(uf->lock);
     return rv;

@@ -37,6 +37,7 @@ Alias /short/ "{d}/htdocs/"
 Alias /gone/ "{d}/htdocs/"
 Alias /nocache/ "{d}/htdocs/"
 Alias /noneg/ "{d}/htdocs/"
+Alias /showunknown/ "{d}/htdocs/"
 <Location /a/>
     AuthType Basic
     AuthName "a"
@@ -73,6 +74,14 @@ Alias /noneg/ "{d}/htdocs/"
     AuthBasicProvider hmac
     AuthHMACUserFile "{d}/a.htpasswd"
     AuthHMACNegativeTTL 0
+    Require valid-user
+</Location>
+<Location /showunknown/>
+    AuthType Basic
+    AuthName "a"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{d}/a.htpasswd"
+    AuthHMACHideUnknownUsers Off
     Require valid-user
 </Location>
 <Location /nocache/>

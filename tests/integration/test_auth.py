@@ -264,3 +264,36 @@ def test_burst_mixing_right_and_wrong_passwords(server):
     assert codes == [200 if p == "mixer right" else 401 for p in pws], codes
     d = counters_delta(server, before)
     assert d["verifications"] == 3, d
+
+
+@pytest.mark.slow
+def test_timing_does_not_tell_unknown_users(server):
+    """30 unknown names and 30 wrong passwords of a known user, all
+    distinct: their median times differ by less than a tenth of one bcrypt.
+    The note still tells the admin the truth."""
+    if server.mpm != "event":
+        pytest.skip("timing: measured once, on the event MPM")
+    import statistics
+    import time as t
+
+    def timed(user, pw):
+        t0 = t.monotonic()
+        assert server.status_code("/a/index.html", user, pw) == 401
+        return t.monotonic() - t0
+
+    known = [timed("alice", "wrong timing %d" % i) for i in range(30)]
+    unknown = [timed("nobody%d" % i, "wrong timing %d" % i) for i in range(30)]
+    st = server.status()
+    bcrypt = st["verify_avg_usec"] / 1e6
+    mk, mu = statistics.median(known), statistics.median(unknown)
+    print("median: known user, wrong password %.1f ms; unknown user %.1f ms; "
+          "one bcrypt %.1f ms" % (mk * 1e3, mu * 1e3, bcrypt * 1e3))
+    assert abs(mk - mu) < 0.1 * bcrypt, (mk, mu, bcrypt)
+    assert st["dummy_verifications"] >= 30
+    assert server.notes("nobody0") == ["unknown-user"]
+
+
+def test_hide_unknown_users_off(server):
+    before = server.status()
+    assert server.status_code("/showunknown/index.html", "nobody-shown", "shown pass") == 401
+    assert counters_delta(server, before)["dummy_verifications"] == 0

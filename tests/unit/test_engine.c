@@ -66,10 +66,13 @@ static authn_hmac_cred_t cred(const char *user, const char *password,
     c.password_len = strlen(password);
     c.hash = hash;
     c.hash_len = hash ? strlen(hash) : 0;
+    c.dummy_hash = hash ? NULL : "H-typical";
+    c.dummy_hash_len = hash ? 0 : 9;
     return c;
 }
 
 static apr_interval_time_t negative_ttl_us; /* 0: off */
+static int hide_unknown;
 
 static authn_hmac_outcome check(const authn_hmac_engine_t *e, int ttl_sec,
                                 const char *user, const char *password,
@@ -80,6 +83,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e, int ttl_sec,
 
     pol.ttl = apr_time_from_sec(ttl_sec);
     pol.negative_ttl = negative_ttl_us;
+    pol.hide_unknown = hide_unknown;
     return authn_hmac_check(e, &pol, &c, NULL, p);
 }
 
@@ -325,6 +329,33 @@ static void test_runner_dies_or_is_late(apr_pool_t *p)
     CHECK(*calls == 2);
 }
 
+/* An unknown user costs one verification, as a known user with a wrong
+ * password does, through the same negative cache; never a grant, even with
+ * the typical hash's own password. */
+static void test_unknown_users_cost_a_verification(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+
+    hide_unknown = 1;
+    negative_ttl_us = apr_time_from_sec(30);
+    CHECK(check(&e, 300, "ghost", "guess", NULL, p) == AUTHN_HMAC_UNKNOWN_USER);
+    CHECK(*calls == 1);
+    CHECK(check(&e, 300, "ghost", "guess", NULL, p) == AUTHN_HMAC_UNKNOWN_USER);
+    CHECK(*calls == 1); /* the negative cache, as for a known user */
+    CHECK(check(&e, 300, "ghost", "typical", NULL, p) ==
+          AUTHN_HMAC_UNKNOWN_USER);
+    CHECK(check(&e, 300, "ghost", "typical", NULL, p) ==
+          AUTHN_HMAC_UNKNOWN_USER);
+    CHECK(*calls == 3); /* a match is not remembered as a refusal */
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_DUMMY_VERIFICATIONS) ==
+          3);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_UNKNOWN_USER) == 4);
+    hide_unknown = 0;
+    CHECK(check(&e, 300, "ghost2", "x", NULL, p) == AUTHN_HMAC_UNKNOWN_USER);
+    CHECK(*calls == 3);
+    negative_ttl_us = 0;
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -336,5 +367,6 @@ int main(void)
     RUN(test_negative_cache, p);
     RUN(test_single_flight, p);
     RUN(test_runner_dies_or_is_late, p);
+    RUN(test_unknown_users_cost_a_verification, p);
     return unit_end();
 }

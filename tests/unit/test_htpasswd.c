@@ -276,6 +276,28 @@ static void test_continuation_and_nul(apr_pool_t *p)
     CHECK(bad.n == 1 && bad.lines[0] == 5);
 }
 
+/* Unknown users are checked against one of the file's hashes, at its
+ * median bcrypt cost. */
+static void test_typical_hash(apr_pool_t *p)
+{
+    static const char f[] = "a:$2y$05$aaaa\n"
+                            "b:$apr1$xyz$abc\n"
+                            "c:$2y$12$cccc\n"
+                            "d:$2y$10$dddd\n"
+                            "e:\n";
+    bad_t bad;
+    authn_hmac_htpasswd_t *idx = parse(p, f, sizeof(f) - 1, &bad);
+    size_t len = 0;
+    const char *h = authn_hmac_htpasswd_typical(idx, &len);
+
+    CHECK(h && len == 11 && memcmp(h, "$2y$10$dddd", 11) == 0);
+    idx = parse(p, "x:{SHA}abc=\n", 12, &bad);
+    h = authn_hmac_htpasswd_typical(idx, &len);
+    CHECK(h && len == 9 && memcmp(h, "{SHA}abc=", 9) == 0);
+    idx = parse(p, "", 0, &bad);
+    CHECK(authn_hmac_htpasswd_typical(idx, &len) == NULL);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -287,6 +309,7 @@ int main(void)
     RUN(test_userfile_follows_file, p);
     RUN(test_recent_ctime_is_read_again, p);
     RUN(test_continuation_and_nul, p);
+    RUN(test_typical_hash, p);
     RUN(test_not_a_regular_file, p);
     return unit_end();
 }
