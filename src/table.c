@@ -107,11 +107,13 @@ size_t authn_hmac_table_size(size_t budget)
 {
     size_t set = WAYS * sizeof(slot_t);
 
+    /* NB: the header and the flights come out of the budget. */
     if (budget == 0)
         return HEADER_SIZE + FLIGHTS_SIZE;
-    if (budget < HEADER_SIZE + set)
+    if (budget < HEADER_SIZE + FLIGHTS_SIZE + set)
         return HEADER_SIZE + FLIGHTS_SIZE + set;
-    return HEADER_SIZE + FLIGHTS_SIZE + (budget - HEADER_SIZE) / set * set;
+    return HEADER_SIZE + FLIGHTS_SIZE +
+           (budget - HEADER_SIZE - FLIGHTS_SIZE) / set * set;
 }
 
 apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now)
