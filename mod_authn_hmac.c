@@ -424,7 +424,13 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                      size);
         return HTTP_INTERNAL_SERVER_ERROR;
     }
-    authn_hmac_table_format(apr_shm_baseaddr_get(g.shm), size, apr_time_now());
+    rv = authn_hmac_table_format(apr_shm_baseaddr_get(g.shm), size,
+                                 apr_time_now());
+    if (rv != APR_SUCCESS) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                     "authn_hmac: cannot lay out the shared memory");
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
     g.table =
         authn_hmac_table_attach(apr_shm_baseaddr_get(g.shm), g.mutex, pconf);
     ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,

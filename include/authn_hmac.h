@@ -347,9 +347,11 @@ authn_hmac_flight_rc authn_hmac_flight_begin(
     authn_hmac_table_t *t, const unsigned char key[AUTHN_HMAC_KEY_LEN],
     apr_time_t now, apr_interval_time_t stale_after, int *slot);
 
+/* result: 1 granted, 0 refused (a mismatch), -1 no result (another
+ * failure: the waiters verify by themselves). */
 void authn_hmac_flight_end(authn_hmac_table_t *t, int slot,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                           int granted, apr_time_t now);
+                           int result, apr_time_t now);
 
 /* Waits for the runner of key: 1 if it granted, 0 if it refused, -1 if no
  * answer came (the deadline, the runner died, the flight was reused): the

@@ -207,17 +207,21 @@ const char *authn_hmac_outcome_name(authn_hmac_outcome o)
     return (unsigned)o < sizeof(names) / sizeof(names[0]) ? names[o] : "error";
 }
 
-/* How long a verification usually takes here: the average so far, at
- * least 10 ms; 3 s before the first. */
+/* How long a verification usually takes here: the average so far (timed on
+ * the monotonic clock), from 10 ms to 10 s; 3 s before the first. */
 static apr_interval_time_t expected_verify(const authn_hmac_engine_t *e)
 {
     uint64_t n = authn_hmac_table_counter(e->table, AUTHN_HMAC_C_VERIFICATIONS);
     uint64_t us = authn_hmac_table_counter(e->table, AUTHN_HMAC_C_VERIFY_USEC);
-    apr_interval_time_t avg = n ? (apr_interval_time_t)(us / n) : 0;
+    uint64_t avg = n ? us / n : 0;
 
     if (!n)
         return apr_time_from_sec(3);
-    return avg < apr_time_from_msec(10) ? apr_time_from_msec(10) : avg;
+    if (avg < (uint64_t)apr_time_from_msec(10))
+        return apr_time_from_msec(10);
+    if (avg > (uint64_t)apr_time_from_sec(10))
+        return apr_time_from_sec(10);
+    return (apr_interval_time_t)avg;
 }
 
 /* An unknown user costs what a known user with a wrong password costs: one
@@ -259,7 +263,7 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
 {
     unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
     unsigned char nkey[AUTHN_HMAC_KEY_LEN];
-    apr_time_t t0, t1;
+    apr_time_t t0, t1, m0, m1;
     redis_req rq;
     int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
     authn_hmac_flight_rc flight = AUTHN_HMAC_FLIGHT_NONE;
@@ -326,24 +330,31 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                 0) {
             explicit_bzero(key, sizeof(key));
             count(e, AUTHN_HMAC_C_COALESCED, 1);
+            if (!got)
+                count(e, AUTHN_HMAC_C_DENIED, 1);
             return got ? AUTHN_HMAC_COALESCED : AUTHN_HMAC_DENIED;
         }
     }
 
-    t0 = apr_time_now();
+    /* NB: the duration on the monotonic clock: a step of the wall clock
+     * must not make the usual time, and so every wait, unbounded. */
+    m0 = authn_hmac_monotonic();
     rv = e->verify(c->password, c->hash);
+    m1 = authn_hmac_monotonic();
     t1 = apr_time_now();
     count(e, AUTHN_HMAC_C_VERIFICATIONS, 1);
-    count(e, AUTHN_HMAC_C_VERIFY_USEC, (uint64_t)(t1 - t0));
+    count(e, AUTHN_HMAC_C_VERIFY_USEC, (uint64_t)(m1 - m0));
     if (rv != APR_SUCCESS) {
         count(e, AUTHN_HMAC_C_DENIED, 1);
-        /* NB: only a mismatch is remembered: the same input gives it
-         * again. Any other failure (out of memory) may not. */
+        /* NB: only a mismatch is remembered, and shared with waiters: the
+         * same input gives it again. Any other failure (out of memory) may
+         * not: the waiters verify by themselves. */
         if (negative && rv == APR_EMISMATCH)
             authn_hmac_negative_store(e->table, nkey, uid, t1,
                                       t1 + pol->negative_ttl);
         if (flight == AUTHN_HMAC_FLIGHT_RUN)
-            authn_hmac_flight_end(e->table, slot, key, 0,
+            authn_hmac_flight_end(e->table, slot, key,
+                                  rv == APR_EMISMATCH ? 0 : -1,
                                   authn_hmac_monotonic());
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_DENIED;
@@ -357,6 +368,6 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     }
     explicit_bzero(key, sizeof(key));
     logf_(e, baton, AUTHN_HMAC_LOG_DEBUG, p,
-          "verified in %" APR_TIME_T_FMT " us, cached", t1 - t0);
+          "verified in %" APR_TIME_T_FMT " us, cached", m1 - m0);
     return AUTHN_HMAC_VERIFIED;
 }

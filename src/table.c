@@ -41,11 +41,12 @@ typedef struct {
 /* The segment, in one place:
  *   header           magic, size, start time, where each region is and how
  *                    full, the Redis health, the counters (HEADER_SIZE)
+ *   flights          FLIGHTS verifications in flight, so that concurrent
+ *                    misses of one credential wait for one bcrypt
  *   positive region  credentials verified: what grants (8 of 9 sets)
  *   negative region  wrong passwords seen recently: what denies without
  *                    bcrypt (1 of 9 sets; none in a table of one set)
- *   flights          FLIGHTS verifications in flight, so that concurrent
- *                    misses of one credential wait for one bcrypt
+ * All of it comes out of AuthHMACCacheSize.
  * Each region is sets of WAYS slots, and never writes into another: a flood
  * of wrong passwords cannot evict a verified credential. */
 enum { POSITIVE, NEGATIVE, REGIONS };
@@ -107,7 +108,10 @@ size_t authn_hmac_table_size(size_t budget)
 {
     size_t set = WAYS * sizeof(slot_t);
 
-    /* NB: the header and the flights come out of the budget. */
+    /* NB: the header and the flights come out of the budget (at most 1 GiB:
+     * nothing here overflows). */
+    if (budget > (size_t)1 << 40)
+        budget = (size_t)1 << 40;
     if (budget == 0)
         return HEADER_SIZE + FLIGHTS_SIZE;
     if (budget < HEADER_SIZE + FLIGHTS_SIZE + set)
@@ -341,8 +345,12 @@ void authn_hmac_table_tear(authn_hmac_table_t *t,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
                            const unsigned char uid[AUTHN_HMAC_KEY_LEN])
 {
-    slot_t *set = set_for(&t->region[POSITIVE], user_word(uid));
+    slot_t *set;
     int i;
+
+    if (t->region[POSITIVE].nsets == 0)
+        return;
+    set = set_for(&t->region[POSITIVE], user_word(uid));
 
     for (i = 0; i < WAYS; i++)
         if (CRYPTO_memcmp(set[i].key, key, AUTHN_HMAC_KEY_LEN) == 0) {
@@ -496,17 +504,21 @@ authn_hmac_flight_rc authn_hmac_flight_begin(
 
 void authn_hmac_flight_end(authn_hmac_table_t *t, int slot,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                           int granted, apr_time_t now)
+                           int result, apr_time_t now)
 {
     flight_t *f = &t->flights[slot];
 
     if (apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
         return;
-    /* NB: only if it is still this runner's (it may have been taken over). */
+    /* NB: only if it is still this runner's (it may have been taken over).
+     * No result (-1) frees it: its waiters verify by themselves. */
     if (f->state == FLIGHT_RUNNING && f->pid == (int64_t)getpid() &&
         CRYPTO_memcmp(f->key, key, AUTHN_HMAC_KEY_LEN) == 0)
-        flight_write(f, granted ? FLIGHT_GRANTED : FLIGHT_REFUSED, key, f->pid,
-                     f->started, now);
+        flight_write(f,
+                     result > 0    ? FLIGHT_GRANTED
+                     : result == 0 ? FLIGHT_REFUSED
+                                   : FLIGHT_FREE,
+                     key, f->pid, f->started, now);
     apr_global_mutex_unlock(t->mutex);
 }
 

@@ -21,6 +21,8 @@ static apr_status_t fake_verify(const char *password, const char *hash)
     __atomic_add_fetch(calls, 1, __ATOMIC_RELAXED);
     if (slow_ms)
         usleep((useconds_t)slow_ms * 1000);
+    if (strcmp(hash, "H-enomem") == 0)
+        return APR_ENOMEM; /* a failure that is not a mismatch */
     return strncmp(hash, "H-", 2) == 0 && strcmp(hash + 2, password) == 0
                ? APR_SUCCESS
                : APR_EMISMATCH;
@@ -202,6 +204,8 @@ static void test_negative_cache(apr_pool_t *p)
 
 /* Forks n processes that wait at a barrier, then each check one
  * credential; returns how many got each outcome. */
+static const char *burst_hash = "H-right";
+
 static void burst(const authn_hmac_engine_t *e0, int n, const char **passwords,
                   int *outcomes)
 {
@@ -221,7 +225,7 @@ static void burst(const authn_hmac_engine_t *e0, int n, const char **passwords,
             apr_global_mutex_child_init(&table_mutex, NULL, cp);
             e.table = authn_hmac_table_attach(table_base, table_mutex, cp);
             (void)!read(go[0], &b, 1);
-            o = (unsigned char)check(&e, 300, "alice", passwords[i], "H-right",
+            o = (unsigned char)check(&e, 300, "alice", passwords[i], burst_hash,
                                      cp);
             (void)!write(res[1], &o, 1);
             _exit(0);
@@ -266,6 +270,20 @@ static void test_single_flight(apr_pool_t *p)
     CHECK(*calls == 2);
     CHECK(out[AUTHN_HMAC_VERIFIED] + out[AUTHN_HMAC_COALESCED] == 4);
     CHECK(out[AUTHN_HMAC_DENIED] == 4);
+
+    /* A failure that is not a mismatch (found by review) is no answer for
+     * the waiters: each verifies by itself, and nothing is remembered. */
+    e = engine(p, 1 << 20);
+    memset(out, 0, sizeof(out));
+    negative_ttl_us = apr_time_from_sec(30);
+    burst_hash = "H-enomem";
+    burst(&e, 4, same, out);
+    burst_hash = "H-right";
+    CHECK(*calls == 4 && out[AUTHN_HMAC_DENIED] == 4);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_COALESCED) == 0);
+    CHECK(check(&e, 300, "alice", "right", "H-enomem", p) == AUTHN_HMAC_DENIED);
+    CHECK(*calls == 5);
+    negative_ttl_us = 0;
     slow_ms = 0;
 }
 
