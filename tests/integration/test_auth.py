@@ -70,6 +70,7 @@ def test_failed_verification_is_never_cached_as_a_grant(server):
     assert server.notes("alice")[-3:] == ["denied", "negative-hit", "negative-hit"]
 
 
+@pytest.mark.slow
 def test_repeated_wrong_password_runs_bcrypt_once(server):
     htpasswd(server.path("a.htpasswd"), "rex", "rex's real password")
     before = server.status()
