@@ -61,6 +61,8 @@ class Site:
             os.chmod(path, 0o600)
             lines.append("AuthHMACRedisAuthFile %s" % path)
             srv.secrets.add(auth_secret)
+        if VALGRIND:
+            lines.append("AuthHMACRedisTimeout 2000")  # see test_redis
         srv.global_conf = "\n".join(lines) + "\n" + extra
         srv.body = SITE.format(d=srv.dir, users=self.users)
         srv.write_config()
