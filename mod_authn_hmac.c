@@ -369,26 +369,97 @@ static int check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     return OK;
 }
 
+/* What outlives a restart, graceful or not, in the process pool: the
+ * shared segment, its writers' mutex and a random pepper, so that the cache
+ * stays warm (Debian's logrotate restarts httpd gracefully every night). A
+ * changed pepper or AuthHMACCacheSize starts a fresh segment; a full stop
+ * ends it all with the process. */
+#define RETAINED "authn_hmac_retained"
+
+typedef struct {
+    apr_shm_t *shm;
+    apr_size_t size;
+    apr_global_mutex_t *mutex;
+    authn_hmac_secret_t *random_pepper; /* when there is no pepper file */
+    unsigned char fingerprint[AUTHN_HMAC_KEY_LEN]; /* the segment's pepper */
+} retained_t;
+
 /* Anonymous shared memory, or a named segment in the runtime dir where the
- * platform has no anonymous kind. Released with pconf. */
-static apr_status_t make_shm(apr_pool_t *pconf, apr_size_t size)
+ * platform has no anonymous kind. */
+static apr_status_t make_shm(apr_shm_t **shm, apr_pool_t *p, apr_size_t size)
 {
     const char *fname;
-    apr_status_t rv = apr_shm_create(&g.shm, size, NULL, pconf);
+    apr_status_t rv = apr_shm_create(shm, size, NULL, p);
 
     if (rv != APR_ENOTIMPL)
         return rv;
-    fname = ap_runtime_dir_relative(pconf, "authn_hmac.shm");
+    fname = ap_runtime_dir_relative(p, "authn_hmac.shm");
     if (!fname)
         return APR_EINVAL;
-    apr_shm_remove(fname, pconf);
-    return apr_shm_create(&g.shm, size, fname, pconf);
+    apr_shm_remove(fname, p);
+    return apr_shm_create(shm, size, fname, p);
+}
+
+/* The segment this generation uses: the one kept from the last, if it was
+ * made for the same pepper and size, else a fresh one. */
+static int attach_segment(retained_t *rd, apr_size_t size, server_rec *s,
+                          apr_pool_t *pconf)
+{
+    apr_pool_t *pglobal = s->process->pool;
+    unsigned char fp[AUTHN_HMAC_KEY_LEN];
+    apr_status_t rv;
+
+    authn_hmac_subkey(g.pepper, "authn_hmac v2 fingerprint", fp);
+    if (!rd->mutex) {
+        rv = ap_global_mutex_create(&rd->mutex, NULL, MUTEX_TYPE, NULL, s,
+                                    pglobal, 0);
+        if (rv != APR_SUCCESS)
+            return HTTP_INTERNAL_SERVER_ERROR; /* httpd has logged why */
+    }
+    if (rd->shm &&
+        (rd->size != size || memcmp(rd->fingerprint, fp, sizeof(fp)))) {
+        /* NB: the last generation's children keep their own mapping. */
+        apr_shm_destroy(rd->shm);
+        rd->shm = NULL;
+    }
+    if (!rd->shm) {
+        rv = make_shm(&rd->shm, pglobal, size);
+        if (rv == APR_SUCCESS)
+            rv = authn_hmac_table_format(apr_shm_baseaddr_get(rd->shm), size,
+                                         apr_time_now());
+        if (rv != APR_SUCCESS) {
+            ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                         "authn_hmac: cannot create %" APR_SIZE_T_FMT
+                         " bytes of shared memory (" D_SIZE ")",
+                         size);
+            if (rd->shm)
+                apr_shm_destroy(rd->shm);
+            rd->shm = NULL;
+            return HTTP_INTERNAL_SERVER_ERROR;
+        }
+        rd->size = size;
+        memcpy(rd->fingerprint, fp, sizeof(fp));
+        ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
+                     "authn_hmac: new shared-memory cache of %" APR_SIZE_T_FMT
+                     " bytes",
+                     size);
+    }
+    else
+        ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
+                     "authn_hmac: shared-memory cache kept across the restart");
+    explicit_bzero(fp, sizeof(fp));
+    g.shm = rd->shm;
+    g.mutex = rd->mutex;
+    g.table =
+        authn_hmac_table_attach(apr_shm_baseaddr_get(g.shm), g.mutex, pconf);
+    return g.table ? OK : HTTP_INTERNAL_SERVER_ERROR;
 }
 
 static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                        server_rec *s)
 {
     apr_size_t size = authn_hmac_table_size((size_t)g.size);
+    retained_t *rd;
     apr_status_t rv;
 
     (void)plog;
@@ -396,47 +467,32 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     /* NB: the first pass at startup only tests the configuration. */
     if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG)
         return OK;
+    rd = ap_retained_data_get(RETAINED);
+    if (!rd)
+        rd = ap_retained_data_create(RETAINED, sizeof(*rd));
     if (!g.pepper) {
-        rv = authn_hmac_secret_random(&g.pepper, AUTHN_HMAC_PEPPER_MIN, pconf);
-        if (rv != APR_SUCCESS) {
-            ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                         "authn_hmac: cannot generate a random pepper");
-            return HTTP_INTERNAL_SERVER_ERROR;
+        /* NB: under httpd -X, child_init ran in this process and wiped it. */
+        if (!rd->random_pepper || !rd->random_pepper->data) {
+            rv = authn_hmac_secret_random(
+                &rd->random_pepper, AUTHN_HMAC_PEPPER_MIN, s->process->pool);
+            if (rv != APR_SUCCESS) {
+                ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                             "authn_hmac: cannot generate a random pepper");
+                return HTTP_INTERNAL_SERVER_ERROR;
+            }
+            ap_log_error(APLOG_MARK, APLOG_INFO, 0, s,
+                         "authn_hmac: no " D_PEPPER " set; using a random "
+                         "pepper until httpd stops (the cache starts empty)");
         }
-        ap_log_error(APLOG_MARK, APLOG_INFO, 0, s,
-                     "authn_hmac: no " D_PEPPER " set; using a random pepper "
-                     "for this start (the cache starts empty)");
+        g.pepper = rd->random_pepper;
     }
     rv = authn_hmac_mac_create(&g.mac, g.pepper, pconf);
     if (rv != APR_SUCCESS) {
         ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                     "authn_hmac: OpenSSL has no HMAC-SHA256");
+                     "authn_hmac: cannot derive the keys");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
-    rv = ap_global_mutex_create(&g.mutex, NULL, MUTEX_TYPE, NULL, s, pconf, 0);
-    if (rv != APR_SUCCESS)
-        return HTTP_INTERNAL_SERVER_ERROR; /* httpd has logged why */
-    rv = make_shm(pconf, size);
-    if (rv != APR_SUCCESS) {
-        ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                     "authn_hmac: cannot create %" APR_SIZE_T_FMT
-                     " bytes of shared memory (" D_SIZE ")",
-                     size);
-        return HTTP_INTERNAL_SERVER_ERROR;
-    }
-    rv = authn_hmac_table_format(apr_shm_baseaddr_get(g.shm), size,
-                                 apr_time_now());
-    if (rv != APR_SUCCESS) {
-        ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                     "authn_hmac: cannot lay out the shared memory");
-        return HTTP_INTERNAL_SERVER_ERROR;
-    }
-    g.table =
-        authn_hmac_table_attach(apr_shm_baseaddr_get(g.shm), g.mutex, pconf);
-    ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
-                 "authn_hmac: shared-memory cache of %" APR_SIZE_T_FMT " bytes",
-                 size);
-    return OK;
+    return attach_segment(rd, size, s, pconf);
 }
 
 static void engine_log(void *baton, int level, const char *msg);

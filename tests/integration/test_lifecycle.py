@@ -18,27 +18,68 @@ def shm_files():
 
 
 @pytest.mark.parametrize("mpm", ["prefork", "worker", "event"])
-def test_graceful_and_full_restarts(mpm):
+def test_graceful_and_full_restarts_keep_the_cache(mpm):
+    """A restart keeps the cache, even with the random pepper (no pepper
+    file): after each, the right password is a hit and the wrong one a
+    negative hit. Nothing is left behind at stop."""
     before = (ipc_count("-m"), ipc_count("-s"), shm_files())
     srv = make_server(mpm)
     try:
         srv.start()
         assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+        assert srv.status_code("/a/index.html", "alice", "wrong") == 401
         for graceful in (True, True, False, True, False):
             srv.restart(graceful=graceful)
             assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
-            assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+            assert srv.notes("alice")[-1] == "hit"
             assert srv.status_code("/a/index.html", "alice", "wrong") == 401
-            st = srv.status()
-            # A new generation starts a new, empty cache with a new pepper:
-            # one bcrypt for the right password, one for the wrong one.
-            assert st["verifications"] == 2 and st["hits"] == 1 and st["denied"] == 1
+            assert srv.notes("alice")[-1] == "negative-hit"
+        st = srv.status()
+        # One bcrypt for the right password, one for the wrong one, in all.
+        assert st["verifications"] == 2 and st["hits"] == 5, st
         srv.stop()
         assert (ipc_count("-m"), ipc_count("-s"), shm_files()) == before
         problems = srv.log_problems()
         assert not problems, problems
         assert "Segmentation fault" not in srv.error_log()
         assert "exit signal" not in srv.error_log()
+        # A full stop empties it.
+        srv.start()
+        assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+        assert srv.notes("alice")[-1] == "verified"
+    finally:
+        srv.cleanup()
+
+
+def test_a_new_pepper_or_size_starts_a_fresh_cache():
+    srv = make_server("event")
+    pepper = srv.path("pepper")
+
+    def write_pepper():
+        with open(pepper, "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(pepper, 0o600)
+    write_pepper()
+    srv.global_conf = "AuthHMACPepperFile %s" % pepper
+    srv.write_config()
+    try:
+        srv.start()
+        assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+        srv.restart(graceful=True)
+        assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+        assert srv.notes("alice")[-1] == "hit"
+        write_pepper()
+        srv.restart(graceful=True)
+        assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+        assert srv.notes("alice")[-1] == "verified"
+        srv.global_conf += "\nAuthHMACCacheSize 8M"
+        srv.write_config()
+        srv.restart(graceful=True)
+        assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+        assert srv.notes("alice")[-1] == "verified"
+        assert srv.status()["cache_bytes"] > 4 << 20
+        srv.stop()
+        assert not srv.log_problems()
     finally:
         srv.cleanup()
 
