@@ -417,7 +417,7 @@ static int attach_segment(retained_t *rd, apr_size_t size, server_rec *s,
             return HTTP_INTERNAL_SERVER_ERROR; /* httpd has logged why */
     }
     if (rd->shm &&
-        (rd->size != size || memcmp(rd->fingerprint, fp, sizeof(fp)))) {
+        (rd->size != size || memcmp(rd->fingerprint, fp, sizeof(fp)) != 0)) {
         /* NB: the last generation's children keep their own mapping. */
         apr_shm_destroy(rd->shm);
         rd->shm = NULL;
