@@ -473,7 +473,9 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     if (!g.pepper) {
         /* NB: under httpd -X, child_init ran in this process and wiped it. */
         if (!rd->random_pepper || !rd->random_pepper->data) {
-            rv = authn_hmac_secret_random(
+            /* NB: nothing of this module may be left for the process
+             * pool's cleanups: the module is unloaded before them. */
+            rv = authn_hmac_secret_random_retained(
                 &rd->random_pepper, AUTHN_HMAC_PEPPER_MIN, s->process->pool);
             if (rv != APR_SUCCESS) {
                 ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,

@@ -37,6 +37,13 @@ const char *authn_hmac_secret_read(authn_hmac_secret_t **out, const char *path,
 apr_status_t authn_hmac_secret_random(authn_hmac_secret_t **out, size_t len,
                                       apr_pool_t *p);
 
+/* The same, for a pool that outlives the code that made it (httpd's
+ * process pool outlives the module, which is unloaded first): no cleanup
+ * is registered; the page, locked and out of core dumps, ends with the
+ * process. */
+apr_status_t authn_hmac_secret_random_retained(authn_hmac_secret_t **out,
+                                               size_t len, apr_pool_t *p);
+
 /* A new zeroed secret of len bytes, on page boundaries. */
 apr_status_t authn_hmac_secret_alloc(authn_hmac_secret_t **out, size_t len,
                                      apr_pool_t *p);

@@ -37,8 +37,10 @@ static apr_status_t secret_cleanup(void *data)
 }
 
 /* A zeroed page (or more) for `len` bytes, locked and excluded from dumps
- * where the kernel allows it (both are best effort). */
-static apr_status_t secret_alloc(secret_page_t **out, size_t len, apr_pool_t *p)
+ * where the kernel allows it (both are best effort); wiped when p is cleared,
+ * unless `retained`. */
+static apr_status_t secret_alloc_in(secret_page_t **out, size_t len,
+                                    apr_pool_t *p, int retained)
 {
     long pagesz = sysconf(_SC_PAGESIZE);
     secret_page_t *s = apr_pcalloc(p, sizeof(*s));
@@ -59,9 +61,15 @@ static apr_status_t secret_alloc(secret_page_t **out, size_t len, apr_pool_t *p)
     (void)mlock(m, s->maplen);
     s->pub.data = m;
     s->pub.len = len;
-    apr_pool_cleanup_register(p, s, secret_cleanup, apr_pool_cleanup_null);
+    if (!retained)
+        apr_pool_cleanup_register(p, s, secret_cleanup, apr_pool_cleanup_null);
     *out = s;
     return APR_SUCCESS;
+}
+
+static apr_status_t secret_alloc(secret_page_t **out, size_t len, apr_pool_t *p)
+{
+    return secret_alloc_in(out, len, p, 0);
 }
 
 const char *authn_hmac_secret_read(authn_hmac_secret_t **out, const char *path,
@@ -160,6 +168,21 @@ apr_status_t authn_hmac_secret_random(authn_hmac_secret_t **out, size_t len,
 {
     secret_page_t *s = NULL;
     apr_status_t rv = secret_alloc(&s, len, p);
+
+    if (rv == APR_SUCCESS && !s)
+        rv = APR_ENOMEM;
+    if (rv == APR_SUCCESS)
+        rv = apr_generate_random_bytes(s->pub.data, len);
+    if (rv == APR_SUCCESS)
+        *out = &s->pub;
+    return rv;
+}
+
+apr_status_t authn_hmac_secret_random_retained(authn_hmac_secret_t **out,
+                                               size_t len, apr_pool_t *p)
+{
+    secret_page_t *s = NULL;
+    apr_status_t rv = secret_alloc_in(&s, len, p, 1);
 
     if (rv == APR_SUCCESS && !s)
         rv = APR_ENOMEM;
