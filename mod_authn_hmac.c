@@ -76,7 +76,6 @@ static struct {
     apr_hash_t *userfiles; /* path -> authn_hmac_userfile_t */
     authn_hmac_mac_t *mac;
     apr_global_mutex_t *mutex;
-    apr_shm_t *shm;
     authn_hmac_table_t *table;
     const char *redis_name; /* as configured; NULL: no Redis */
     authn_hmac_redis_conf_t redis;
@@ -138,9 +137,21 @@ static const char *set_userfile(cmd_parms *cmd, void *dc, const char *arg)
     return NULL;
 }
 
+/* A per-directory duration: where it goes and what 0 means. */
+typedef struct {
+    apr_size_t value, set; /* offsets in dir_conf */
+    const char *zero;
+} ttl_spec;
+
+static ttl_spec ttl_spec_cache = {APR_OFFSETOF(dir_conf, ttl),
+                                  APR_OFFSETOF(dir_conf, ttl_set), "caching"};
+static ttl_spec ttl_spec_negative = {APR_OFFSETOF(dir_conf, negative_ttl),
+                                     APR_OFFSETOF(dir_conf, negative_ttl_set),
+                                     "the negative cache"};
+
 static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
 {
-    dir_conf *c = dc;
+    const ttl_spec *spec = cmd->info;
     uint64_t v;
     const char *err = authn_hmac_parse_seconds(arg, &v);
 
@@ -148,31 +159,12 @@ static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
         err = "too long";
     if (err)
         return apr_psprintf(cmd->pool,
-                            D_TTL
-                            ": '%s' is %s (seconds from 0 to %d, with an "
-                            "optional unit s, m, h or d; 0 turns caching off)",
-                            arg, err, MAX_TTL);
-    c->ttl = apr_time_from_sec((apr_time_t)v);
-    c->ttl_set = 1;
-    return NULL;
-}
-
-static const char *set_negative_ttl(cmd_parms *cmd, void *dc, const char *arg)
-{
-    dir_conf *c = dc;
-    uint64_t v;
-    const char *err = authn_hmac_parse_seconds(arg, &v);
-
-    if (!err && v > MAX_TTL)
-        err = "too long";
-    if (err)
-        return apr_psprintf(cmd->pool,
-                            D_NEGTTL ": '%s' is %s (seconds from 0 to %d, with "
-                                     "an optional unit s, m, h or d; 0 turns "
-                                     "the negative cache off)",
-                            arg, err, MAX_TTL);
-    c->negative_ttl = apr_time_from_sec((apr_time_t)v);
-    c->negative_ttl_set = 1;
+                            "%s: '%s' is %s (seconds from 0 to %d, with an "
+                            "optional unit s, m, h or d; 0 turns %s off)",
+                            cmd->cmd->name, arg, err, MAX_TTL, spec->zero);
+    *(apr_interval_time_t *)((char *)dc + spec->value) =
+        apr_time_from_sec((apr_time_t)v);
+    *(int *)((char *)dc + spec->set) = 1;
     return NULL;
 }
 
@@ -312,10 +304,11 @@ static const char *set_redis_prefix(cmd_parms *cmd, void *dc, const char *arg)
 static const command_rec cmds[] = {
     AP_INIT_TAKE1(D_USERFILE, set_userfile, NULL, RSRC_CONF | ACCESS_CONF,
                   "the htpasswd file to check credentials against"),
-    AP_INIT_TAKE1(D_TTL, set_ttl, NULL, RSRC_CONF | ACCESS_CONF,
+    AP_INIT_TAKE1(D_TTL, set_ttl, &ttl_spec_cache, RSRC_CONF | ACCESS_CONF,
                   "how long a verified credential is cached, in seconds "
                   "(default 300)"),
-    AP_INIT_TAKE1(D_NEGTTL, set_negative_ttl, NULL, RSRC_CONF | ACCESS_CONF,
+    AP_INIT_TAKE1(D_NEGTTL, set_ttl, &ttl_spec_negative,
+                  RSRC_CONF | ACCESS_CONF,
                   "how long a refused credential is refused again without "
                   "bcrypt, in seconds (default 30)"),
     AP_INIT_FLAG(D_HIDE, ap_set_flag_slot,
@@ -448,10 +441,9 @@ static int attach_segment(retained_t *rd, apr_size_t size, server_rec *s,
         ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
                      "authn_hmac: shared-memory cache kept across the restart");
     explicit_bzero(fp, sizeof(fp));
-    g.shm = rd->shm;
     g.mutex = rd->mutex;
     g.table =
-        authn_hmac_table_attach(apr_shm_baseaddr_get(g.shm), g.mutex, pconf);
+        authn_hmac_table_attach(apr_shm_baseaddr_get(rd->shm), g.mutex, pconf);
     return g.table ? OK : HTTP_INTERNAL_SERVER_ERROR;
 }
 

@@ -449,9 +449,6 @@ apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
                                           authn_hmac_redis_health_t *health,
                                           apr_pool_t *p);
 
-/* Why the server's name gave no address, or NULL. */
-const char *authn_hmac_redis_pool_unresolved(const authn_hmac_redis_pool_t *rp);
-
 /* An idle connection, or a new one (connected, AUTH and SELECT done), before
  * the deadline (monotonic). On failure *why says what went wrong (never a
  * secret). */

@@ -281,11 +281,6 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         count(e, AUTHN_HMAC_C_DENIED, 1);
         return AUTHN_HMAC_DENIED;
     }
-    memset(&rq, 0, sizeof(rq));
-    rq.e = e;
-    rq.baton = baton;
-    rq.p = p;
-    rq.off = !e->redis || !cache;
     t0 = apr_time_now();
     if (cache) {
         authn_hmac_mac_compute(e->mac, c->scope, c->scope_len, c->user,
@@ -300,6 +295,12 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         }
     }
     count(e, AUTHN_HMAC_C_MISSES, 1);
+    /* NB: after the hit path, which needs none of this. */
+    memset(&rq, 0, sizeof(rq));
+    rq.e = e;
+    rq.baton = baton;
+    rq.p = p;
+    rq.off = !e->redis || !cache;
     if (cache && redis_lookup(&rq, key, uid, t0, pol->ttl)) {
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_REDIS_HIT;

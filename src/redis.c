@@ -604,11 +604,6 @@ apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
     return APR_SUCCESS;
 }
 
-const char *authn_hmac_redis_pool_unresolved(const authn_hmac_redis_pool_t *rp)
-{
-    return rp->unresolved;
-}
-
 authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
                                                   authn_hmac_redis_conn_t **c,
                                                   apr_time_t deadline,

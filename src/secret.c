@@ -163,11 +163,11 @@ void authn_hmac_secret_wipe(authn_hmac_secret_t *secret)
         secret_cleanup(secret);
 }
 
-apr_status_t authn_hmac_secret_random(authn_hmac_secret_t **out, size_t len,
-                                      apr_pool_t *p)
+static apr_status_t secret_random(authn_hmac_secret_t **out, size_t len,
+                                  apr_pool_t *p, int retained)
 {
     secret_page_t *s = NULL;
-    apr_status_t rv = secret_alloc(&s, len, p);
+    apr_status_t rv = secret_alloc_in(&s, len, p, retained);
 
     if (rv == APR_SUCCESS && !s)
         rv = APR_ENOMEM;
@@ -178,17 +178,14 @@ apr_status_t authn_hmac_secret_random(authn_hmac_secret_t **out, size_t len,
     return rv;
 }
 
+apr_status_t authn_hmac_secret_random(authn_hmac_secret_t **out, size_t len,
+                                      apr_pool_t *p)
+{
+    return secret_random(out, len, p, 0);
+}
+
 apr_status_t authn_hmac_secret_random_retained(authn_hmac_secret_t **out,
                                                size_t len, apr_pool_t *p)
 {
-    secret_page_t *s = NULL;
-    apr_status_t rv = secret_alloc_in(&s, len, p, 1);
-
-    if (rv == APR_SUCCESS && !s)
-        rv = APR_ENOMEM;
-    if (rv == APR_SUCCESS)
-        rv = apr_generate_random_bytes(s->pub.data, len);
-    if (rv == APR_SUCCESS)
-        *out = &s->pub;
-    return rv;
+    return secret_random(out, len, p, 1);
 }

@@ -55,6 +55,18 @@ static authn_hmac_engine_t engine(apr_pool_t *p, size_t budget)
     return e;
 }
 
+/* In a forked child: its own pool, and the table attached as httpd's
+ * children attach it. */
+static apr_pool_t *in_child(authn_hmac_engine_t *e)
+{
+    apr_pool_t *cp;
+
+    apr_pool_create(&cp, NULL);
+    apr_global_mutex_child_init(&table_mutex, NULL, cp);
+    e->table = authn_hmac_table_attach(table_base, table_mutex, cp);
+    return cp;
+}
+
 static authn_hmac_cred_t cred(const char *user, const char *password,
                               const char *hash)
 {
@@ -136,12 +148,9 @@ static void test_forked_processes(apr_pool_t *p)
     for (i = 0; i < PROCS; i++) {
         pid[i] = fork();
         if (pid[i] == 0) {
-            apr_pool_t *cp;
+            apr_pool_t *cp = in_child(&e);
             int bad = 0, n;
 
-            apr_pool_create(&cp, NULL);
-            apr_global_mutex_child_init(&table_mutex, NULL, cp);
-            e.table = authn_hmac_table_attach(table_base, table_mutex, cp);
             for (n = 0; n < 5; n++) {
                 char user[16];
 
@@ -221,9 +230,7 @@ static void burst(const authn_hmac_engine_t *e0, int n, const char **passwords,
             unsigned char o;
             char b;
 
-            apr_pool_create(&cp, NULL);
-            apr_global_mutex_child_init(&table_mutex, NULL, cp);
-            e.table = authn_hmac_table_attach(table_base, table_mutex, cp);
+            cp = in_child(&e);
             (void)!read(go[0], &b, 1);
             o = (unsigned char)check(&e, 300, "alice", passwords[i], burst_hash,
                                      cp);
@@ -302,11 +309,7 @@ static void test_runner_dies_or_is_late(apr_pool_t *p)
                            c.password, c.password_len, c.hash, c.hash_len, key);
     pid = fork();
     if (pid == 0) {
-        apr_pool_t *cp;
-
-        apr_pool_create(&cp, NULL);
-        apr_global_mutex_child_init(&table_mutex, NULL, cp);
-        e.table = authn_hmac_table_attach(table_base, table_mutex, cp);
+        (void)in_child(&e);
         _exit(authn_hmac_flight_begin(e.table, key, authn_hmac_monotonic(),
                                       apr_time_from_sec(60), &slot) !=
               AUTHN_HMAC_FLIGHT_RUN); /* and dies before it ends */
@@ -327,11 +330,8 @@ static void test_runner_dies_or_is_late(apr_pool_t *p)
     slow_ms = 3000;
     pid = fork();
     if (pid == 0) {
-        apr_pool_t *cp;
+        apr_pool_t *cp = in_child(&e);
 
-        apr_pool_create(&cp, NULL);
-        apr_global_mutex_child_init(&table_mutex, NULL, cp);
-        e.table = authn_hmac_table_attach(table_base, table_mutex, cp);
         _exit(check(&e, 300, "alice", "right", "H-right", cp) !=
               AUTHN_HMAC_VERIFIED);
     }
