@@ -316,8 +316,10 @@ static const command_rec cmds[] = {
                  RSRC_CONF | ACCESS_CONF,
                  "On (default): an unknown user costs a verification, as a "
                  "known one does, so that timing does not tell names"),
-    AP_INIT_TAKE1(D_PEPPER, set_pepper, NULL, RSRC_CONF,
-                  "file holding the secret pepper (default: random per start)"),
+    AP_INIT_TAKE1(
+        D_PEPPER, set_pepper, NULL, RSRC_CONF,
+        "file holding the secret pepper (default: random, kept until httpd "
+        "stops)"),
     AP_INIT_TAKE1(D_SIZE, set_size, NULL, RSRC_CONF,
                   "shared-memory cache size (default 4M)"),
     AP_INIT_TAKE1(D_REDIS, set_redis, NULL, RSRC_CONF,
@@ -367,7 +369,9 @@ static int check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
  * stays warm (Debian's logrotate restarts httpd gracefully every night). A
  * changed pepper or AuthHMACCacheSize starts a fresh segment; a full stop
  * ends it all with the process. */
-#define RETAINED "authn_hmac_retained"
+/* NB: a new layout of retained_t needs a new key: the old generation's
+ * data is read by the new module after an upgrade and a restart. */
+#define RETAINED "authn_hmac_retained/1"
 
 typedef struct {
     apr_shm_t *shm;
@@ -402,49 +406,58 @@ static int attach_segment(retained_t *rd, apr_size_t size, server_rec *s,
     unsigned char fp[AUTHN_HMAC_KEY_LEN];
     apr_status_t rv;
 
-    authn_hmac_subkey(g.pepper, "authn_hmac v2 fingerprint", fp);
     if (!rd->mutex) {
         rv = ap_global_mutex_create(&rd->mutex, NULL, MUTEX_TYPE, NULL, s,
                                     pglobal, 0);
         if (rv != APR_SUCCESS)
             return HTTP_INTERNAL_SERVER_ERROR; /* httpd has logged why */
     }
-    if (rd->shm &&
-        (rd->size != size || memcmp(rd->fingerprint, fp, sizeof(fp)) != 0)) {
+    g.mutex = rd->mutex;
+    g.table = NULL;
+    authn_hmac_subkey(g.pepper, "authn_hmac v2 fingerprint", fp);
+    /* NB: a kept segment of another layout (the module was upgraded) does
+     * not attach: it is replaced like one of another pepper or size. */
+    if (rd->shm && rd->size == size &&
+        memcmp(rd->fingerprint, fp, sizeof(fp)) == 0)
+        g.table = authn_hmac_table_attach(apr_shm_baseaddr_get(rd->shm),
+                                          g.mutex, pconf);
+    if (g.table) {
+        explicit_bzero(fp, sizeof(fp));
+        ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
+                     "authn_hmac: shared-memory cache kept across the restart");
+        return OK;
+    }
+    if (rd->shm) {
         /* NB: the last generation's children keep their own mapping. */
         apr_shm_destroy(rd->shm);
         rd->shm = NULL;
     }
-    if (!rd->shm) {
-        rv = make_shm(&rd->shm, pglobal, size);
-        if (rv == APR_SUCCESS)
-            rv = authn_hmac_table_format(apr_shm_baseaddr_get(rd->shm), size,
-                                         apr_time_now());
-        if (rv != APR_SUCCESS) {
-            ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                         "authn_hmac: cannot create %" APR_SIZE_T_FMT
-                         " bytes of shared memory (" D_SIZE ")",
-                         size);
-            if (rd->shm)
-                apr_shm_destroy(rd->shm);
-            rd->shm = NULL;
-            return HTTP_INTERNAL_SERVER_ERROR;
-        }
+    rv = make_shm(&rd->shm, pglobal, size);
+    if (rv == APR_SUCCESS)
+        rv = authn_hmac_table_format(apr_shm_baseaddr_get(rd->shm), size,
+                                     apr_time_now());
+    if (rv == APR_SUCCESS) {
         rd->size = size;
         memcpy(rd->fingerprint, fp, sizeof(fp));
-        ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
-                     "authn_hmac: new shared-memory cache of %" APR_SIZE_T_FMT
-                     " bytes",
-                     size);
+        g.table = authn_hmac_table_attach(apr_shm_baseaddr_get(rd->shm),
+                                          g.mutex, pconf);
     }
-    else
-        ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
-                     "authn_hmac: shared-memory cache kept across the restart");
     explicit_bzero(fp, sizeof(fp));
-    g.mutex = rd->mutex;
-    g.table =
-        authn_hmac_table_attach(apr_shm_baseaddr_get(rd->shm), g.mutex, pconf);
-    return g.table ? OK : HTTP_INTERNAL_SERVER_ERROR;
+    if (!g.table) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                     "authn_hmac: cannot create %" APR_SIZE_T_FMT
+                     " bytes of shared memory (" D_SIZE ")",
+                     size);
+        if (rd->shm)
+            apr_shm_destroy(rd->shm);
+        rd->shm = NULL;
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+    ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
+                 "authn_hmac: new shared-memory cache of %" APR_SIZE_T_FMT
+                 " bytes",
+                 size);
+    return OK;
 }
 
 static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
@@ -479,6 +492,10 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                          "pepper until httpd stops (the cache starts empty)");
         }
         g.pepper = rd->random_pepper;
+    }
+    else if (rd->random_pepper) {
+        /* A pepper file now: the random one of earlier starts goes. */
+        authn_hmac_secret_wipe(rd->random_pepper);
     }
     rv = authn_hmac_mac_create(&g.mac, g.pepper, pconf);
     if (rv != APR_SUCCESS) {
