@@ -41,6 +41,8 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define D_RTIMEOUT "AuthHMACRedisTimeout"
 #define D_RPREFIX  "AuthHMACRedisPrefix"
 #define D_RDB      "AuthHMACRedisDatabase"
+#define D_MAXVER   "AuthHMACMaxVerifications"
+#define D_BACKLOG  "AuthHMACVerifyBacklog"
 
 #define MUTEX_TYPE     "authn-hmac-shm"
 #define NOTE           "authn-hmac"
@@ -56,6 +58,13 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define DEFAULT_REDIS_TIMEOUT_MS 50
 #define MAX_REDIS_TIMEOUT_MS     10000
 #define DEFAULT_REDIS_PREFIX     "authn_hmac:"
+
+#define VERIFY_NICE 19 /* verifications yield the CPU to requests */
+#define BUSY_BODY                                                              \
+    "<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n"                   \
+    "<html><head>\n<title>503 Service Unavailable</title>\n</head><body>\n"    \
+    "<h1>Service Unavailable</h1>\n<p>Too many logins are being checked "      \
+    "right now. Please try again shortly.</p>\n</body></html>\n"
 
 typedef struct {
     authn_hmac_userfile_t *uf; /* shared by every section naming the file */
@@ -82,6 +91,8 @@ static struct {
     authn_hmac_secret_t *redis_secret;   /* from AuthHMACRedisAuthFile */
     authn_hmac_redis_pool_t *redis_pool; /* per child */
     authn_hmac_engine_t engine;          /* per child */
+    int max_verifications;               /* 0: the number of cores */
+    int backlog;                         /* -1: 4 per verification */
 } g;
 
 /* ------------------------------------------------------------ directives */
@@ -264,6 +275,12 @@ static int_spec redis_timeout_spec = {&g.redis.timeout_ms, 1,
                                       "milliseconds from 1 to 10000"};
 static int_spec redis_db_spec = {&g.redis.db, 0, 65535,
                                  "a database number from 0 to 65535"};
+static int_spec max_verifications_spec = {
+    &g.max_verifications, 1, AUTHN_HMAC_MAX_CAP,
+    "verifications at once in the server, from 1 to 64"};
+static int_spec backlog_spec = {
+    &g.backlog, 0, AUTHN_HMAC_QUEUE_SLOTS - AUTHN_HMAC_MAX_CAP,
+    "verifications that may wait for a turn, from 0 to 192"};
 
 static const char *set_global_int(cmd_parms *cmd, void *dc, const char *arg)
 {
@@ -330,6 +347,12 @@ static const command_rec cmds[] = {
                   "Redis connect and command timeout in ms (default 50)"),
     AP_INIT_TAKE1(D_RPREFIX, set_redis_prefix, NULL, RSRC_CONF,
                   "prefix of the Redis keys (default authn_hmac:)"),
+    AP_INIT_TAKE1(D_MAXVER, set_global_int, &max_verifications_spec, RSRC_CONF,
+                  "most password verifications (bcrypt) at once in the "
+                  "server (default: the number of cores)"),
+    AP_INIT_TAKE1(D_BACKLOG, set_global_int, &backlog_spec, RSRC_CONF,
+                  "verifications that may wait for a turn; beyond, 503 "
+                  "(default: 4 per " D_MAXVER ")"),
     AP_INIT_TAKE1(D_RDB, set_global_int, &redis_db_spec, RSRC_CONF,
                   "Redis database number (default 0)"),
     {NULL, {NULL}, NULL, 0, RAW_ARGS, NULL}};
@@ -345,6 +368,7 @@ static int pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
     g.userfiles = apr_hash_make(pconf);
     g.redis.timeout_ms = DEFAULT_REDIS_TIMEOUT_MS;
     g.redis.prefix = DEFAULT_REDIS_PREFIX;
+    g.backlog = -1;
     return ap_mutex_register(pconf, MUTEX_TYPE, NULL, APR_LOCK_DEFAULT, 0);
 }
 
@@ -469,6 +493,15 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
 
     (void)plog;
     (void)ptemp;
+    if (g.max_verifications == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+        g.max_verifications = n < 1                    ? 1
+                              : n > AUTHN_HMAC_MAX_CAP ? AUTHN_HMAC_MAX_CAP
+                                                       : (int)n;
+    }
+    if (g.backlog < 0)
+        g.backlog = 4 * g.max_verifications;
     /* NB: the first pass at startup only tests the configuration. */
     if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG)
         return OK;
@@ -545,6 +578,9 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
     g.engine.redis_name = g.redis_name;
     g.engine.verify = apr_password_validate;
     g.engine.log = engine_log;
+    g.engine.max_verifications = g.max_verifications;
+    g.engine.backlog = g.backlog;
+    g.engine.nice = VERIFY_NICE;
     for (hi = apr_hash_first(pchild, g.userfiles); hi; hi = apr_hash_next(hi)) {
         rv = authn_hmac_userfile_child_init(apr_hash_this_val(hi), pchild);
         if (rv != APR_SUCCESS)
@@ -591,6 +627,7 @@ static authn_status status_of(authn_hmac_outcome o)
         return AUTH_DENIED;
     case AUTHN_HMAC_UNKNOWN_USER:
         return AUTH_USER_NOT_FOUND;
+    case AUTHN_HMAC_BUSY: /* a 503: see busy_error */
     default:
         return AUTH_GENERAL_ERROR;
     }
@@ -632,11 +669,32 @@ static authn_status check_password(request_rec *r, const char *user,
     cred.hash_len = rv == APR_SUCCESS ? hash_len : 0;
     cred.dummy_hash = rv == APR_SUCCESS ? NULL : hash;
     cred.dummy_hash_len = rv == APR_SUCCESS ? 0 : hash_len;
+    cred.client = r->useragent_ip;
     pol.ttl = c->ttl;
     pol.negative_ttl = c->negative_ttl;
     pol.hide_unknown = c->hide_unknown != 0;
     o = authn_hmac_check(&g.engine, &pol, &cred, r, r->pool);
+    if (o == AUTHN_HMAC_BUSY)
+        /* NB: mod_auth_basic answers an error with a 500; busy_error makes
+         * it a 503, and this is its body. */
+        ap_custom_response(r, HTTP_INTERNAL_SERVER_ERROR, BUSY_BODY);
     return done(r, authn_hmac_outcome_name(o), status_of(o));
+}
+
+/* A request refused for want of a turn to verify is a 503 with
+ * Retry-After, not mod_auth_basic's 500: the error response is made from
+ * r->status, which is set before this runs. */
+static void busy_error(request_rec *r)
+{
+    const char *note = apr_table_get(r->notes, NOTE);
+
+    if (r->status != HTTP_INTERNAL_SERVER_ERROR || !note ||
+        strcmp(note, "busy") != 0)
+        return;
+    r->status = HTTP_SERVICE_UNAVAILABLE;
+    r->status_line = NULL;
+    apr_table_setn(r->err_headers_out, "Retry-After",
+                   apr_itoa(r->pool, authn_hmac_retry_after(&g.engine)));
 }
 
 static const authn_provider provider = {check_password, NULL};
@@ -678,6 +736,7 @@ static void register_hooks(apr_pool_t *p)
     ap_hook_post_config(post_config, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_child_init(child_init, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_handler(status_handler, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_insert_error_filter(busy_error, NULL, NULL, APR_HOOK_MIDDLE);
 }
 
 AP_DECLARE_MODULE(authn_hmac) = {STANDARD20_MODULE_STUFF,

@@ -262,7 +262,13 @@ unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
       "users cost")                                                            \
     X(COALESCED, "coalesced",                                                  \
       "misses answered by another request's verification of the same "         \
-      "credential")
+      "credential")                                                            \
+    X(QUEUED, "queued", "verifications that waited for a turn")                \
+    X(BUSY, "busy",                                                            \
+      "misses refused with 503: the verification queue was full, or the "      \
+      "client held its share of it")                                           \
+    X(VERIFYING_MAX, "verifying_max",                                          \
+      "the most verifications that ran at once (a high-water mark)")
 
 enum authn_hmac_counter {
 #define AUTHN_HMAC_COUNTER_ENUM(id, name, help) AUTHN_HMAC_C_##id,
@@ -288,7 +294,9 @@ typedef struct {
     uint64_t slots;            /* capacity in entries */
     uint64_t negative_entries; /* slots of the negative region in use */
     uint64_t negative_slots;
-    uint64_t bytes; /* size of the shared segment */
+    uint64_t verifying; /* verifications running now, all processes */
+    uint64_t waiting;   /* verifications waiting for a turn */
+    uint64_t bytes;     /* size of the shared segment */
     apr_time_t started;
 } authn_hmac_stats_t;
 
@@ -366,6 +374,31 @@ void authn_hmac_flight_end(authn_hmac_table_t *t, int slot,
 int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
                            apr_time_t deadline);
+
+/* The verification queue: at most cap verifications run at once in the
+ * server, and at most backlog more wait for a turn, in order of arrival.
+ * One client (a hash of its address) holds at most half of the places.
+ * enter() says RUN (a place is taken: leave() must follow), WAIT (a
+ * waiting place is taken: wait() for the turn), or BUSY (no place). */
+#define AUTHN_HMAC_QUEUE_SLOTS 256
+#define AUTHN_HMAC_MAX_CAP     64
+
+typedef enum {
+    AUTHN_HMAC_QUEUE_RUN,
+    AUTHN_HMAC_QUEUE_WAIT,
+    AUTHN_HMAC_QUEUE_BUSY
+} authn_hmac_queue_rc;
+
+authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
+                                           uint64_t client, int cap,
+                                           int backlog, int *place);
+
+/* 1 when the place's turn came (it now runs: leave() must follow); 0 at
+ * the deadline (monotonic), the place given up. */
+int authn_hmac_queue_wait(authn_hmac_table_t *t, int place, int cap,
+                          apr_time_t deadline);
+
+void authn_hmac_queue_leave(authn_hmac_table_t *t, int place);
 
 /* For tests: leaves key's slot as a writer that died halfway through
  * writing it would (its sequence odd, its contents torn). */
@@ -578,6 +611,9 @@ typedef struct {
     const char *redis_name; /* as configured, for messages */
     authn_hmac_verify_fn verify;
     authn_hmac_log_fn log; /* may be NULL */
+    int max_verifications; /* at once, in the server; 0: no queue */
+    int backlog;           /* more that may wait for a turn */
+    int nice;              /* of the verifying threads; 0: the request's */
 } authn_hmac_engine_t;
 
 /* What a section asks for. */
@@ -601,6 +637,7 @@ typedef struct {
     size_t hash_len;
     const char *dummy_hash;
     size_t dummy_hash_len;
+    const char *client; /* the client's address, for its share of the queue */
 } authn_hmac_cred_t;
 
 /* The request path: shared memory, then Redis, then the verifier; stores
@@ -609,6 +646,9 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                                     const authn_hmac_policy_t *pol,
                                     const authn_hmac_cred_t *c, void *baton,
                                     apr_pool_t *p);
+
+/* Seconds a refused (busy) client should wait before it tries again. */
+int authn_hmac_retry_after(const authn_hmac_engine_t *e);
 
 /* ------------------------------------------------------------- utilities */
 

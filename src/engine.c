@@ -15,6 +15,10 @@
  *      process of the server, run it once: the others wait for its result
  *      (coalesced), for at most twice the usual verification time, and
  *      verify by themselves if its runner died or is late.
+ *      A verification takes a turn in the server's queue (at most
+ *      max_verifications run at once, backlog more wait; one client holds
+ *      at most half of it; busy beyond that), and runs in a thread of its
+ *      own at a lower CPU priority, so that hits keep the CPU.
  * A request waits for Redis at most the configured timeout in all, and its
  * first Redis failure ends its use of Redis.
  *
@@ -23,8 +27,14 @@
  */
 #include "authn_hmac.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <apr_strings.h>
 #include <bsd/string.h>
@@ -224,17 +234,124 @@ static apr_interval_time_t expected_verify(const authn_hmac_engine_t *e)
     return (apr_interval_time_t)avg;
 }
 
+/* How long a waiting verification may wait for its turn: twice the time
+ * the ones ahead of it should take, and a second; at most a minute. */
+static apr_interval_time_t patience(const authn_hmac_engine_t *e)
+{
+    apr_interval_time_t w =
+        2 * expected_verify(e) * (e->backlog / e->max_verifications + 1) +
+        apr_time_from_sec(1);
+
+    return w < apr_time_from_sec(60) ? w : apr_time_from_sec(60);
+}
+
+int authn_hmac_retry_after(const authn_hmac_engine_t *e)
+{
+    apr_interval_time_t w =
+        e->max_verifications > 0
+            ? expected_verify(e) * (e->backlog / e->max_verifications + 1)
+            : 0;
+    int s = (int)apr_time_sec(w + APR_USEC_PER_SEC - 1);
+
+    return s < 1 ? 1 : s > 60 ? 60 : s;
+}
+
+/* FNV-1a: spreads client addresses over the queue's shares; not a secret,
+ * and a collision only makes two clients share one share. */
+static uint64_t client_hash(const char *client)
+{
+    uint64_t h = 14695981039346656037ULL;
+
+    for (; client && *client; client++)
+        h = (h ^ (unsigned char)*client) * 1099511628211ULL;
+    return h;
+}
+
+/* A turn in the server's verification queue: 1 with a place that runs
+ * (give it back with authn_hmac_queue_leave), 0 when busy. */
+static int take_turn(const authn_hmac_engine_t *e, const authn_hmac_cred_t *c,
+                     int *place)
+{
+    authn_hmac_queue_rc rc;
+
+    *place = -1;
+    if (e->max_verifications <= 0)
+        return 1;
+    rc = authn_hmac_queue_enter(e->table, client_hash(c->client),
+                                e->max_verifications, e->backlog, place);
+    if (rc == AUTHN_HMAC_QUEUE_WAIT) {
+        count(e, AUTHN_HMAC_C_QUEUED, 1);
+        if (authn_hmac_queue_wait(e->table, *place, e->max_verifications,
+                                  authn_hmac_monotonic() + patience(e)))
+            return 1;
+        *place = -1;
+        rc = AUTHN_HMAC_QUEUE_BUSY;
+    }
+    if (rc == AUTHN_HMAC_QUEUE_BUSY) {
+        count(e, AUTHN_HMAC_C_BUSY, 1);
+        return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    authn_hmac_verify_fn fn;
+    const char *password, *hash;
+    int nice;
+    apr_status_t rv;
+} job_t;
+
+static void *verify_thread(void *arg)
+{
+    job_t *j = arg;
+
+    /* NB: on Linux each thread has its own nice value, set through its
+     * thread id; an unprivileged thread cannot lower it again. */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), j->nice);
+    j->rv = j->fn(j->password, j->hash);
+    return NULL;
+}
+
+/* Runs the verifier in a thread of its own at the engine's nice value,
+ * and waits for it; in the request's thread when no thread can be made
+ * (it is still within the cap). */
+static apr_status_t verify(const authn_hmac_engine_t *e, const char *password,
+                           const char *hash)
+{
+    job_t j = {e->verify, password, hash, e->nice, APR_EGENERAL};
+    sigset_t all, old;
+    pthread_attr_t attr;
+    pthread_t th;
+    int rc;
+
+    if (e->nice <= 0 || pthread_attr_init(&attr) != 0)
+        return e->verify(password, hash);
+    (void)pthread_attr_setstacksize(&attr, 256 * 1024);
+    /* NB: no signal is delivered to it: httpd's handlers expect its own
+     * threads. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    rc = pthread_create(&th, &attr, verify_thread, &j);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        return e->verify(password, hash);
+    pthread_join(th, NULL);
+    return j.rv;
+}
+
 /* An unknown user costs what a known user with a wrong password costs: one
  * verification against a hash of the file's typical cost, through the same
- * negative cache. Its result never grants. */
-static void dummy_verify(const authn_hmac_engine_t *e,
-                         const authn_hmac_policy_t *pol,
-                         const authn_hmac_cred_t *c)
+ * queue and negative cache. Its result never grants; 0 when busy. */
+static int dummy_verify(const authn_hmac_engine_t *e,
+                        const authn_hmac_policy_t *pol,
+                        const authn_hmac_cred_t *c)
 {
     unsigned char uid[AUTHN_HMAC_KEY_LEN], nkey[AUTHN_HMAC_KEY_LEN];
     int negative = pol->ttl > 0 && pol->negative_ttl > 0;
     apr_time_t now = apr_time_now();
     apr_status_t rv;
+    int place;
 
     if (negative) {
         authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
@@ -244,16 +361,20 @@ static void dummy_verify(const authn_hmac_engine_t *e,
                                 c->dummy_hash, c->dummy_hash_len, nkey);
         if (authn_hmac_negative_lookup(e->table, nkey, uid, now)) {
             count(e, AUTHN_HMAC_C_NEGATIVE_HITS, 1);
-            return;
+            return 1;
         }
     }
+    if (!take_turn(e, c, &place))
+        return 0;
     count(e, AUTHN_HMAC_C_DUMMY_VERIFICATIONS, 1);
-    rv = e->verify(c->password, c->dummy_hash);
+    rv = verify(e, c->password, c->dummy_hash);
+    authn_hmac_queue_leave(e->table, place);
     /* NB: a mismatch only: were the user added with that very hash, the
      * password that matched it must not be refused. */
     if (negative && rv == APR_EMISMATCH)
         authn_hmac_negative_store(e->table, nkey, uid, apr_time_now(),
                                   apr_time_now() + pol->negative_ttl);
+    return 1;
 }
 
 authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
@@ -267,13 +388,14 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     redis_req rq;
     int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
     authn_hmac_flight_rc flight = AUTHN_HMAC_FLIGHT_NONE;
-    int slot = -1;
+    int slot = -1, place;
     apr_status_t rv;
 
     if (!c->hash) {
         count(e, AUTHN_HMAC_C_UNKNOWN_USER, 1);
-        if (pol->hide_unknown && c->dummy_hash && c->dummy_hash_len)
-            dummy_verify(e, pol, c);
+        if (pol->hide_unknown && c->dummy_hash && c->dummy_hash_len &&
+            !dummy_verify(e, pol, c))
+            return AUTHN_HMAC_BUSY;
         return AUTHN_HMAC_UNKNOWN_USER;
     }
     if (c->hash_len == 0) {
@@ -339,9 +461,17 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
 
     /* NB: the duration on the monotonic clock: a step of the wall clock
      * must not make the usual time, and so every wait, unbounded. */
+    if (!take_turn(e, c, &place)) {
+        if (flight == AUTHN_HMAC_FLIGHT_RUN)
+            authn_hmac_flight_end(e->table, slot, key, -1,
+                                  authn_hmac_monotonic());
+        explicit_bzero(key, sizeof(key));
+        return AUTHN_HMAC_BUSY;
+    }
     m0 = authn_hmac_monotonic();
-    rv = e->verify(c->password, c->hash);
+    rv = verify(e, c->password, c->hash);
     m1 = authn_hmac_monotonic();
+    authn_hmac_queue_leave(e->table, place);
     t1 = apr_time_now();
     count(e, AUTHN_HMAC_C_VERIFICATIONS, 1);
     count(e, AUTHN_HMAC_C_VERIFY_USEC, (uint64_t)(m1 - m0));

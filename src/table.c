@@ -24,7 +24,7 @@
 #include <bsd/string.h>
 #include <openssl/crypto.h>
 
-#define TABLE_MAGIC 0x61686d6163740004ULL /* "ahmact", layout 4 */
+#define TABLE_MAGIC 0x61686d6163740005ULL /* "ahmact", layout 5 */
 #define FLIGHTS     64 /* verifications in flight, per server */
 #define WAYS        8  /* slots per set */
 #define READ_TRIES  64 /* then treat the slot as a miss */
@@ -43,6 +43,8 @@ typedef struct {
  *                    full, the Redis health, the counters (HEADER_SIZE)
  *   flights          FLIGHTS verifications in flight, so that concurrent
  *                    misses of one credential wait for one bcrypt
+ *   queue            AUTHN_HMAC_QUEUE_SLOTS places for verifications:
+ *                    running (at most the cap) or waiting for a turn
  *   positive region  credentials verified: what grants (8 of 9 sets)
  *   negative region  wrong passwords seen recently: what denies without
  *                    bcrypt (1 of 9 sets; none in a table of one set)
@@ -65,6 +67,19 @@ typedef struct {
 
 typedef char flight_is_64_bytes[sizeof(flight_t) == 64 ? 1 : -1];
 
+/* A place in the verification queue; written under the writers' mutex. */
+enum { PLACE_FREE, PLACE_WAITING, PLACE_RUNNING };
+
+typedef struct {
+    uint32_t state;
+    uint32_t unused;
+    int64_t pid;     /* of the request's process */
+    uint64_t ticket; /* order of arrival */
+    uint64_t client; /* a hash of the client's address */
+} place_t;
+
+typedef char place_is_32_bytes[sizeof(place_t) == 32 ? 1 : -1];
+
 typedef struct {
     uint64_t offset; /* from the segment's start */
     uint64_t nsets;
@@ -77,7 +92,9 @@ typedef struct {
     int64_t started;
     region_hdr_t region[REGIONS];
     uint64_t flights; /* offset of the flights */
-    char pad0[64 - (32 + REGIONS * sizeof(region_hdr_t)) % 64];
+    uint64_t queue;   /* offset of the queue */
+    uint64_t ticket;  /* the next place's */
+    char pad0[64 - (48 + REGIONS * sizeof(region_hdr_t)) % 64];
     authn_hmac_redis_health_t redis;
     char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
     uint64_t counter[AUTHN_HMAC_C_COUNT];
@@ -97,12 +114,15 @@ struct authn_hmac_table {
     header_t *hdr;
     region_t region[REGIONS];
     flight_t *flights;
+    place_t *queue;
     apr_global_mutex_t *mutex;
 };
 
 typedef char slot_is_64_bytes[sizeof(slot_t) == 64 ? 1 : -1];
 
-#define FLIGHTS_SIZE (FLIGHTS * sizeof(flight_t))
+/* NB: the flights and the queue, both fixed, after the header. */
+#define FLIGHTS_SIZE                                                           \
+    (FLIGHTS * sizeof(flight_t) + AUTHN_HMAC_QUEUE_SLOTS * sizeof(place_t))
 
 size_t authn_hmac_table_size(size_t budget)
 {
@@ -129,6 +149,7 @@ apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now)
         return APR_EINVAL;
     memset(base, 0, size);
     h->flights = HEADER_SIZE;
+    h->queue = HEADER_SIZE + FLIGHTS * sizeof(flight_t);
     sets = (size - HEADER_SIZE - FLIGHTS_SIZE) / (WAYS * sizeof(slot_t));
     neg = sets >= 2 ? (sets / 9 ? sets / 9 : 1) : 0;
     h->region[POSITIVE].offset = HEADER_SIZE + FLIGHTS_SIZE;
@@ -160,6 +181,7 @@ authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p)
     }
     t->region[POSITIVE].evictions = 1;
     t->flights = (flight_t *)((char *)base + h->flights);
+    t->queue = (place_t *)((char *)base + h->queue);
     t->mutex = mutex;
     return t;
 }
@@ -393,6 +415,12 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
     out->negative_entries =
         __atomic_load_n(t->region[NEGATIVE].used, __ATOMIC_RELAXED);
     out->negative_slots = t->region[NEGATIVE].nsets * WAYS;
+    for (c = 0; c < AUTHN_HMAC_QUEUE_SLOTS; c++) {
+        uint32_t st = __atomic_load_n(&t->queue[c].state, __ATOMIC_RELAXED);
+
+        out->verifying += st == PLACE_RUNNING;
+        out->waiting += st == PLACE_WAITING;
+    }
     out->redis_breaker =
         __atomic_load_n(&t->hdr->redis.breaker_until, __ATOMIC_RELAXED) != 0;
     out->redis_conns =
@@ -549,4 +577,147 @@ int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
             return -1;
         nanosleep(&nap, NULL);
     }
+}
+
+/* ------------------------------------------------- the verification queue */
+
+/* Frees the places of processes that died; under the mutex. */
+static void queue_reap(authn_hmac_table_t *t)
+{
+    int i;
+
+    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++)
+        if (t->queue[i].state != PLACE_FREE &&
+            t->queue[i].pid != (int64_t)getpid() && !alive(t->queue[i].pid))
+            __atomic_store_n(&t->queue[i].state, PLACE_FREE, __ATOMIC_RELAXED);
+}
+
+static void queue_take(authn_hmac_table_t *t, place_t *pl, uint32_t state,
+                       uint64_t client)
+{
+    pl->pid = (int64_t)getpid();
+    pl->client = client;
+    pl->ticket = t->hdr->ticket++;
+    __atomic_store_n(&pl->state, state, __ATOMIC_RELAXED);
+}
+
+/* Notes a place that starts to run, and the most that ran at once. */
+static void queue_ran(authn_hmac_table_t *t, int running)
+{
+    uint64_t *max = &t->hdr->counter[AUTHN_HMAC_C_VERIFYING_MAX];
+
+    if ((uint64_t)running > __atomic_load_n(max, __ATOMIC_RELAXED))
+        __atomic_store_n(max, (uint64_t)running, __ATOMIC_RELAXED);
+}
+
+authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
+                                           uint64_t client, int cap,
+                                           int backlog, int *place)
+{
+    int i, running = 0, waiting = 0, theirs = 0, free_at = -1;
+    int share = (cap + backlog) / 2 > 1 ? (cap + backlog) / 2 : 1;
+    authn_hmac_queue_rc rc = AUTHN_HMAC_QUEUE_BUSY;
+
+    if (cap + backlog > AUTHN_HMAC_QUEUE_SLOTS)
+        backlog = AUTHN_HMAC_QUEUE_SLOTS - cap;
+    *place = -1;
+    if (!t->mutex)
+        return AUTHN_HMAC_QUEUE_RUN; /* nothing shared: no cap */
+    if (apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
+        return AUTHN_HMAC_QUEUE_BUSY;
+    queue_reap(t);
+    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
+        place_t *pl = &t->queue[i];
+
+        if (pl->state == PLACE_FREE) {
+            if (free_at < 0)
+                free_at = i;
+            continue;
+        }
+        running += pl->state == PLACE_RUNNING;
+        waiting += pl->state == PLACE_WAITING;
+        theirs += pl->client == client;
+    }
+    /* NB: none waiting, else a newcomer would pass them. One client holds
+     * at most half the places, running or waiting: it cannot take the
+     * queue from the others. */
+    if (free_at >= 0 && waiting == 0 && running < cap && theirs < share) {
+        queue_take(t, &t->queue[free_at], PLACE_RUNNING, client);
+        queue_ran(t, running + 1);
+        rc = AUTHN_HMAC_QUEUE_RUN;
+    }
+    else if (free_at >= 0 && running + waiting < cap + backlog &&
+             theirs < share) {
+        queue_take(t, &t->queue[free_at], PLACE_WAITING, client);
+        rc = AUTHN_HMAC_QUEUE_WAIT;
+    }
+    if (rc != AUTHN_HMAC_QUEUE_BUSY)
+        *place = free_at;
+    apr_global_mutex_unlock(t->mutex);
+    return rc;
+}
+
+/* Whether the waiting place may run now: a free turn, and no one waiting
+ * who came before it. */
+static int queue_turn(const authn_hmac_table_t *t, int place, int cap)
+{
+    uint64_t mine = t->queue[place].ticket;
+    int i, running = 0;
+
+    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
+        const place_t *pl = &t->queue[i];
+        uint32_t st = __atomic_load_n(&pl->state, __ATOMIC_RELAXED);
+
+        if (st == PLACE_RUNNING)
+            running++;
+        else if (st == PLACE_WAITING && i != place && pl->ticket < mine)
+            return 0;
+    }
+    return running < cap;
+}
+
+int authn_hmac_queue_wait(authn_hmac_table_t *t, int place, int cap,
+                          apr_time_t deadline)
+{
+    struct timespec nap = {0, 5000000}; /* 5 ms */
+    int polls = 0;
+
+    for (;;) {
+        int ran = 0;
+
+        /* NB: a look without the mutex first; the mutex decides. */
+        if (queue_turn(t, place, cap) || ++polls % 20 == 0) {
+            if (apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
+                break;
+            queue_reap(t);
+            if (queue_turn(t, place, cap)) {
+                int i, running = 1;
+
+                __atomic_store_n(&t->queue[place].state, PLACE_RUNNING,
+                                 __ATOMIC_RELAXED);
+                for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++)
+                    running += i != place && t->queue[i].state == PLACE_RUNNING;
+                queue_ran(t, running);
+                ran = 1;
+            }
+            apr_global_mutex_unlock(t->mutex);
+            if (ran)
+                return 1;
+        }
+        if (authn_hmac_monotonic() >= deadline)
+            break;
+        nanosleep(&nap, NULL);
+    }
+    authn_hmac_queue_leave(t, place);
+    return 0;
+}
+
+void authn_hmac_queue_leave(authn_hmac_table_t *t, int place)
+{
+    if (place < 0 || !t->mutex ||
+        apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
+        return;
+    if (t->queue[place].pid == (int64_t)getpid())
+        __atomic_store_n(&t->queue[place].state, PLACE_FREE, __ATOMIC_RELAXED);
+    apr_global_mutex_unlock(t->mutex);
 }

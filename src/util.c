@@ -90,8 +90,8 @@ const authn_hmac_counter_info_t authn_hmac_counter_info[] = {
 const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
                                      apr_time_t now, apr_pool_t *p)
 {
-    const char *name[AUTHN_HMAC_C_COUNT + 12];
-    uint64_t val[AUTHN_HMAC_C_COUNT + 12];
+    const char *name[AUTHN_HMAC_C_COUNT + 16];
+    uint64_t val[AUTHN_HMAC_C_COUNT + 16];
     uint64_t v = s->counter[AUTHN_HMAC_C_VERIFICATIONS];
     const char *out = json ? "{" : "";
     int c, n = 0;
@@ -116,6 +116,10 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
     val[n++] = s->negative_entries;
     name[n] = "negative_slots";
     val[n++] = s->negative_slots;
+    name[n] = "verifying";
+    val[n++] = s->verifying;
+    name[n] = "verify_waiting";
+    val[n++] = s->waiting;
     name[n] = "cache_bytes";
     val[n++] = s->bytes;
     name[n] = "uptime_sec";

@@ -6,21 +6,36 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 /* The fake verifier: "right" matches the hash "H-right", and so on. Its
- * calls are counted in shared memory, across processes. */
-static uint64_t *calls;
+ * calls are counted in shared memory, across processes, with how many ran
+ * at once and the nice value of the thread it ran in. */
+static uint64_t *calls, *running, *running_max, *nice_seen;
 static int slow_ms;
 static void *table_base;
 static apr_global_mutex_t *table_mutex;
 
 static apr_status_t fake_verify(const char *password, const char *hash)
 {
+    uint64_t now = __atomic_add_fetch(running, 1, __ATOMIC_RELAXED);
+    uint64_t max = __atomic_load_n(running_max, __ATOMIC_RELAXED);
+
+    while (now > max &&
+           !__atomic_compare_exchange_n(running_max, &max, now, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    __atomic_store_n(
+        nice_seen,
+        (uint64_t)getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)),
+        __ATOMIC_RELAXED);
     __atomic_add_fetch(calls, 1, __ATOMIC_RELAXED);
     if (slow_ms)
         usleep((useconds_t)slow_ms * 1000);
+    __atomic_sub_fetch(running, 1, __ATOMIC_RELAXED);
     if (strcmp(hash, "H-enomem") == 0)
         return APR_ENOMEM; /* a failure that is not a mismatch */
     return strncmp(hash, "H-", 2) == 0 && strcmp(hash + 2, password) == 0
@@ -51,7 +66,7 @@ static authn_hmac_engine_t engine(apr_pool_t *p, size_t budget)
     e.table = authn_hmac_table_attach(m, mutex, p);
     table_mutex = mutex;
     e.verify = fake_verify;
-    *calls = 0;
+    *calls = *running_max = 0;
     return e;
 }
 
@@ -66,6 +81,8 @@ static apr_pool_t *in_child(authn_hmac_engine_t *e)
     e->table = authn_hmac_table_attach(table_base, table_mutex, cp);
     return cp;
 }
+
+static const char *client_addr = "192.0.2.1";
 
 static authn_hmac_cred_t cred(const char *user, const char *password,
                               const char *hash)
@@ -82,6 +99,7 @@ static authn_hmac_cred_t cred(const char *user, const char *password,
     c.hash_len = hash ? strlen(hash) : 0;
     c.dummy_hash = hash ? NULL : "H-typical";
     c.dummy_hash_len = hash ? 0 : 9;
+    c.client = client_addr;
     return c;
 }
 
@@ -214,6 +232,7 @@ static void test_negative_cache(apr_pool_t *p)
 /* Forks n processes that wait at a barrier, then each check one
  * credential; returns how many got each outcome. */
 static const char *burst_hash = "H-right";
+static const char **burst_clients; /* NULL: all from client_addr */
 
 static void burst(const authn_hmac_engine_t *e0, int n, const char **passwords,
                   int *outcomes)
@@ -231,6 +250,8 @@ static void burst(const authn_hmac_engine_t *e0, int n, const char **passwords,
             char b;
 
             cp = in_child(&e);
+            if (burst_clients)
+                client_addr = burst_clients[i];
             (void)!read(go[0], &b, 1);
             o = (unsigned char)check(&e, 300, "alice", passwords[i], burst_hash,
                                      cp);
@@ -374,17 +395,137 @@ static void test_unknown_users_cost_a_verification(apr_pool_t *p)
     negative_ttl_us = 0;
 }
 
+/* At most max_verifications run at once, in threads at the engine's
+ * nice value; backlog more wait their turn; beyond, busy. */
+static void test_queue(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    const char *pws[8] = {"w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7"};
+    const char *clients[8] = {"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4",
+                              "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8"};
+    int out[16] = {0};
+    authn_hmac_stats_t st;
+
+    e.max_verifications = 2;
+    e.backlog = 4;
+    e.nice = 19;
+    slow_ms = 300;
+    burst_clients = clients;
+    burst(&e, 8, pws, out);
+    /* 2 run, 4 wait their turn, 2 find no place. */
+    CHECK(out[AUTHN_HMAC_DENIED] == 6 && out[AUTHN_HMAC_BUSY] == 2);
+    CHECK(*calls == 6);
+    CHECK(*running_max == 2);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_VERIFYING_MAX) == 2);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_QUEUED) == 4);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_BUSY) == 2);
+    /* The verifier ran at nice 19; this thread was not lowered. */
+    CHECK(*nice_seen == 19);
+    CHECK(getpriority(PRIO_PROCESS, 0) == 0);
+    /* Every place was given back. */
+    authn_hmac_table_stats(e.table, apr_time_now(), &st);
+    CHECK(st.verifying == 0 && st.waiting == 0);
+    /* Hits never queue, and nice 0 verifies in the request's thread. */
+    e.max_verifications = 1;
+    e.backlog = 0;
+    e.nice = 0;
+    slow_ms = 0;
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
+          AUTHN_HMAC_VERIFIED);
+    CHECK(*nice_seen == 0);
+    burst_clients = NULL;
+}
+
+/* One client holds at most half of the places: the others still get in;
+ * and a process that died holding a place does not keep it. */
+static void test_queue_fair_share(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    const char *pws[8] = {"w0", "w1", "w2", "w3", "w4", "w5", "w6", "v7"};
+    const char *clients[8] = {"10.9.9.9", "10.9.9.9", "10.9.9.9", "10.9.9.9",
+                              "10.9.9.9", "10.9.9.9", "10.9.9.9", "10.1.1.1"};
+    int out[16] = {0}, place = -1;
+    pid_t pid;
+
+    e.max_verifications = 2;
+    e.backlog = 6; /* 8 places: 4 each at most */
+    e.nice = 19;
+    slow_ms = 300;
+    burst_clients = clients;
+    burst_hash = "H-v7"; /* the last one, from the other client, is right */
+    burst(&e, 8, pws, out);
+    burst_hash = "H-right";
+    burst_clients = NULL;
+    CHECK(out[AUTHN_HMAC_BUSY] == 3);
+    CHECK(out[AUTHN_HMAC_DENIED] == 4 && out[AUTHN_HMAC_VERIFIED] == 1);
+
+    /* A process takes the only place and dies with it. */
+    e.max_verifications = 1;
+    e.backlog = 0;
+    slow_ms = 0;
+    pid = fork();
+    if (pid == 0) {
+        authn_hmac_engine_t ce = e;
+
+        in_child(&ce);
+        _exit(authn_hmac_queue_enter(ce.table, 7, 1, 0, &place) ==
+                      AUTHN_HMAC_QUEUE_RUN
+                  ? 0
+                  : 1);
+    }
+    CHECK(pid > 0);
+    {
+        int status = -1;
+
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
+          AUTHN_HMAC_VERIFIED);
+}
+
+/* A verification that waits longer than twice the time of those ahead of
+ * it gives up: busy, and its place is free again. */
+static void test_queue_waits_are_bounded(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    const char *pws[2] = {"w0", "w1"};
+    int out[16] = {0};
+    authn_hmac_stats_t st;
+
+    /* The usual verification: 10 ms; so a wait of about a second. */
+    authn_hmac_table_count(e.table, AUTHN_HMAC_C_VERIFICATIONS, 1);
+    authn_hmac_table_count(e.table, AUTHN_HMAC_C_VERIFY_USEC, 10000);
+    e.max_verifications = 1;
+    e.backlog = 1;
+    e.nice = 19;
+    slow_ms = 2500;
+    burst(&e, 2, pws, out);
+    CHECK(out[AUTHN_HMAC_DENIED] == 1 && out[AUTHN_HMAC_BUSY] == 1);
+    CHECK(*calls == 1);
+    authn_hmac_table_stats(e.table, apr_time_now(), &st);
+    CHECK(st.verifying == 0 && st.waiting == 0);
+    CHECK(authn_hmac_retry_after(&e) >= 1);
+    slow_ms = 0;
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
 
-    calls = mmap(NULL, sizeof(*calls), PROT_READ | PROT_WRITE,
+    calls = mmap(NULL, 4 * sizeof(*calls), PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    running = calls + 1;
+    running_max = calls + 2;
+    nice_seen = calls + 3;
     RUN(test_outcomes, p);
     RUN(test_forked_processes, p);
     RUN(test_negative_cache, p);
     RUN(test_single_flight, p);
     RUN(test_runner_dies_or_is_late, p);
     RUN(test_unknown_users_cost_a_verification, p);
+    RUN(test_queue, p);
+    RUN(test_queue_fair_share, p);
+    RUN(test_queue_waits_are_bounded, p);
     return unit_end();
 }
