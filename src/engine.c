@@ -326,7 +326,7 @@ static apr_status_t verify(const authn_hmac_engine_t *e, const char *password,
 
     if (e->nice <= 0 || pthread_attr_init(&attr) != 0)
         return e->verify(password, hash);
-    (void)pthread_attr_setstacksize(&attr, 256 * 1024);
+    (void)pthread_attr_setstacksize(&attr, (size_t)256 << 10);
     /* NB: no signal is delivered to it: httpd's handlers expect its own
      * threads. */
     sigfillset(&all);
