@@ -722,6 +722,7 @@ static int status_handler(request_rec *r)
         return OK;
     authn_hmac_table_stats(g.table, now, &st);
     st.redis = g.redis_name != NULL;
+    st.max_verifications = (uint64_t)g.max_verifications;
     ap_rputs(authn_hmac_status_format(&st, json, now, r->pool), r);
     return OK;
 }

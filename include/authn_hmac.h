@@ -296,6 +296,7 @@ typedef struct {
     uint64_t negative_slots;
     uint64_t verifying; /* verifications running now, all processes */
     uint64_t waiting;   /* verifications waiting for a turn */
+    uint64_t max_verifications; /* the cap (AuthHMACMaxVerifications) */
     uint64_t bytes;     /* size of the shared segment */
     apr_time_t started;
 } authn_hmac_stats_t;

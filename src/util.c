@@ -120,6 +120,8 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
     val[n++] = s->verifying;
     name[n] = "verify_waiting";
     val[n++] = s->waiting;
+    name[n] = "max_verifications";
+    val[n++] = s->max_verifications;
     name[n] = "cache_bytes";
     val[n++] = s->bytes;
     name[n] = "uptime_sec";
