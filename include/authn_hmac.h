@@ -294,10 +294,10 @@ typedef struct {
     uint64_t slots;            /* capacity in entries */
     uint64_t negative_entries; /* slots of the negative region in use */
     uint64_t negative_slots;
-    uint64_t verifying; /* verifications running now, all processes */
-    uint64_t waiting;   /* verifications waiting for a turn */
+    uint64_t verifying;         /* verifications running now, all processes */
+    uint64_t waiting;           /* verifications waiting for a turn */
     uint64_t max_verifications; /* the cap (AuthHMACMaxVerifications) */
-    uint64_t bytes;     /* size of the shared segment */
+    uint64_t bytes;             /* size of the shared segment */
     apr_time_t started;
 } authn_hmac_stats_t;
 
@@ -540,6 +540,49 @@ authn_hmac_redis_rc authn_hmac_redis_set(
     const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
     const authn_hmac_entries_t *es, apr_time_t now, apr_time_t deadline,
     const char **why, apr_pool_t *p);
+
+/* Single flight across the servers of a farm. A credential's marker is
+ * prefix + "f:" + hex(HMAC(value subkey, key | "F")): it names the exact
+ * credential without telling anything of it. While a server verifies, the
+ * marker is "R"; then it holds the result, "F1" (granted) or "F0" (refused)
+ * with an expiry and a tag over both that only the pepper can make, so that
+ * no one who can write Redis can make a waiter grant. */
+typedef enum {
+    AUTHN_HMAC_FARM_NONE,    /* no marker, or one that does not verify */
+    AUTHN_HMAC_FARM_RUNNING, /* another server verifies */
+    AUTHN_HMAC_FARM_GRANTED,
+    AUTHN_HMAC_FARM_REFUSED,
+    AUTHN_HMAC_FARM_FORGED /* a result whose tag does not verify */
+} authn_hmac_farm_state;
+
+/* SET marker "R" NX PX ms: *won is 1 if this server now runs it. */
+authn_hmac_redis_rc authn_hmac_redis_flight_claim(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    apr_interval_time_t hold, apr_time_t deadline, int *won, const char **why,
+    apr_pool_t *p);
+
+/* The runner's result (1 granted, 0 refused) for hold from now; -1 deletes
+ * the marker (no result: the waiters verify by themselves). */
+authn_hmac_redis_rc authn_hmac_redis_flight_result(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    int result, apr_time_t now, apr_interval_time_t hold, apr_time_t deadline,
+    const char **why, apr_pool_t *p);
+
+/* GET of the marker. */
+authn_hmac_redis_rc authn_hmac_redis_flight_poll(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    apr_time_t now, apr_time_t deadline, authn_hmac_farm_state *st,
+    const char **why, apr_pool_t *p);
+
+/* What a marker's value says, for the credential key at now (exposed for
+ * tests and fuzzing). */
+authn_hmac_farm_state
+authn_hmac_flight_interpret(const authn_hmac_mac_t *mac,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            const char *v, size_t len, apr_time_t now);
 
 /* Makes a hiredis reader refuse arrays of more than a few elements (they
  * would be allocated before being read). Returns 0 if it could not. */

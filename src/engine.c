@@ -31,6 +31,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <time.h>
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -205,6 +206,87 @@ static void redis_store(redis_req *rq, const unsigned char *key,
         return;
     rc = authn_hmac_redis_set(conn, e->redis_conf, e->mac, uid, &rq->es, now,
                               deadline, &why, rq->p);
+    redis_end(rq, conn, rc, why);
+}
+
+/* Single flight across the farm, through a marker in Redis (see redis.c):
+ * 1 if this server claimed the credential's verification, 0 if another
+ * server runs it, -1 without Redis. */
+static int farm_claim(redis_req *rq, const unsigned char *key,
+                      apr_interval_time_t hold)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
+    authn_hmac_redis_rc rc;
+    const char *why = "";
+    int won = 0;
+
+    if (!conn)
+        return -1;
+    rc = authn_hmac_redis_flight_claim(conn, e->redis_conf, e->mac, key, hold,
+                                       deadline, &won, &why, rq->p);
+    redis_end(rq, conn, rc, why);
+    return rc != AUTHN_HMAC_REDIS_OK ? -1 : won;
+}
+
+/* Waits for another server's result: 1 granted, 0 refused, -1 none (it
+ * gave up, died, is late, or Redis failed: verify here). A result rests on
+ * a tag only the pepper makes; any other value is no result. */
+static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    struct timespec nap = {0, 20000000}; /* 20 ms */
+
+    while (authn_hmac_monotonic() < until) {
+        apr_time_t deadline = 0;
+        authn_hmac_redis_conn_t *conn;
+        authn_hmac_farm_state st = AUTHN_HMAC_FARM_NONE;
+        authn_hmac_redis_rc rc;
+        const char *why = "";
+
+        nanosleep(&nap, NULL);
+        if (!(conn = redis_begin(rq, &deadline)))
+            return -1;
+        rc = authn_hmac_redis_flight_poll(conn, e->redis_conf, e->mac, key,
+                                          apr_time_now(), deadline, &st, &why,
+                                          rq->p);
+        redis_end(rq, conn, rc, why);
+        if (rc != AUTHN_HMAC_REDIS_OK)
+            return -1;
+        switch (st) {
+        case AUTHN_HMAC_FARM_RUNNING:
+            continue;
+        case AUTHN_HMAC_FARM_GRANTED:
+            return 1;
+        case AUTHN_HMAC_FARM_REFUSED:
+            return 0;
+        case AUTHN_HMAC_FARM_FORGED:
+            count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
+            return -1;
+        default:
+            return -1;
+        }
+    }
+    return -1;
+}
+
+/* The claimed verification's result for the farm's waiters; -1 clears it
+ * (they verify by themselves). */
+static void farm_result(redis_req *rq, const unsigned char *key, int result,
+                        apr_interval_time_t hold)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
+    authn_hmac_redis_rc rc;
+    const char *why = "";
+
+    if (!conn)
+        return;
+    rc = authn_hmac_redis_flight_result(conn, e->redis_conf, e->mac, key,
+                                        result, apr_time_now(), hold, deadline,
+                                        &why, rq->p);
     redis_end(rq, conn, rc, why);
 }
 
@@ -388,7 +470,8 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     redis_req rq;
     int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
     authn_hmac_flight_rc flight = AUTHN_HMAC_FLIGHT_NONE;
-    int slot = -1, place;
+    apr_interval_time_t wait = 0;
+    int slot = -1, place, farm = -1;
     apr_status_t rv;
 
     if (!c->hash) {
@@ -442,11 +525,10 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         /* NB: about twice the usual time, and a second more for a machine
          * whose cores are busy with other verifications (a waiter that gave
          * up too soon would add one more). */
-        apr_interval_time_t wait =
-            2 * expected_verify(e) + apr_time_from_sec(1);
         apr_time_t mono = authn_hmac_monotonic();
         int got;
 
+        wait = 2 * expected_verify(e) + apr_time_from_sec(1);
         flight = authn_hmac_flight_begin(e->table, key, mono, wait, &slot);
         if (flight == AUTHN_HMAC_FLIGHT_WAIT &&
             (got = authn_hmac_flight_wait(e->table, slot, key, mono + wait)) >=
@@ -457,17 +539,40 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                 count(e, AUTHN_HMAC_C_DENIED, 1);
             return got ? AUTHN_HMAC_COALESCED : AUTHN_HMAC_DENIED;
         }
+        /* This server runs it: across the farm, too, unless another server
+         * already does, whose result is then this one's. */
+        farm = farm_claim(&rq, key, wait);
+        if (farm == 0 && (got = farm_wait(&rq, key, mono + wait)) >= 0) {
+            apr_time_t now = apr_time_now();
+
+            if (got)
+                authn_hmac_table_store(e->table, key, uid, now, now,
+                                       now + pol->ttl);
+            else if (negative)
+                authn_hmac_negative_store(e->table, nkey, uid, now,
+                                          now + pol->negative_ttl);
+            if (flight == AUTHN_HMAC_FLIGHT_RUN)
+                authn_hmac_flight_end(e->table, slot, key, got,
+                                      authn_hmac_monotonic());
+            explicit_bzero(key, sizeof(key));
+            count(e, AUTHN_HMAC_C_COALESCED, 1);
+            if (!got)
+                count(e, AUTHN_HMAC_C_DENIED, 1);
+            return got ? AUTHN_HMAC_COALESCED : AUTHN_HMAC_DENIED;
+        }
     }
 
-    /* NB: the duration on the monotonic clock: a step of the wall clock
-     * must not make the usual time, and so every wait, unbounded. */
     if (!take_turn(e, c, &place)) {
         if (flight == AUTHN_HMAC_FLIGHT_RUN)
             authn_hmac_flight_end(e->table, slot, key, -1,
                                   authn_hmac_monotonic());
+        if (farm == 1)
+            farm_result(&rq, key, -1, wait);
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_BUSY;
     }
+    /* NB: the duration on the monotonic clock: a step of the wall clock
+     * must not make the usual time, and so every wait, unbounded. */
     m0 = authn_hmac_monotonic();
     rv = verify(e, c->password, c->hash);
     m1 = authn_hmac_monotonic();
@@ -479,7 +584,8 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         count(e, AUTHN_HMAC_C_DENIED, 1);
         /* NB: only a mismatch is remembered, and shared with waiters: the
          * same input gives it again. Any other failure (out of memory) may
-         * not: the waiters verify by themselves. */
+         * not: the waiters verify by themselves. So do the farm's when this
+         * section keeps no refusal. */
         if (negative && rv == APR_EMISMATCH)
             authn_hmac_negative_store(e->table, nkey, uid, t1,
                                       t1 + pol->negative_ttl);
@@ -487,6 +593,9 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
             authn_hmac_flight_end(e->table, slot, key,
                                   rv == APR_EMISMATCH ? 0 : -1,
                                   authn_hmac_monotonic());
+        if (farm == 1)
+            farm_result(&rq, key, negative && rv == APR_EMISMATCH ? 0 : -1,
+                        wait);
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_DENIED;
     }
@@ -496,6 +605,8 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
             authn_hmac_flight_end(e->table, slot, key, 1,
                                   authn_hmac_monotonic());
         redis_store(&rq, key, uid, t1, pol->ttl);
+        if (farm == 1)
+            farm_result(&rq, key, 1, wait);
     }
     explicit_bzero(key, sizeof(key));
     logf_(e, baton, AUTHN_HMAC_LOG_DEBUG, p,

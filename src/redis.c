@@ -942,6 +942,152 @@ authn_hmac_redis_rc authn_hmac_redis_set(
     return rc;
 }
 
+/* ------------------------------------------- single flight in a farm */
+
+/* "F" result ":" hex(expires) ":" hex(tag) */
+#define FLIGHT_BODY  (2 + 1 + 16)
+#define FLIGHT_VALUE (FLIGHT_BODY + 1 + KEY_HEX)
+
+static const char *flight_key(const authn_hmac_redis_conf_t *conf,
+                              const authn_hmac_mac_t *mac,
+                              const unsigned char *key, apr_pool_t *p)
+{
+    unsigned char fid[AUTHN_HMAC_KEY_LEN];
+    size_t pl = strlen(conf->prefix);
+    char *k = apr_palloc(p, pl + 2 + KEY_HEX + 1);
+
+    /* NB: "F" as the body: a user entry's body starts with its version. */
+    authn_hmac_value_tag(mac, key, "F", 1, fid);
+    memcpy(k, conf->prefix, pl);
+    memcpy(k + pl, "f:", 2);
+    *put_hex(k + pl + 2, fid, sizeof(fid)) = '\0';
+    return k;
+}
+
+static void flight_tag(const authn_hmac_mac_t *mac, const unsigned char *key,
+                       const char *body, char *out)
+{
+    unsigned char tag[AUTHN_HMAC_KEY_LEN];
+
+    authn_hmac_value_tag(mac, key, body, FLIGHT_BODY, tag);
+    put_hex(out, tag, sizeof(tag));
+}
+
+authn_hmac_farm_state
+authn_hmac_flight_interpret(const authn_hmac_mac_t *mac,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            const char *v, size_t len, apr_time_t now)
+{
+    char want[KEY_HEX];
+    int64_t expires = 0;
+    int ok;
+
+    if (len == 1 && v[0] == 'R')
+        return AUTHN_HMAC_FARM_RUNNING;
+    if (len != FLIGHT_VALUE || v[0] != 'F' || (v[1] != '0' && v[1] != '1') ||
+        v[2] != ':' || v[FLIGHT_BODY] != ':' || !get_hex64(v + 3, &expires))
+        return AUTHN_HMAC_FARM_FORGED;
+    flight_tag(mac, key, v, want);
+    ok = CRYPTO_memcmp(want, v + FLIGHT_BODY + 1, KEY_HEX) == 0;
+    explicit_bzero(want, sizeof(want));
+    if (!ok)
+        return AUTHN_HMAC_FARM_FORGED;
+    if (expires <= now || expires > now + apr_time_from_sec(60))
+        return AUTHN_HMAC_FARM_NONE; /* over, or a clock far off */
+    return v[1] == '1' ? AUTHN_HMAC_FARM_GRANTED : AUTHN_HMAC_FARM_REFUSED;
+}
+
+/* Runs a command whose answer is +OK, or nil for SET NX that did not set. */
+static authn_hmac_redis_rc run_set(authn_hmac_redis_conn_t *c, int argc,
+                                   const char **argv, const size_t *lens,
+                                   apr_time_t deadline, int *set,
+                                   const char **why, apr_pool_t *p)
+{
+    redisReply *r = NULL;
+    authn_hmac_redis_rc rc =
+        authn_hmac_redis_command(c, argc, argv, lens, deadline, &r, why, p);
+
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
+    *set = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0;
+    if (!*set && r->type != REDIS_REPLY_NIL && r->type != REDIS_REPLY_INTEGER) {
+        *why = apr_psprintf(p, "%s refused: %s", argv[0], reply_error(r, p));
+        rc = AUTHN_HMAC_REDIS_ERROR;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+authn_hmac_redis_rc authn_hmac_redis_flight_claim(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    apr_interval_time_t hold, apr_time_t deadline, int *won, const char **why,
+    apr_pool_t *p)
+{
+    const char *k = flight_key(conf, mac, key, p);
+    const char *px = apr_psprintf(p, "%" APR_INT64_T_FMT, hold / 1000 + 1);
+    const char *argv[6] = {"SET", k, "R", "NX", "PX", px};
+    size_t lens[6] = {3, strlen(k), 1, 2, 2, strlen(px)};
+
+    *won = 0;
+    return run_set(c, 6, argv, lens, deadline, won, why, p);
+}
+
+authn_hmac_redis_rc authn_hmac_redis_flight_result(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    int result, apr_time_t now, apr_interval_time_t hold, apr_time_t deadline,
+    const char **why, apr_pool_t *p)
+{
+    const char *k = flight_key(conf, mac, key, p);
+    const char *px = apr_psprintf(p, "%" APR_INT64_T_FMT, hold / 1000 + 1);
+    char v[FLIGHT_VALUE + 1], *o = v;
+    const char *argv[5] = {"SET", k, v, "PX", px};
+    size_t lens[5] = {3, strlen(k), FLIGHT_VALUE, 2, strlen(px)};
+    int set = 0;
+
+    if (result < 0) {
+        argv[0] = "DEL";
+        lens[0] = 3;
+        return run_set(c, 2, argv, lens, deadline, &set, why, p);
+    }
+    *o++ = 'F';
+    *o++ = result ? '1' : '0';
+    *o++ = ':';
+    o = put_hex64(o, (uint64_t)(now + hold));
+    *o++ = ':';
+    flight_tag(mac, key, v, o);
+    v[FLIGHT_VALUE] = '\0';
+    return run_set(c, 5, argv, lens, deadline, &set, why, p);
+}
+
+authn_hmac_redis_rc authn_hmac_redis_flight_poll(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    apr_time_t now, apr_time_t deadline, authn_hmac_farm_state *st,
+    const char **why, apr_pool_t *p)
+{
+    const char *k = flight_key(conf, mac, key, p);
+    const char *argv[2] = {"GET", k};
+    size_t lens[2] = {3, strlen(k)};
+    redisReply *r = NULL;
+    authn_hmac_redis_rc rc;
+
+    *st = AUTHN_HMAC_FARM_NONE;
+    rc = authn_hmac_redis_command(c, 2, argv, lens, deadline, &r, why, p);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
+    if (r->type == REDIS_REPLY_STRING)
+        *st = authn_hmac_flight_interpret(mac, key, r->str, r->len, now);
+    else if (r->type != REDIS_REPLY_NIL) {
+        *why =
+            apr_psprintf(p, "GET: unexpected answer (%s)", reply_error(r, p));
+        rc = AUTHN_HMAC_REDIS_ERROR;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
 /* ------------------------------------------------------- shared health */
 
 static int64_t backoff(uint64_t opens)

@@ -137,6 +137,14 @@ def test_redis_holds_only_macs_times_and_tags(farm):
     keys = redis.cli("--scan", "--pattern", "*").split()
     assert keys
     for k in keys:
+        if k.startswith("authn_hmac:f:"):
+            # A verification's marker: running, or its tagged result, for
+            # seconds.
+            assert re.fullmatch(r"authn_hmac:f:[0-9a-f]{64}", k), k
+            assert re.fullmatch(r"R|F[01]:[0-9a-f]{16}:[0-9a-f]{64}",
+                                redis.cli("GET", k) or "R")
+            assert int(redis.cli("PTTL", k)) <= 30000
+            continue
         assert re.fullmatch(r"authn_hmac:[0-9a-f]{64}", k), k
         # Version 2, one or two entries (MAC, stored, expires), their tag.
         assert re.fullmatch(r"2(:[0-9a-f]{96}){1,2}:[0-9a-f]{64}", redis.cli("GET", k))
@@ -144,6 +152,96 @@ def test_redis_holds_only_macs_times_and_tags(farm):
     dump = " ".join(keys + [redis.cli("GET", k) for k in keys])
     for secret in ("mac", "mac only pass", "alice", "$2y$"):
         assert secret not in dump.replace("authn_hmac:", "")
+
+
+def split_burst(servers, user, passwords):
+    """One request per password, each on its own connection, spread over
+    the servers in turn, all released at once by a barrier. Returns the
+    status codes in order."""
+    import base64
+    import socket
+
+    barrier = threading.Barrier(len(passwords))
+    codes = [None] * len(passwords)
+
+    def one(i, pw):
+        srv = servers[i % len(servers)]
+        raw = base64.b64encode(("%s:%s" % (user, pw)).encode()).decode()
+        req = ("GET /w/ HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic %s\r\n"
+               "Connection: close\r\n\r\n" % raw).encode()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=60) as c:
+            barrier.wait()
+            c.sendall(req)
+            data = b""
+            while b"\r\n" not in data:
+                chunk = c.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        codes[i] = int(data.split(b" ", 2)[1]) if data else 0
+
+    threads = [threading.Thread(target=one, args=(i, pw)) for i, pw in enumerate(passwords)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, srv in enumerate(servers):
+        srv.sent[user] = srv.sent.get(user, 0) + len(passwords[i::len(servers)])
+    return codes
+
+
+@pytest.fixture(scope="module")
+def burst_farm():
+    """Two servers sharing Redis, as in production: connections warm, and a
+    timeout that a burst of 64 on a small, busy test machine stays within
+    (the tests here are about coalescing, not about Redis timeouts)."""
+    shared, redis = Shared(), Redis().start()
+    servers = [farm_server(shared, redis, name=n, mpm="event",
+                           extra="AuthHMACRedisTimeout 1000").start()
+               for n in ("burstA", "burstB")]
+    for srv in servers:
+        srv.ab("/w/", "alice", "alice farm pass", n=400, c=32, keepalive=False)
+    yield (shared, redis) + tuple(servers)
+    problems = []
+    for s in servers:
+        s.stop()
+        problems += s.log_problems()
+        s.cleanup()
+    redis.cleanup()
+    shared.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.slow
+def test_cold_burst_over_two_servers_runs_one_verification(burst_farm):
+    """64 first requests for one credential, split over two servers that
+    share Redis: all 200, one bcrypt in the farm."""
+    shared, redis, a, b = burst_farm
+    htpasswd(shared.users, "bursty", "bursty farm pass")
+    before = (a.status(), b.status())
+    codes = split_burst([a, b], "bursty", ["bursty farm pass"] * 64)
+    assert codes == [200] * 64, codes
+    da, db = delta(a, before[0]), delta(b, before[1])
+    print("farm burst: verifications %d + %d, coalesced %d + %d" % (
+        da["verifications"], db["verifications"], da["coalesced"], db["coalesced"]))
+    assert da["verifications"] + db["verifications"] == 1, (da, db)
+    notes = a.notes("bursty") + b.notes("bursty")
+    assert notes.count("verified") == 1, notes
+    assert set(notes) <= {"verified", "coalesced", "hit", "redis-hit"}, notes
+
+
+@pytest.mark.slow
+def test_burst_over_two_servers_mixing_passwords(burst_farm):
+    """Right and wrong passwords for one user at once, over two servers:
+    exactly the right 200s and 401s, one verification per password."""
+    shared, redis, a, b = burst_farm
+    htpasswd(shared.users, "mixy", "mixy right")
+    before = (a.status(), b.status())
+    pws = ["mixy right", "mixy wrong", "mixy other"] * 8
+    codes = split_burst([a, b], "mixy", pws)
+    assert codes == [200 if p == "mixy right" else 401 for p in pws], codes
+    da, db = delta(a, before[0]), delta(b, before[1])
+    assert da["verifications"] + db["verifications"] == 3, (da, db)
 
 
 @pytest.fixture

@@ -372,6 +372,64 @@ static void test_probe_closes_a_breaker_without_outage(apr_pool_t *p)
     CHECK(authn_hmac_redis_allowed(&h, now + 20, w) == 1);
 }
 
+/* A farm flight's marker value, made as a runner makes it. */
+static size_t flight_value(const authn_hmac_mac_t *m, const unsigned char *key,
+                           char result, apr_time_t expires, char *out)
+{
+    unsigned char tag[32];
+    int i;
+
+    snprintf(out, 20, "F%c:%016llx", result, (unsigned long long)expires);
+    authn_hmac_value_tag(m, key, out, 19, tag);
+    out[19] = ':';
+    for (i = 0; i < 32; i++)
+        snprintf(out + 20 + 2 * i, 3, "%02x", tag[i]);
+    return 20 + 64;
+}
+
+/* A marker's result counts only under a tag of the pepper, for this very
+ * credential, and only until it expires; anything else is no result. */
+static void test_flight_interpret(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 1), *other = test_mac(p, 2);
+    unsigned char key[32], key2[32];
+    apr_time_t now = SEC(1700000000);
+    char v[128];
+    size_t n;
+
+    authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw", 2, "h", 1, key);
+    authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw2", 3, "h", 1, key2);
+    CHECK(authn_hmac_flight_interpret(m, key, "R", 1, now) ==
+          AUTHN_HMAC_FARM_RUNNING);
+    n = flight_value(m, key, '1', now + SEC(2), v);
+    CHECK(authn_hmac_flight_interpret(m, key, v, n, now) ==
+          AUTHN_HMAC_FARM_GRANTED);
+    /* Another password, another pepper: not a grant. */
+    CHECK(authn_hmac_flight_interpret(m, key2, v, n, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    CHECK(authn_hmac_flight_interpret(other, key, v, n, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    /* Expired, or too far ahead: no result. */
+    CHECK(authn_hmac_flight_interpret(m, key, v, n, now + SEC(3)) ==
+          AUTHN_HMAC_FARM_NONE);
+    n = flight_value(m, key, '1', now + SEC(120), v);
+    CHECK(authn_hmac_flight_interpret(m, key, v, n, now) ==
+          AUTHN_HMAC_FARM_NONE);
+    /* A refusal turned into a grant, a truncated one, garbage. */
+    n = flight_value(m, key, '0', now + SEC(2), v);
+    CHECK(authn_hmac_flight_interpret(m, key, v, n, now) ==
+          AUTHN_HMAC_FARM_REFUSED);
+    v[1] = '1';
+    CHECK(authn_hmac_flight_interpret(m, key, v, n, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    CHECK(authn_hmac_flight_interpret(m, key, v, n - 1, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    CHECK(authn_hmac_flight_interpret(m, key, "F1", 2, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    CHECK(authn_hmac_flight_interpret(m, key, "", 0, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -379,6 +437,7 @@ int main(void)
     RUN(test_parse_server, p);
     RUN(test_parse_auth, p);
     RUN(test_interpret, p);
+    RUN(test_flight_interpret, p);
     RUN(test_huge_array_refused, p);
     RUN(test_reply_size_cap, p);
     RUN(test_trickle_deadline, p);
