@@ -378,9 +378,10 @@ int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
 
 /* The verification queue: at most cap verifications run at once in the
  * server, and at most backlog more wait for a turn, in order of arrival.
- * One client (a hash of its address) holds at most half of the places.
- * enter() says RUN (a place is taken: leave() must follow), WAIT (a
- * waiting place is taken: wait() for the turn), or BUSY (no place). */
+ * When every place is taken, a client (a hash of its address) holding
+ * fewer than half of them takes the newest waiting place of one holding
+ * more, whose wait then ends (busy). enter() says RUN (a place is taken:
+ * leave() must follow), WAIT (wait() for the turn), or BUSY (no place). */
 #define AUTHN_HMAC_QUEUE_SLOTS 256
 #define AUTHN_HMAC_MAX_CAP     64
 
@@ -390,16 +391,23 @@ typedef enum {
     AUTHN_HMAC_QUEUE_BUSY
 } authn_hmac_queue_rc;
 
+/* A place in the queue, and the ticket that proves it is still ours. */
+typedef struct {
+    int place; /* -1: none */
+    uint64_t ticket;
+} authn_hmac_turn_t;
+
 authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
                                            uint64_t client, int cap,
-                                           int backlog, int *place);
+                                           int backlog,
+                                           authn_hmac_turn_t *turn);
 
 /* 1 when the place's turn came (it now runs: leave() must follow); 0 at
- * the deadline (monotonic), the place given up. */
-int authn_hmac_queue_wait(authn_hmac_table_t *t, int place, int cap,
-                          apr_time_t deadline);
+ * the deadline (monotonic), the place given up, or when it was taken. */
+int authn_hmac_queue_wait(authn_hmac_table_t *t, authn_hmac_turn_t *turn,
+                          int cap, apr_time_t deadline);
 
-void authn_hmac_queue_leave(authn_hmac_table_t *t, int place);
+void authn_hmac_queue_leave(authn_hmac_table_t *t, authn_hmac_turn_t *turn);
 
 /* For tests: leaves key's slot as a writer that died halfway through
  * writing it would (its sequence odd, its contents torn). */

@@ -16,9 +16,11 @@
  *      (coalesced), for at most twice the usual verification time, and
  *      verify by themselves if its runner died or is late.
  *      A verification takes a turn in the server's queue (at most
- *      max_verifications run at once, backlog more wait; one client holds
- *      at most half of it; busy beyond that), and runs in a thread of its
- *      own at a lower CPU priority, so that hits keep the CPU.
+ *      max_verifications run at once, backlog more wait; busy beyond that;
+ *      one client cannot hold it against the others),
+ *      and runs in a thread of its own at a lower CPU priority, so that
+ *      hits keep the CPU. Across a farm, a marker in Redis makes one
+ *      server verify a credential and the others wait for its result.
  * A request waits for Redis at most the configured timeout in all, and its
  * first Redis failure ends its use of Redis.
  *
@@ -238,14 +240,17 @@ static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
     const authn_hmac_engine_t *e = rq->e;
     struct timespec nap = {0, 20000000}; /* 20 ms */
 
-    while (authn_hmac_monotonic() < until) {
+    int first;
+
+    for (first = 1; authn_hmac_monotonic() < until; first = 0) {
         apr_time_t deadline = 0;
         authn_hmac_redis_conn_t *conn;
         authn_hmac_farm_state st = AUTHN_HMAC_FARM_NONE;
         authn_hmac_redis_rc rc;
         const char *why = "";
 
-        nanosleep(&nap, NULL);
+        if (!first)
+            nanosleep(&nap, NULL);
         if (!(conn = redis_begin(rq, &deadline)))
             return -1;
         rc = authn_hmac_redis_flight_poll(conn, e->redis_conf, e->mac, key,
@@ -254,6 +259,11 @@ static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
         redis_end(rq, conn, rc, why);
         if (rc != AUTHN_HMAC_REDIS_OK)
             return -1;
+        /* NB: a result already there when this server came is of a
+         * verification that ended before: run it again, as a flight of
+         * shared memory is. */
+        if (first && st != AUTHN_HMAC_FARM_RUNNING)
+            st = AUTHN_HMAC_FARM_NONE;
         switch (st) {
         case AUTHN_HMAC_FARM_RUNNING:
             continue;
@@ -271,11 +281,11 @@ static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
     return -1;
 }
 
-/* The claimed verification's result for the farm's waiters; -1 clears it
- * (they verify by themselves). */
-static void farm_result(redis_req *rq, const unsigned char *key, int result,
-                        apr_interval_time_t hold)
+/* The claimed verification's result for the farm's waiters, who poll for
+ * it, for two seconds; -1 clears it (they verify by themselves). */
+static void farm_result(redis_req *rq, const unsigned char *key, int result)
 {
+    const apr_interval_time_t hold = apr_time_from_sec(2);
     const authn_hmac_engine_t *e = rq->e;
     apr_time_t deadline = 0;
     authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
@@ -352,21 +362,21 @@ static uint64_t client_hash(const char *client)
 /* A turn in the server's verification queue: 1 with a place that runs
  * (give it back with authn_hmac_queue_leave), 0 when busy. */
 static int take_turn(const authn_hmac_engine_t *e, const authn_hmac_cred_t *c,
-                     int *place)
+                     authn_hmac_turn_t *turn)
 {
     authn_hmac_queue_rc rc;
 
-    *place = -1;
+    turn->place = -1;
     if (e->max_verifications <= 0)
         return 1;
     rc = authn_hmac_queue_enter(e->table, client_hash(c->client),
-                                e->max_verifications, e->backlog, place);
+                                e->max_verifications, e->backlog, turn);
     if (rc == AUTHN_HMAC_QUEUE_WAIT) {
         count(e, AUTHN_HMAC_C_QUEUED, 1);
-        if (authn_hmac_queue_wait(e->table, *place, e->max_verifications,
+        if (authn_hmac_queue_wait(e->table, turn, e->max_verifications,
                                   authn_hmac_monotonic() + patience(e)))
             return 1;
-        *place = -1;
+        turn->place = -1;
         rc = AUTHN_HMAC_QUEUE_BUSY;
     }
     if (rc == AUTHN_HMAC_QUEUE_BUSY) {
@@ -433,7 +443,7 @@ static int dummy_verify(const authn_hmac_engine_t *e,
     int negative = pol->ttl > 0 && pol->negative_ttl > 0;
     apr_time_t now = apr_time_now();
     apr_status_t rv;
-    int place;
+    authn_hmac_turn_t turn;
 
     if (negative) {
         authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
@@ -446,11 +456,11 @@ static int dummy_verify(const authn_hmac_engine_t *e,
             return 1;
         }
     }
-    if (!take_turn(e, c, &place))
+    if (!take_turn(e, c, &turn))
         return 0;
     count(e, AUTHN_HMAC_C_DUMMY_VERIFICATIONS, 1);
     rv = verify(e, c->password, c->dummy_hash);
-    authn_hmac_queue_leave(e->table, place);
+    authn_hmac_queue_leave(e->table, &turn);
     /* NB: a mismatch only: were the user added with that very hash, the
      * password that matched it must not be refused. */
     if (negative && rv == APR_EMISMATCH)
@@ -471,7 +481,8 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
     authn_hmac_flight_rc flight = AUTHN_HMAC_FLIGHT_NONE;
     apr_interval_time_t wait = 0;
-    int slot = -1, place, farm = -1;
+    authn_hmac_turn_t turn;
+    int slot = -1, farm = -1;
     apr_status_t rv;
 
     if (!c->hash) {
@@ -528,7 +539,9 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         apr_time_t mono = authn_hmac_monotonic();
         int got;
 
-        wait = 2 * expected_verify(e) + apr_time_from_sec(1);
+        /* NB: and the runner's time in the verification queue. */
+        wait = 2 * expected_verify(e) + apr_time_from_sec(1) +
+               (e->max_verifications > 0 ? patience(e) : 0);
         flight = authn_hmac_flight_begin(e->table, key, mono, wait, &slot);
         if (flight == AUTHN_HMAC_FLIGHT_WAIT &&
             (got = authn_hmac_flight_wait(e->table, slot, key, mono + wait)) >=
@@ -562,12 +575,12 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         }
     }
 
-    if (!take_turn(e, c, &place)) {
+    if (!take_turn(e, c, &turn)) {
         if (flight == AUTHN_HMAC_FLIGHT_RUN)
             authn_hmac_flight_end(e->table, slot, key, -1,
                                   authn_hmac_monotonic());
         if (farm == 1)
-            farm_result(&rq, key, -1, wait);
+            farm_result(&rq, key, -1);
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_BUSY;
     }
@@ -576,7 +589,7 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     m0 = authn_hmac_monotonic();
     rv = verify(e, c->password, c->hash);
     m1 = authn_hmac_monotonic();
-    authn_hmac_queue_leave(e->table, place);
+    authn_hmac_queue_leave(e->table, &turn);
     t1 = apr_time_now();
     count(e, AUTHN_HMAC_C_VERIFICATIONS, 1);
     count(e, AUTHN_HMAC_C_VERIFY_USEC, (uint64_t)(m1 - m0));
@@ -594,8 +607,7 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                                   rv == APR_EMISMATCH ? 0 : -1,
                                   authn_hmac_monotonic());
         if (farm == 1)
-            farm_result(&rq, key, negative && rv == APR_EMISMATCH ? 0 : -1,
-                        wait);
+            farm_result(&rq, key, negative && rv == APR_EMISMATCH ? 0 : -1);
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_DENIED;
     }
@@ -606,7 +618,7 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                                   authn_hmac_monotonic());
         redis_store(&rq, key, uid, t1, pol->ttl);
         if (farm == 1)
-            farm_result(&rq, key, 1, wait);
+            farm_result(&rq, key, 1);
     }
     explicit_bzero(key, sizeof(key));
     logf_(e, baton, AUTHN_HMAC_LOG_DEBUG, p,

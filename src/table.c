@@ -592,12 +592,16 @@ static void queue_reap(authn_hmac_table_t *t)
             __atomic_store_n(&t->queue[i].state, PLACE_FREE, __ATOMIC_RELAXED);
 }
 
-static void queue_take(authn_hmac_table_t *t, place_t *pl, uint32_t state,
-                       uint64_t client)
+static void queue_take(authn_hmac_table_t *t, int i, uint32_t state,
+                       uint64_t client, authn_hmac_turn_t *turn)
 {
-    pl->pid = (int64_t)getpid();
-    pl->client = client;
-    pl->ticket = t->hdr->ticket++;
+    place_t *pl = &t->queue[i];
+
+    turn->place = i;
+    turn->ticket = ++t->hdr->ticket;
+    __atomic_store_n(&pl->pid, (int64_t)getpid(), __ATOMIC_RELAXED);
+    __atomic_store_n(&pl->client, client, __ATOMIC_RELAXED);
+    __atomic_store_n(&pl->ticket, turn->ticket, __ATOMIC_RELAXED);
     __atomic_store_n(&pl->state, state, __ATOMIC_RELAXED);
 }
 
@@ -610,58 +614,98 @@ static void queue_ran(authn_hmac_table_t *t, int running)
         __atomic_store_n(max, (uint64_t)running, __ATOMIC_RELAXED);
 }
 
+static int holds(const authn_hmac_table_t *t, uint64_t client)
+{
+    int i, n = 0;
+
+    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++)
+        n += t->queue[i].state != PLACE_FREE && t->queue[i].client == client;
+    return n;
+}
+
+/* With every place taken: the newest waiting place of a client that holds
+ * more than its share, or -1. */
+static int queue_victim(const authn_hmac_table_t *t, int share)
+{
+    int i, victim = -1;
+
+    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
+        const place_t *pl = &t->queue[i];
+
+        if (pl->state == PLACE_WAITING &&
+            (victim < 0 || pl->ticket > t->queue[victim].ticket) &&
+            holds(t, pl->client) > share)
+            victim = i;
+    }
+    return victim;
+}
+
 authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
                                            uint64_t client, int cap,
-                                           int backlog, int *place)
+                                           int backlog, authn_hmac_turn_t *turn)
 {
-    int i, running = 0, waiting = 0, theirs = 0, free_at = -1;
-    int share = (cap + backlog) / 2 > 1 ? (cap + backlog) / 2 : 1;
+    int i, running = 0, waiting = 0, free_at = -1, victim;
     authn_hmac_queue_rc rc = AUTHN_HMAC_QUEUE_BUSY;
+    int share;
 
     if (cap + backlog > AUTHN_HMAC_QUEUE_SLOTS)
         backlog = AUTHN_HMAC_QUEUE_SLOTS - cap;
-    *place = -1;
+    share = (cap + backlog) / 2 > 1 ? (cap + backlog) / 2 : 1;
+    turn->place = -1;
+    turn->ticket = 0;
     if (!t->mutex)
         return AUTHN_HMAC_QUEUE_RUN; /* nothing shared: no cap */
     if (apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
         return AUTHN_HMAC_QUEUE_BUSY;
     queue_reap(t);
     for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
-        place_t *pl = &t->queue[i];
-
-        if (pl->state == PLACE_FREE) {
+        if (t->queue[i].state == PLACE_FREE) {
             if (free_at < 0)
                 free_at = i;
             continue;
         }
-        running += pl->state == PLACE_RUNNING;
-        waiting += pl->state == PLACE_WAITING;
-        theirs += pl->client == client;
+        running += t->queue[i].state == PLACE_RUNNING;
+        waiting += t->queue[i].state == PLACE_WAITING;
     }
-    /* NB: none waiting, else a newcomer would pass them. One client holds
-     * at most half the places, running or waiting: it cannot take the
-     * queue from the others. */
-    if (free_at >= 0 && waiting == 0 && running < cap && theirs < share) {
-        queue_take(t, &t->queue[free_at], PLACE_RUNNING, client);
+    /* NB: none waiting, else a newcomer would pass them. */
+    if (running + waiting < cap + backlog && waiting == 0 && running < cap) {
+        queue_take(t, free_at, PLACE_RUNNING, client, turn);
         queue_ran(t, running + 1);
         rc = AUTHN_HMAC_QUEUE_RUN;
     }
-    else if (free_at >= 0 && running + waiting < cap + backlog &&
-             theirs < share) {
-        queue_take(t, &t->queue[free_at], PLACE_WAITING, client);
+    else if (running + waiting < cap + backlog) {
+        queue_take(t, free_at, PLACE_WAITING, client, turn);
         rc = AUTHN_HMAC_QUEUE_WAIT;
     }
-    if (rc != AUTHN_HMAC_QUEUE_BUSY)
-        *place = free_at;
+    /* Full: a client within its share (half the places) takes the newest
+     * waiting place of one beyond it, whose request is then busy. One
+     * address cannot hold the queue against the others; alone, it may use
+     * all of it (a burst of logins from behind one NAT). */
+    else if (holds(t, client) < share &&
+             (victim = queue_victim(t, share)) >= 0) {
+        queue_take(t, victim, PLACE_WAITING, client, turn);
+        rc = AUTHN_HMAC_QUEUE_WAIT;
+    }
     apr_global_mutex_unlock(t->mutex);
     return rc;
 }
 
+/* Whether the place is still this turn's (not taken by a newcomer, not
+ * reaped). */
+static int queue_mine(const authn_hmac_table_t *t,
+                      const authn_hmac_turn_t *turn)
+{
+    const place_t *pl = &t->queue[turn->place];
+
+    return __atomic_load_n(&pl->ticket, __ATOMIC_RELAXED) == turn->ticket &&
+           __atomic_load_n(&pl->state, __ATOMIC_RELAXED) != PLACE_FREE;
+}
+
 /* Whether the waiting place may run now: a free turn, and no one waiting
  * who came before it. */
-static int queue_turn(const authn_hmac_table_t *t, int place, int cap)
+static int queue_turn(const authn_hmac_table_t *t,
+                      const authn_hmac_turn_t *turn, int cap)
 {
-    uint64_t mine = t->queue[place].ticket;
     int i, running = 0;
 
     for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
@@ -670,54 +714,63 @@ static int queue_turn(const authn_hmac_table_t *t, int place, int cap)
 
         if (st == PLACE_RUNNING)
             running++;
-        else if (st == PLACE_WAITING && i != place && pl->ticket < mine)
+        else if (st == PLACE_WAITING && i != turn->place &&
+                 __atomic_load_n(&pl->ticket, __ATOMIC_RELAXED) < turn->ticket)
             return 0;
     }
     return running < cap;
 }
 
-int authn_hmac_queue_wait(authn_hmac_table_t *t, int place, int cap,
-                          apr_time_t deadline)
+int authn_hmac_queue_wait(authn_hmac_table_t *t, authn_hmac_turn_t *turn,
+                          int cap, apr_time_t deadline)
 {
     struct timespec nap = {0, 5000000}; /* 5 ms */
     int polls = 0;
 
     for (;;) {
-        int ran = 0;
+        int ran = 0, mine;
 
         /* NB: a look without the mutex first; the mutex decides. */
-        if (queue_turn(t, place, cap) || ++polls % 20 == 0) {
+        if (!queue_mine(t, turn))
+            return 0; /* a newcomer within its share took it */
+        if (queue_turn(t, turn, cap) || ++polls % 20 == 0) {
             if (apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
                 break;
             queue_reap(t);
-            if (queue_turn(t, place, cap)) {
+            mine = queue_mine(t, turn);
+            if (mine && queue_turn(t, turn, cap)) {
                 int i, running = 1;
 
-                __atomic_store_n(&t->queue[place].state, PLACE_RUNNING,
+                __atomic_store_n(&t->queue[turn->place].state, PLACE_RUNNING,
                                  __ATOMIC_RELAXED);
                 for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++)
-                    running += i != place && t->queue[i].state == PLACE_RUNNING;
+                    running +=
+                        i != turn->place && t->queue[i].state == PLACE_RUNNING;
                 queue_ran(t, running);
                 ran = 1;
             }
             apr_global_mutex_unlock(t->mutex);
             if (ran)
                 return 1;
+            if (!mine)
+                return 0;
         }
         if (authn_hmac_monotonic() >= deadline)
             break;
         nanosleep(&nap, NULL);
     }
-    authn_hmac_queue_leave(t, place);
+    authn_hmac_queue_leave(t, turn);
     return 0;
 }
 
-void authn_hmac_queue_leave(authn_hmac_table_t *t, int place)
+void authn_hmac_queue_leave(authn_hmac_table_t *t, authn_hmac_turn_t *turn)
 {
-    if (place < 0 || !t->mutex ||
+    if (turn->place < 0 || !t->mutex ||
         apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
         return;
-    if (t->queue[place].pid == (int64_t)getpid())
-        __atomic_store_n(&t->queue[place].state, PLACE_FREE, __ATOMIC_RELAXED);
+    if (queue_mine(t, turn))
+        __atomic_store_n(&t->queue[turn->place].state, PLACE_FREE,
+                         __ATOMIC_RELAXED);
+    turn->place = -1;
     apr_global_mutex_unlock(t->mutex);
 }

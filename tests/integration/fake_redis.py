@@ -89,7 +89,7 @@ class FakeRedis:
             out.append(v[:-1])
             out.append(v[:-10])
             t = v.split(b":")
-            if len(t) >= 3:
+            if len(t) >= 3 and len(t[1]) >= 80:
                 e = t[1]
                 later = e[:64] + b"%016x" % (int(e[64:80], 16) + 10**9) + e[80:]
                 out.append(b":".join([t[0], later] + t[2:]))
@@ -135,6 +135,9 @@ class FakeRedis:
                         self.store[cmd[1]] = cmd[2]
                         self.written.append((cmd[1], cmd[2]))
                     reply = b"+OK\r\n"
+                elif name == b"DEL":
+                    with self.lock:
+                        reply = b":%d\r\n" % (self.store.pop(cmd[1], None) is not None)
                 else:
                     reply = b"-ERR unknown command\r\n"
                 self._send(sock, reply)
