@@ -3,8 +3,9 @@
  * A set-associative table of fixed 64-byte slots in one shared segment.
  * Readers never lock: each slot carries a sequence counter (a seqlock), so a
  * lookup reads a consistent copy or retries. Writers are rare (one per
- * successful bcrypt) and serialize on a global mutex. Entries hold only a
- * MAC, a keyed user id and two times: no user, password or hash.
+ * successful bcrypt, and one per entry per half TTL to extend the idle
+ * timeout of an entry in use) and serialize on a global mutex. Entries hold
+ * only a MAC, a keyed user id and two times: no user, password or hash.
  *
  * The set is chosen by the user id (a MAC of scope and user), so that all of
  * a user's entries meet in one set, where a user holds at most
@@ -228,9 +229,22 @@ static int slot_torn(const slot_t *s)
     return (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) & 1) != 0;
 }
 
+/* Whether an entry is live at now: verified less than max_age ago (and not
+ * "in the future": a clock stepped back), unexpired, and expiring no more
+ * than the idle timeout ttl from now. An entry refreshed under a longer
+ * TTL than the caller's may have been idle longer than the caller allows:
+ * it is not trusted (a verification then stores it anew). */
+static int live(apr_time_t stored, apr_time_t expires, apr_time_t now,
+                apr_interval_time_t ttl, apr_interval_time_t max_age)
+{
+    return stored <= now && expires > now && stored + max_age > now &&
+           expires <= now + ttl;
+}
+
 static int lookup_in(const region_t *r, const unsigned char *key,
                      const unsigned char *uid, apr_time_t now,
-                     apr_interval_time_t ttl)
+                     apr_interval_time_t ttl, apr_interval_time_t max_age,
+                     apr_time_t *stored, apr_time_t *expires)
 {
     slot_t *set, copy;
     int i, found = 0;
@@ -242,11 +256,28 @@ static int lookup_in(const region_t *r, const unsigned char *key,
         if (!slot_read(&set[i], &copy) || copy.stored == 0)
             continue;
         if (CRYPTO_memcmp(copy.key, key, AUTHN_HMAC_KEY_LEN) == 0 &&
-            copy.expires > now && copy.stored + ttl > now && copy.stored <= now)
+            live(copy.stored, copy.expires, now, ttl, max_age)) {
             found = 1;
+            if (stored)
+                *stored = copy.stored;
+            if (expires)
+                *expires = copy.expires;
+        }
     }
     explicit_bzero(&copy, sizeof(copy));
     return found;
+}
+
+/* The expiry a hit at now gives an entry stored at `stored`, if it is to
+ * be refreshed at all: only once less than half of ttl is left, and only
+ * forward (an entry at its max age stays there). Else 0. */
+static apr_time_t refreshed_expiry(apr_time_t stored, apr_time_t expires,
+                                   apr_time_t now, apr_interval_time_t ttl,
+                                   apr_interval_time_t max_age)
+{
+    apr_time_t to = now + ttl < stored + max_age ? now + ttl : stored + max_age;
+
+    return expires - now < ttl / 2 && to > expires ? to : 0;
 }
 
 static apr_status_t store_in(authn_hmac_table_t *t, region_t *r,
@@ -309,9 +340,51 @@ static apr_status_t store_in(authn_hmac_table_t *t, region_t *r,
 int authn_hmac_table_lookup(authn_hmac_table_t *t,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                            apr_time_t now, apr_interval_time_t ttl)
+                            apr_time_t now, apr_interval_time_t ttl,
+                            apr_interval_time_t max_age, apr_time_t *stored,
+                            apr_time_t *expires)
 {
-    return lookup_in(&t->region[POSITIVE], key, uid, now, ttl);
+    return lookup_in(&t->region[POSITIVE], key, uid, now, ttl, max_age, stored,
+                     expires);
+}
+
+int authn_hmac_table_refresh(authn_hmac_table_t *t,
+                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                             apr_time_t now, apr_interval_time_t ttl,
+                             apr_interval_time_t max_age, apr_time_t stored,
+                             apr_time_t *expires)
+{
+    region_t *r = &t->region[POSITIVE];
+    slot_t *set;
+    apr_time_t to;
+    int i, done = 0;
+
+    /* NB: the common hit ends here, on what the lookup read: no lock. */
+    if (r->nsets == 0 ||
+        !refreshed_expiry(stored, *expires, now, ttl, max_age) ||
+        (t->mutex && apr_global_mutex_lock(t->mutex) != APR_SUCCESS))
+        return 0;
+    /* Under the mutex, the slot as it is now: of concurrent hits, the
+     * first refreshes it and the others find nothing left to do. */
+    set = set_for(r, user_word(uid));
+    for (i = 0; i < WAYS && !done; i++) {
+        slot_t *s = &set[i];
+
+        if (slot_torn(s) || !s->stored ||
+            CRYPTO_memcmp(s->key, key, AUTHN_HMAC_KEY_LEN) != 0 ||
+            !live(s->stored, s->expires, now, ttl, max_age) ||
+            !(to = refreshed_expiry(s->stored, s->expires, now, ttl, max_age)))
+            continue;
+        slot_write(s, key, s->user, s->stored, to);
+        *expires = to;
+        done = 1;
+    }
+    if (t->mutex)
+        apr_global_mutex_unlock(t->mutex);
+    if (done)
+        authn_hmac_table_count(t, AUTHN_HMAC_C_REFRESHES, 1);
+    return done;
 }
 
 apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
@@ -328,8 +401,10 @@ int authn_hmac_negative_lookup(authn_hmac_table_t *t,
                                const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                                apr_time_t now)
 {
-    /* NB: a negative entry's life is its expiry, set when it was stored. */
-    return lookup_in(&t->region[NEGATIVE], nkey, uid, now, APR_INT64_MAX / 2);
+    /* NB: a negative entry's life is its expiry, set when it was stored;
+     * it is never refreshed. */
+    return lookup_in(&t->region[NEGATIVE], nkey, uid, now, APR_INT64_MAX / 2,
+                     APR_INT64_MAX / 2, NULL, NULL);
 }
 
 apr_status_t
