@@ -32,6 +32,7 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 
 #define D_USERFILE "AuthHMACUserFile"
 #define D_TTL      "AuthHMACCacheTTL"
+#define D_MAXAGE   "AuthHMACCacheMaxAge"
 #define D_NEGTTL   "AuthHMACNegativeTTL"
 #define D_HIDE     "AuthHMACHideUnknownUsers"
 #define D_PEPPER   "AuthHMACPepperFile"
@@ -53,7 +54,9 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define MAX_SIZE             ((uint64_t)1 << 30)
 #define DEFAULT_TTL          300
 #define DEFAULT_NEGATIVE_TTL 30
-#define MAX_TTL              604800 /* 7 days */
+#define MAX_TTL              604800  /* 7 days */
+#define DEFAULT_MAX_AGE      28800   /* 8 hours */
+#define MAX_MAX_AGE          2592000 /* 30 days */
 
 #define DEFAULT_REDIS_TIMEOUT_MS 50
 #define MAX_REDIS_TIMEOUT_MS     10000
@@ -74,6 +77,8 @@ typedef struct {
     int ttl_set;
     apr_interval_time_t negative_ttl;
     int negative_ttl_set;
+    apr_interval_time_t max_age;
+    int max_age_set;
     int hide_unknown; /* -1: not set (on) */
 } dir_conf;
 
@@ -104,6 +109,7 @@ static void *create_dir_conf(apr_pool_t *p, char *dir)
     (void)dir;
     c->ttl = apr_time_from_sec(DEFAULT_TTL);
     c->negative_ttl = apr_time_from_sec(DEFAULT_NEGATIVE_TTL);
+    c->max_age = apr_time_from_sec(DEFAULT_MAX_AGE);
     c->hide_unknown = -1;
     return c;
 }
@@ -120,6 +126,8 @@ static void *merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
     c->negative_ttl_set = add->negative_ttl_set || base->negative_ttl_set;
     c->negative_ttl =
         add->negative_ttl_set ? add->negative_ttl : base->negative_ttl;
+    c->max_age_set = add->max_age_set || base->max_age_set;
+    c->max_age = add->max_age_set ? add->max_age : base->max_age;
     c->hide_unknown =
         add->hide_unknown >= 0 ? add->hide_unknown : base->hide_unknown;
     return c;
@@ -148,17 +156,23 @@ static const char *set_userfile(cmd_parms *cmd, void *dc, const char *arg)
     return NULL;
 }
 
-/* A per-directory duration: where it goes and what 0 means. */
+/* A per-directory duration: where it goes, its bounds, and what 0 means
+ * (NULL: 0 is refused). */
 typedef struct {
     apr_size_t value, set; /* offsets in dir_conf */
     const char *zero;
+    uint64_t max;
 } ttl_spec;
 
 static ttl_spec ttl_spec_cache = {APR_OFFSETOF(dir_conf, ttl),
-                                  APR_OFFSETOF(dir_conf, ttl_set), "caching"};
+                                  APR_OFFSETOF(dir_conf, ttl_set), "caching",
+                                  MAX_TTL};
 static ttl_spec ttl_spec_negative = {APR_OFFSETOF(dir_conf, negative_ttl),
                                      APR_OFFSETOF(dir_conf, negative_ttl_set),
-                                     "the negative cache"};
+                                     "the negative cache", MAX_TTL};
+static ttl_spec ttl_spec_max_age = {APR_OFFSETOF(dir_conf, max_age),
+                                    APR_OFFSETOF(dir_conf, max_age_set), NULL,
+                                    MAX_MAX_AGE};
 
 static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
 {
@@ -166,13 +180,19 @@ static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
     uint64_t v;
     const char *err = authn_hmac_parse_seconds(arg, &v);
 
-    if (!err && v > MAX_TTL)
+    if (!err && v > spec->max)
         err = "too long";
+    if (!err && v == 0 && !spec->zero)
+        err = "too short";
     if (err)
-        return apr_psprintf(cmd->pool,
-                            "%s: '%s' is %s (seconds from 0 to %d, with an "
-                            "optional unit s, m, h or d; 0 turns %s off)",
-                            cmd->cmd->name, arg, err, MAX_TTL, spec->zero);
+        return apr_psprintf(
+            cmd->pool,
+            "%s: '%s' is %s (seconds from %d to %" APR_UINT64_T_FMT
+            ", with an optional unit s, m, h or d%s)",
+            cmd->cmd->name, arg, err, spec->zero ? 0 : 1, spec->max,
+            spec->zero
+                ? apr_pstrcat(cmd->pool, "; 0 turns ", spec->zero, " off", NULL)
+                : "");
     *(apr_interval_time_t *)((char *)dc + spec->value) =
         apr_time_from_sec((apr_time_t)v);
     *(int *)((char *)dc + spec->set) = 1;
@@ -322,8 +342,12 @@ static const command_rec cmds[] = {
     AP_INIT_TAKE1(D_USERFILE, set_userfile, NULL, RSRC_CONF | ACCESS_CONF,
                   "the htpasswd file to check credentials against"),
     AP_INIT_TAKE1(D_TTL, set_ttl, &ttl_spec_cache, RSRC_CONF | ACCESS_CONF,
-                  "how long a verified credential is cached, in seconds "
-                  "(default 300)"),
+                  "idle timeout of a verified credential: how long it stays "
+                  "cached after its last use, in seconds (default 300)"),
+    AP_INIT_TAKE1(D_MAXAGE, set_ttl, &ttl_spec_max_age, RSRC_CONF | ACCESS_CONF,
+                  "how long a verified credential may stay cached however "
+                  "often it is used, from its verification, in seconds "
+                  "(default 8h, at most 30d)"),
     AP_INIT_TAKE1(D_NEGTTL, set_ttl, &ttl_spec_negative,
                   RSRC_CONF | ACCESS_CONF,
                   "how long a refused credential is refused again without "
@@ -670,7 +694,9 @@ static authn_status check_password(request_rec *r, const char *user,
     cred.dummy_hash = rv == APR_SUCCESS ? NULL : hash;
     cred.dummy_hash_len = rv == APR_SUCCESS ? 0 : hash_len;
     cred.client = r->useragent_ip;
-    pol.ttl = c->ttl;
+    /* NB: no entry outlives its max age, whatever the idle timeout. */
+    pol.ttl = c->ttl < c->max_age ? c->ttl : c->max_age;
+    pol.max_age = c->max_age;
     pol.negative_ttl = c->negative_ttl;
     pol.hide_unknown = c->hide_unknown != 0;
     o = authn_hmac_check(&g.engine, &pol, &cred, r, r->pool);

@@ -166,12 +166,15 @@ int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
                             const char *v, size_t len,
                             authn_hmac_entries_t *es);
 
-/* 1 if es holds key, verified less than ttl before now and with life left;
- * *stored and *expires then bound it (never beyond stored + ttl). */
+/* 1 if es holds key, verified less than max_age before now, with life
+ * left and no more than the idle timeout ttl of it (a little more for
+ * another server's clock); *stored and *expires then bound it (never
+ * beyond now + ttl, nor stored + max_age). */
 int authn_hmac_entries_find(const authn_hmac_entries_t *es,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             apr_time_t now, apr_interval_time_t ttl,
-                            apr_time_t *stored, apr_time_t *expires);
+                            apr_interval_time_t max_age, apr_time_t *stored,
+                            apr_time_t *expires);
 
 /* Makes key the newest entry of es, keeping the newest others that are
  * live at now, up to PER_USER in all. */
@@ -265,10 +268,10 @@ unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
       "credential")                                                            \
     X(QUEUED, "queued", "verifications that waited for a turn")                \
     X(BUSY, "busy",                                                            \
-      "misses refused with 503: the verification queue was full, or the "      \
-      "client held its share of it")                                           \
+      "misses refused with 503: the verification queue was full")              \
     X(VERIFYING_MAX, "verifying_max",                                          \
-      "the most verifications that ran at once (a high-water mark)")
+      "the most verifications that ran at once (a high-water mark)")           \
+    X(REFRESHES, "refreshes", "hits that extended an entry's idle timeout")
 
 enum authn_hmac_counter {
 #define AUTHN_HMAC_COUNTER_ENUM(id, name, help) AUTHN_HMAC_C_##id,
@@ -315,12 +318,28 @@ apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now);
 authn_hmac_table_t *
 authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p);
 
-/* 1 if key (of the user uid) is present, unexpired at now and stored less
- * than ttl ago. Takes no lock. */
+/* 1 if key (of the user uid) is present and live at now: stored (verified)
+ * less than max_age ago, unexpired, and expiring no more than the idle
+ * timeout ttl from now (so that a lowered TTL shortens live entries). Its
+ * times go to *stored and *expires (each may be NULL). Takes no lock. */
 int authn_hmac_table_lookup(authn_hmac_table_t *t,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                            apr_time_t now, apr_interval_time_t ttl);
+                            apr_time_t now, apr_interval_time_t ttl,
+                            apr_interval_time_t max_age, apr_time_t *stored,
+                            apr_time_t *expires);
+
+/* After a hit at now on key, stored at `stored` and expiring at *expires:
+ * if less than half of ttl is left, moves its expiry to
+ * min(now + ttl, stored + max_age), under the writers' mutex, and returns
+ * 1 with the new *expires (counted as a refresh). Else returns 0, having
+ * taken no lock: an entry is written at most once per half TTL. */
+int authn_hmac_table_refresh(authn_hmac_table_t *t,
+                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                             apr_time_t now, apr_interval_time_t ttl,
+                             apr_interval_time_t max_age, apr_time_t stored,
+                             apr_time_t *expires);
 
 /* Stores key of the user uid, verified at `stored`, until `expires`. A user
  * holds at most AUTHN_HMAC_PER_USER live entries: past that its oldest is
@@ -670,7 +689,8 @@ typedef struct {
 
 /* What a section asks for. */
 typedef struct {
-    apr_interval_time_t ttl;          /* 0: no caching */
+    apr_interval_time_t ttl;          /* idle timeout; 0: no caching */
+    apr_interval_time_t max_age;      /* > 0: an entry's life from its check */
     apr_interval_time_t negative_ttl; /* 0: no negative cache */
     int hide_unknown; /* unknown users cost a verification, as known ones */
 } authn_hmac_policy_t;

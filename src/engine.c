@@ -2,7 +2,10 @@
  *
  * A credential (scope, user, password, stored hash) goes through the tiers
  * in order and comes out as an outcome:
- *   1. shared memory: the credential MAC among the user's entries (hit);
+ *   1. shared memory: the credential MAC among the user's entries (hit;
+ *      AuthHMACCacheTTL is an idle timeout: a hit once half of it has
+ *      passed extends the entry, in shared memory and Redis, up to
+ *      AuthHMACCacheMaxAge from its verification);
  *   2. Redis, when configured: the user's entry, whose tag must verify
  *      (redis-hit; a value that does not verify is a miss, counted and
  *      logged once);
@@ -152,7 +155,7 @@ static authn_hmac_redis_conn_t *redis_begin(redis_req *rq, apr_time_t *deadline)
  * does not verify is a miss, whoever wrote it. */
 static int redis_lookup(redis_req *rq, const unsigned char *key,
                         const unsigned char *uid, apr_time_t now,
-                        apr_interval_time_t ttl)
+                        const authn_hmac_policy_t *pol)
 {
     const authn_hmac_engine_t *e = rq->e;
     apr_time_t deadline = 0, stored = 0, expires = 0;
@@ -183,7 +186,8 @@ static int redis_lookup(redis_req *rq, const unsigned char *key,
               e->redis_name);
     }
     found = st == AUTHN_HMAC_VALUE_VALID &&
-            authn_hmac_entries_find(&rq->es, key, now, ttl, &stored, &expires);
+            authn_hmac_entries_find(&rq->es, key, now, pol->ttl, pol->max_age,
+                                    &stored, &expires);
     count(e, found ? AUTHN_HMAC_C_REDIS_HITS : AUTHN_HMAC_C_REDIS_MISSES, 1);
     if (found)
         authn_hmac_table_store(e->table, key, uid, now, stored, expires);
@@ -298,6 +302,46 @@ static void farm_result(redis_req *rq, const unsigned char *key, int result)
                                         result, apr_time_now(), hold, deadline,
                                         &why, rq->p);
     redis_end(rq, conn, rc, why);
+}
+
+/* A hit that extended the entry's idle timeout in shared memory extends
+ * it in Redis too, so that the farm's other servers see the credential in
+ * use: GET the user's entries, give this one its new expiry, SET. As rare
+ * as the shared-memory refresh (once per entry per half TTL); a failure
+ * only skips it. The request state is built here, off the common hit. */
+static void redis_refresh(const authn_hmac_engine_t *e, void *baton,
+                          apr_pool_t *p, const unsigned char *key,
+                          const unsigned char *uid, apr_time_t now,
+                          apr_time_t stored, apr_time_t expires)
+{
+    redis_req rq;
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn;
+    authn_hmac_value_state st = AUTHN_HMAC_VALUE_NONE;
+    const char *why = "";
+    authn_hmac_redis_rc rc;
+
+    memset(&rq, 0, sizeof(rq));
+    rq.e = e;
+    rq.baton = baton;
+    rq.p = p;
+    if (!(conn = redis_begin(&rq, &deadline)))
+        return;
+    rc = authn_hmac_redis_get(conn, e->redis_conf, e->mac, uid, deadline,
+                              &rq.es, &st, &why, p);
+    redis_end(&rq, conn, rc, why);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return;
+    /* NB: a value that does not verify is replaced, as after a
+     * verification; one that is gone (evicted, flushed) is written again. */
+    if (st != AUTHN_HMAC_VALUE_VALID)
+        rq.es.n = 0;
+    authn_hmac_entries_add(&rq.es, key, stored, expires, now);
+    if (!(conn = redis_begin(&rq, &deadline)))
+        return;
+    rc = authn_hmac_redis_set(conn, e->redis_conf, e->mac, uid, &rq.es, now,
+                              deadline, &why, p);
+    redis_end(&rq, conn, rc, why);
 }
 
 const char *authn_hmac_outcome_name(authn_hmac_outcome o)
@@ -476,7 +520,7 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
 {
     unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
     unsigned char nkey[AUTHN_HMAC_KEY_LEN];
-    apr_time_t t0, t1, m0, m1;
+    apr_time_t t0, t1, m0, m1, stored = 0, expires = 0;
     redis_req rq;
     int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
     authn_hmac_flight_rc flight = AUTHN_HMAC_FLIGHT_NONE;
@@ -504,7 +548,14 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                                c->hash, c->hash_len, key);
         authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
                            uid);
-        if (authn_hmac_table_lookup(e->table, key, uid, t0, pol->ttl)) {
+        if (authn_hmac_table_lookup(e->table, key, uid, t0, pol->ttl,
+                                    pol->max_age, &stored, &expires)) {
+            /* NB: no lock and no write unless half the TTL has passed
+             * since the entry's last refresh. */
+            if (authn_hmac_table_refresh(e->table, key, uid, t0, pol->ttl,
+                                         pol->max_age, stored, &expires) &&
+                e->redis)
+                redis_refresh(e, baton, p, key, uid, t0, stored, expires);
             explicit_bzero(key, sizeof(key));
             count(e, AUTHN_HMAC_C_HITS, 1);
             return AUTHN_HMAC_HIT;
@@ -517,7 +568,7 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     rq.baton = baton;
     rq.p = p;
     rq.off = !e->redis || !cache;
-    if (cache && redis_lookup(&rq, key, uid, t0, pol->ttl)) {
+    if (cache && redis_lookup(&rq, key, uid, t0, pol)) {
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_REDIS_HIT;
     }

@@ -792,7 +792,8 @@ int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
 int authn_hmac_entries_find(const authn_hmac_entries_t *es,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             apr_time_t now, apr_interval_time_t ttl,
-                            apr_time_t *stored, apr_time_t *expires)
+                            apr_interval_time_t max_age, apr_time_t *stored,
+                            apr_time_t *expires)
 {
     int i, found = 0;
 
@@ -801,12 +802,18 @@ int authn_hmac_entries_find(const authn_hmac_entries_t *es,
 
         if (CRYPTO_memcmp(es->e[i].mac, key, AUTHN_HMAC_KEY_LEN) != 0)
             continue;
-        if (when > now + CLOCK_SKEW_USEC || now - when >= ttl || end <= now)
-            continue; /* too old for this section, over, or odd */
+        /* NB: an expiry further than this section's TTL (beyond another
+         * server's clock skew) was set under a longer TTL: the entry may
+         * have been idle longer than this section allows. */
+        if (when > now + CLOCK_SKEW_USEC || now - when >= max_age ||
+            end <= now || end > now + ttl + CLOCK_SKEW_USEC)
+            continue; /* too old for this section, idle, over, or odd */
         if (when > now)
             when = now; /* another server's clock, a little ahead */
-        if (end > when + ttl)
-            end = when + ttl;
+        if (end > now + ttl)
+            end = now + ttl;
+        if (end > when + max_age)
+            end = when + max_age;
         *stored = when;
         *expires = end;
         found = 1;

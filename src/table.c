@@ -3,8 +3,9 @@
  * A set-associative table of fixed 64-byte slots in one shared segment.
  * Readers never lock: each slot carries a sequence counter (a seqlock), so a
  * lookup reads a consistent copy or retries. Writers are rare (one per
- * successful bcrypt) and serialize on a global mutex. Entries hold only a
- * MAC, a keyed user id and two times: no user, password or hash.
+ * successful bcrypt, and one per entry per half TTL to extend the idle
+ * timeout of an entry in use) and serialize on a global mutex. Entries hold
+ * only a MAC, a keyed user id and two times: no user, password or hash.
  *
  * The set is chosen by the user id (a MAC of scope and user), so that all of
  * a user's entries meet in one set, where a user holds at most
@@ -91,10 +92,11 @@ typedef struct {
     uint64_t size;
     int64_t started;
     region_hdr_t region[REGIONS];
-    uint64_t flights; /* offset of the flights */
-    uint64_t queue;   /* offset of the queue */
-    uint64_t ticket;  /* the next place's */
-    char pad0[64 - (48 + REGIONS * sizeof(region_hdr_t)) % 64];
+    uint64_t flights;   /* offset of the flights */
+    uint64_t queue;     /* offset of the queue */
+    uint64_t ticket;    /* the last place's */
+    uint64_t places[3]; /* how many places are free, waiting, running */
+    char pad0[64 - (72 + REGIONS * sizeof(region_hdr_t)) % 64];
     authn_hmac_redis_health_t redis;
     char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
     uint64_t counter[AUTHN_HMAC_C_COUNT];
@@ -150,6 +152,7 @@ apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now)
     memset(base, 0, size);
     h->flights = HEADER_SIZE;
     h->queue = HEADER_SIZE + FLIGHTS * sizeof(flight_t);
+    h->places[PLACE_FREE] = AUTHN_HMAC_QUEUE_SLOTS;
     sets = (size - HEADER_SIZE - FLIGHTS_SIZE) / (WAYS * sizeof(slot_t));
     neg = sets >= 2 ? (sets / 9 ? sets / 9 : 1) : 0;
     h->region[POSITIVE].offset = HEADER_SIZE + FLIGHTS_SIZE;
@@ -250,9 +253,22 @@ static int slot_torn(const slot_t *s)
     return (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) & 1) != 0;
 }
 
+/* Whether an entry is live at now: verified less than max_age ago (and not
+ * "in the future": a clock stepped back), unexpired, and expiring no more
+ * than the idle timeout ttl from now. An entry refreshed under a longer
+ * TTL than the caller's may have been idle longer than the caller allows:
+ * it is not trusted (a verification then stores it anew). */
+static int live(apr_time_t stored, apr_time_t expires, apr_time_t now,
+                apr_interval_time_t ttl, apr_interval_time_t max_age)
+{
+    return stored <= now && expires > now && stored + max_age > now &&
+           expires <= now + ttl;
+}
+
 static int lookup_in(const region_t *r, const unsigned char *key,
                      const unsigned char *uid, apr_time_t now,
-                     apr_interval_time_t ttl)
+                     apr_interval_time_t ttl, apr_interval_time_t max_age,
+                     apr_time_t *stored, apr_time_t *expires)
 {
     slot_t *set, copy;
     int i, found = 0;
@@ -264,11 +280,28 @@ static int lookup_in(const region_t *r, const unsigned char *key,
         if (!slot_read(&set[i], &copy) || copy.stored == 0)
             continue;
         if (CRYPTO_memcmp(copy.key, key, AUTHN_HMAC_KEY_LEN) == 0 &&
-            copy.expires > now && copy.stored + ttl > now && copy.stored <= now)
+            live(copy.stored, copy.expires, now, ttl, max_age)) {
             found = 1;
+            if (stored)
+                *stored = copy.stored;
+            if (expires)
+                *expires = copy.expires;
+        }
     }
     explicit_bzero(&copy, sizeof(copy));
     return found;
+}
+
+/* The expiry a hit at now gives an entry stored at `stored`, if it is to
+ * be refreshed at all: only once less than half of ttl is left, and only
+ * forward (an entry at its max age stays there). Else 0. */
+static apr_time_t refreshed_expiry(apr_time_t stored, apr_time_t expires,
+                                   apr_time_t now, apr_interval_time_t ttl,
+                                   apr_interval_time_t max_age)
+{
+    apr_time_t to = now + ttl < stored + max_age ? now + ttl : stored + max_age;
+
+    return expires - now < ttl / 2 && to > expires ? to : 0;
 }
 
 static apr_status_t store_in(authn_hmac_table_t *t, region_t *r,
@@ -331,9 +364,51 @@ static apr_status_t store_in(authn_hmac_table_t *t, region_t *r,
 int authn_hmac_table_lookup(authn_hmac_table_t *t,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                            apr_time_t now, apr_interval_time_t ttl)
+                            apr_time_t now, apr_interval_time_t ttl,
+                            apr_interval_time_t max_age, apr_time_t *stored,
+                            apr_time_t *expires)
 {
-    return lookup_in(&t->region[POSITIVE], key, uid, now, ttl);
+    return lookup_in(&t->region[POSITIVE], key, uid, now, ttl, max_age, stored,
+                     expires);
+}
+
+int authn_hmac_table_refresh(authn_hmac_table_t *t,
+                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                             apr_time_t now, apr_interval_time_t ttl,
+                             apr_interval_time_t max_age, apr_time_t stored,
+                             apr_time_t *expires)
+{
+    region_t *r = &t->region[POSITIVE];
+    slot_t *set;
+    apr_time_t to;
+    int i, done = 0;
+
+    /* NB: the common hit ends here, on what the lookup read: no lock. */
+    if (r->nsets == 0 ||
+        !refreshed_expiry(stored, *expires, now, ttl, max_age) ||
+        (t->mutex && apr_global_mutex_lock(t->mutex) != APR_SUCCESS))
+        return 0;
+    /* Under the mutex, the slot as it is now: of concurrent hits, the
+     * first refreshes it and the others find nothing left to do. */
+    set = set_for(r, user_word(uid));
+    for (i = 0; i < WAYS && !done; i++) {
+        slot_t *s = &set[i];
+
+        if (slot_torn(s) || !s->stored ||
+            CRYPTO_memcmp(s->key, key, AUTHN_HMAC_KEY_LEN) != 0 ||
+            !live(s->stored, s->expires, now, ttl, max_age) ||
+            !(to = refreshed_expiry(s->stored, s->expires, now, ttl, max_age)))
+            continue;
+        slot_write(s, key, s->user, s->stored, to);
+        *expires = to;
+        done = 1;
+    }
+    if (t->mutex)
+        apr_global_mutex_unlock(t->mutex);
+    if (done)
+        authn_hmac_table_count(t, AUTHN_HMAC_C_REFRESHES, 1);
+    return done;
 }
 
 apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
@@ -350,8 +425,10 @@ int authn_hmac_negative_lookup(authn_hmac_table_t *t,
                                const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                                apr_time_t now)
 {
-    /* NB: a negative entry's life is its expiry, set when it was stored. */
-    return lookup_in(&t->region[NEGATIVE], nkey, uid, now, APR_INT64_MAX / 2);
+    /* NB: a negative entry's life is its expiry, set when it was stored;
+     * it is never refreshed. */
+    return lookup_in(&t->region[NEGATIVE], nkey, uid, now, APR_INT64_MAX / 2,
+                     APR_INT64_MAX / 2, NULL, NULL);
 }
 
 apr_status_t
@@ -415,12 +492,10 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
     out->negative_entries =
         __atomic_load_n(t->region[NEGATIVE].used, __ATOMIC_RELAXED);
     out->negative_slots = t->region[NEGATIVE].nsets * WAYS;
-    for (c = 0; c < AUTHN_HMAC_QUEUE_SLOTS; c++) {
-        uint32_t st = __atomic_load_n(&t->queue[c].state, __ATOMIC_RELAXED);
-
-        out->verifying += st == PLACE_RUNNING;
-        out->waiting += st == PLACE_WAITING;
-    }
+    out->verifying =
+        __atomic_load_n(&t->hdr->places[PLACE_RUNNING], __ATOMIC_RELAXED);
+    out->waiting =
+        __atomic_load_n(&t->hdr->places[PLACE_WAITING], __ATOMIC_RELAXED);
     out->redis_breaker =
         __atomic_load_n(&t->hdr->redis.breaker_until, __ATOMIC_RELAXED) != 0;
     out->redis_conns =
@@ -581,6 +656,17 @@ int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
 
 /* ------------------------------------------------- the verification queue */
 
+/* Moves a place to another state, and keeps the header's count of each
+ * (the status page reads those, never the places); under the mutex. */
+static void place_set(authn_hmac_table_t *t, place_t *pl, uint32_t state)
+{
+    uint64_t *n = t->hdr->places;
+
+    __atomic_store_n(&n[pl->state], n[pl->state] - 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&n[state], n[state] + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&pl->state, state, __ATOMIC_RELAXED);
+}
+
 /* Frees the places of processes that died; under the mutex. */
 static void queue_reap(authn_hmac_table_t *t)
 {
@@ -589,7 +675,7 @@ static void queue_reap(authn_hmac_table_t *t)
     for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++)
         if (t->queue[i].state != PLACE_FREE &&
             t->queue[i].pid != (int64_t)getpid() && !alive(t->queue[i].pid))
-            __atomic_store_n(&t->queue[i].state, PLACE_FREE, __ATOMIC_RELAXED);
+            place_set(t, &t->queue[i], PLACE_FREE);
 }
 
 static void queue_take(authn_hmac_table_t *t, int i, uint32_t state,
@@ -602,7 +688,7 @@ static void queue_take(authn_hmac_table_t *t, int i, uint32_t state,
     __atomic_store_n(&pl->pid, (int64_t)getpid(), __ATOMIC_RELAXED);
     __atomic_store_n(&pl->client, client, __ATOMIC_RELAXED);
     __atomic_store_n(&pl->ticket, turn->ticket, __ATOMIC_RELAXED);
-    __atomic_store_n(&pl->state, state, __ATOMIC_RELAXED);
+    place_set(t, pl, state);
 }
 
 /* Notes a place that starts to run, and the most that ran at once. */
@@ -741,8 +827,7 @@ int authn_hmac_queue_wait(authn_hmac_table_t *t, authn_hmac_turn_t *turn,
             if (mine && queue_turn(t, turn, cap)) {
                 int i, running = 1;
 
-                __atomic_store_n(&t->queue[turn->place].state, PLACE_RUNNING,
-                                 __ATOMIC_RELAXED);
+                place_set(t, &t->queue[turn->place], PLACE_RUNNING);
                 for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++)
                     running +=
                         i != turn->place && t->queue[i].state == PLACE_RUNNING;
@@ -769,8 +854,7 @@ void authn_hmac_queue_leave(authn_hmac_table_t *t, authn_hmac_turn_t *turn)
         apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
         return;
     if (queue_mine(t, turn))
-        __atomic_store_n(&t->queue[turn->place].state, PLACE_FREE,
-                         __ATOMIC_RELAXED);
+        place_set(t, &t->queue[turn->place], PLACE_FREE);
     turn->place = -1;
     apr_global_mutex_unlock(t->mutex);
 }

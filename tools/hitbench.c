@@ -70,16 +70,18 @@ static void *run(void *arg)
             hits += u[0];
             break;
         case LOOKUP:
-            hits += authn_hmac_table_lookup(table, key[n], uid[n], now,
-                                            apr_time_from_sec(300));
+            hits += authn_hmac_table_lookup(
+                table, key[n], uid[n], now, apr_time_from_sec(300),
+                apr_time_from_sec(28800), NULL, NULL);
             break;
         case WHOLE:
             authn_hmac_mac_compute(mac, scope, strlen(scope), nm, nl,
                                    "correct horse battery", 21, hash,
                                    strlen(hash), k);
             authn_hmac_user_id(mac, scope, strlen(scope), nm, nl, u);
-            hits += authn_hmac_table_lookup(table, k, u, now,
-                                            apr_time_from_sec(300));
+            hits += authn_hmac_table_lookup(
+                table, k, u, now, apr_time_from_sec(300),
+                apr_time_from_sec(28800), NULL, NULL);
             break;
         }
     }

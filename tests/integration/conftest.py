@@ -28,12 +28,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: timing- or load-bound; skipped under valgrind")
 
 # /a/ and /b/ use two different htpasswd files (two scopes); /short/ uses
-# the file of /a/ with a 2-second TTL; /gone/ points at a file the tests
-# remove and restore; /nocache/ verifies every time.
+# the file of /a/ with a 2-second TTL; /idle/ with a 3-second TTL, and
+# /maxage/ with a 6-second max age as well; /gone/ points at a file the
+# tests remove and restore; /nocache/ verifies every time.
 BODY = """
 Alias /a/ "{d}/htdocs/"
 Alias /b/ "{d}/htdocs/"
 Alias /short/ "{d}/htdocs/"
+Alias /idle/ "{d}/htdocs/"
+Alias /maxage/ "{d}/htdocs/"
 Alias /gone/ "{d}/htdocs/"
 Alias /nocache/ "{d}/htdocs/"
 Alias /noneg/ "{d}/htdocs/"
@@ -59,6 +62,23 @@ Alias /showunknown/ "{d}/htdocs/"
     AuthBasicProvider hmac
     AuthHMACUserFile "{d}/a.htpasswd"
     AuthHMACCacheTTL 2
+    Require valid-user
+</Location>
+<Location /idle/>
+    AuthType Basic
+    AuthName "a"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{d}/a.htpasswd"
+    AuthHMACCacheTTL 3
+    Require valid-user
+</Location>
+<Location /maxage/>
+    AuthType Basic
+    AuthName "a"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{d}/a.htpasswd"
+    AuthHMACCacheTTL 3
+    AuthHMACCacheMaxAge 6
     Require valid-user
 </Location>
 <Location /gone/>

@@ -94,6 +94,19 @@ def test_bad_negative_ttl_is_refused(srv, value):
     assert "AuthHMACNegativeTTL" in out and "0 turns the negative cache off" in out
 
 
+@pytest.mark.parametrize("value", ["0", "31d", "2592001", "forever", "-1", "1.5", "8 h"])
+def test_bad_max_age_is_refused(srv, value):
+    rc, out = configure(srv, ttl='AuthHMACCacheMaxAge "%s"' % value)
+    assert rc != 0
+    assert "AuthHMACCacheMaxAge" in out and "seconds from 1 to 2592000" in out, out
+
+
+@pytest.mark.parametrize("value", ["1", "300", "5m", "8h", "1d", "30d"])
+def test_good_max_age_passes(srv, value):
+    rc, out = configure(srv, ttl="AuthHMACCacheMaxAge %s" % value)
+    assert rc == 0, out
+
+
 def test_server_wide_directives_refused_in_vhost(srv):
     rc, out = configure(srv, "<VirtualHost 127.0.0.1:%d>\n AuthHMACCacheSize 8M\n</VirtualHost>"
                         % srv.port)

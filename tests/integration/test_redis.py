@@ -260,6 +260,33 @@ def finish(srv, *extra_expected):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
+def test_hits_on_one_server_keep_the_entry_alive_for_the_farm(shared):
+    """Under a 3-second idle timeout, hits on A extend the entry in Redis
+    too: B finds it (a redis-hit, no bcrypt) well after the TTL from its
+    verification has passed."""
+    redis = Redis().start()
+    a = farm_server(shared, redis, extra="AuthHMACCacheTTL 3", name="idleA").start()
+    b = farm_server(shared, redis, extra="AuthHMACCacheTTL 3", name="idleB").start()
+    try:
+        htpasswd(shared.users, "kim", "kim keeps working")
+        start = time.monotonic()
+        for i in range(7):
+            time.sleep(max(0.0, start + i - time.monotonic()))
+            assert a.status_code("/w/", "kim", "kim keeps working") == 200
+        assert a.notes("kim") == ["verified"] + ["hit"] * 6
+        st = a.status()
+        assert st["refreshes"] >= 2 and st["redis_errors"] == 0, st
+        before = b.status()
+        assert b.status_code("/w/", "kim", "kim keeps working") == 200
+        assert note_of_last(b, "kim") == "redis-hit"
+        assert delta(b, before)["verifications"] == 0
+    finally:
+        finish(a)
+        finish(b)
+        redis.cleanup()
+
+
 @pytest.mark.parametrize("kind", ["acl-user", "unix-socket"])
 def test_acl_user_and_unix_socket(shared, kind):
     if kind == "acl-user":

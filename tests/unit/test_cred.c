@@ -13,6 +13,9 @@
 #include <openssl/kdf.h>
 #include <openssl/params.h>
 
+/* An idle timeout too long to matter, where a test is about the max age. */
+#define WEEK apr_time_from_sec(604800)
+
 typedef struct {
     unsigned char buf[4096];
     size_t len;
@@ -299,12 +302,12 @@ static void test_value_tag(apr_pool_t *p)
     len = authn_hmac_value_encode(m, uid, &es, v);
     CHECK(len == strlen(v) && len < AUTHN_HMAC_VALUE_MAX && v[0] == '2');
     CHECK(authn_hmac_value_decode(m, uid, v, len, &got) && got.n == 2);
-    CHECK(authn_hmac_entries_find(&got, k1, now, apr_time_from_sec(300), &st,
-                                  &ex));
+    CHECK(authn_hmac_entries_find(&got, k1, now, WEEK, apr_time_from_sec(300),
+                                  &st, &ex));
     CHECK(st == now - apr_time_from_sec(10) &&
           ex == now + apr_time_from_sec(60));
-    CHECK(authn_hmac_entries_find(&got, k2, now, apr_time_from_sec(300), &st,
-                                  &ex));
+    CHECK(authn_hmac_entries_find(&got, k2, now, WEEK, apr_time_from_sec(300),
+                                  &st, &ex));
     /* Replayed under another user, or read with another pepper. */
     CHECK(!authn_hmac_value_decode(m, uid2, v, len, &got) && got.n == 0);
     CHECK(!authn_hmac_value_decode(other, uid, v, len, &got));
@@ -322,15 +325,51 @@ static void test_value_tag(apr_pool_t *p)
     }
     /* What version 1 wrote: a bare time. */
     CHECK(!authn_hmac_value_decode(m, uid, "1700000000000000", 16, &got));
-    /* A stale entry is not found; a section with a shorter TTL sees less. */
-    CHECK(!authn_hmac_entries_find(&got, k1, now + apr_time_from_sec(60),
+    /* A stale entry is not found; a section with a shorter max age sees
+     * less. */
+    CHECK(!authn_hmac_entries_find(&got, k1, now + apr_time_from_sec(60), WEEK,
                                    apr_time_from_sec(300), &st, &ex));
     CHECK(authn_hmac_value_decode(m, uid, v, len, &got));
-    CHECK(authn_hmac_entries_find(&got, k1, now, apr_time_from_sec(11), &st,
-                                  &ex) &&
+    CHECK(authn_hmac_entries_find(&got, k1, now, WEEK, apr_time_from_sec(11),
+                                  &st, &ex) &&
           ex == now + apr_time_from_sec(1));
-    CHECK(!authn_hmac_entries_find(&got, k1, now, apr_time_from_sec(5), &st,
-                                   &ex));
+    CHECK(!authn_hmac_entries_find(&got, k1, now, WEEK, apr_time_from_sec(5),
+                                   &st, &ex));
+}
+
+/* The TTL is an idle timeout: an entry whose expiry is further away than
+ * this section's TTL (beyond a farm's clock skew) was extended under a
+ * longer one, and may have been idle too long here; what is found never
+ * lasts beyond now + ttl, nor beyond its max age. */
+static void test_entries_idle_timeout(apr_pool_t *p)
+{
+    unsigned char k[32];
+    authn_hmac_entries_t es;
+    apr_time_t now = apr_time_from_sec(1000000), st = 0, ex = 0;
+
+    (void)p;
+    memset(k, 7, sizeof(k));
+    es.n = 0;
+    authn_hmac_entries_add(&es, k, now - apr_time_from_sec(100),
+                           now + apr_time_from_sec(60), now);
+    CHECK(authn_hmac_entries_find(&es, k, now, apr_time_from_sec(300),
+                                  apr_time_from_sec(3600), &st, &ex) &&
+          st == now - apr_time_from_sec(100) &&
+          ex == now + apr_time_from_sec(60));
+    /* A lowered TTL: 60 s left is more than 30 s (and the 5 s of skew). */
+    CHECK(!authn_hmac_entries_find(&es, k, now, apr_time_from_sec(30),
+                                   apr_time_from_sec(3600), &st, &ex));
+    /* Within the skew: found, but for no more than the TTL. */
+    CHECK(authn_hmac_entries_find(&es, k, now, apr_time_from_sec(58),
+                                  apr_time_from_sec(3600), &st, &ex) &&
+          ex == now + apr_time_from_sec(58));
+    /* The max age bounds it from the verification, however recent the
+     * last use. */
+    CHECK(authn_hmac_entries_find(&es, k, now, apr_time_from_sec(300),
+                                  apr_time_from_sec(130), &st, &ex) &&
+          ex == now + apr_time_from_sec(30));
+    CHECK(!authn_hmac_entries_find(&es, k, now, apr_time_from_sec(300),
+                                   apr_time_from_sec(100), &st, &ex));
 }
 
 /* A user keeps its newest entries only: a third replaces the oldest. */
@@ -348,9 +387,9 @@ static void test_entries_newest_kept(apr_pool_t *p)
         authn_hmac_entries_add(&es, k[i], now + i, now + 100 + i, now + i);
     }
     CHECK(es.n == AUTHN_HMAC_PER_USER);
-    CHECK(!authn_hmac_entries_find(&es, k[0], now + 3, 1000, &st, &ex));
-    CHECK(authn_hmac_entries_find(&es, k[1], now + 3, 1000, &st, &ex));
-    CHECK(authn_hmac_entries_find(&es, k[2], now + 3, 1000, &st, &ex));
+    CHECK(!authn_hmac_entries_find(&es, k[0], now + 3, WEEK, 1000, &st, &ex));
+    CHECK(authn_hmac_entries_find(&es, k[1], now + 3, WEEK, 1000, &st, &ex));
+    CHECK(authn_hmac_entries_find(&es, k[2], now + 3, WEEK, 1000, &st, &ex));
     /* Adding a key again refreshes it instead of keeping two copies. */
     authn_hmac_entries_add(&es, k[1], now + 5, now + 200, now + 5);
     CHECK(es.n == 2 && memcmp(es.e[0].mac, k[1], 32) == 0 &&
@@ -424,6 +463,7 @@ int main(void)
     RUN(test_user_id_and_long_pepper, p);
     RUN(test_value_tag, p);
     RUN(test_entries_newest_kept, p);
+    RUN(test_entries_idle_timeout, p);
     RUN(test_mac_depends_on_pepper, p);
     RUN(test_secret_file_checks, p);
     return unit_end();

@@ -103,7 +103,8 @@ static authn_hmac_cred_t cred(const char *user, const char *password,
     return c;
 }
 
-static apr_interval_time_t negative_ttl_us; /* 0: off */
+static apr_interval_time_t negative_ttl_us;                       /* 0: off */
+static apr_interval_time_t max_age_us = APR_INT64_C(28800000000); /* 8 h */
 static int hide_unknown;
 
 static authn_hmac_outcome check(const authn_hmac_engine_t *e, int ttl_sec,
@@ -114,6 +115,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e, int ttl_sec,
     authn_hmac_cred_t c = cred(user, password, hash);
 
     pol.ttl = apr_time_from_sec(ttl_sec);
+    pol.max_age = max_age_us;
     pol.negative_ttl = negative_ttl_us;
     pol.hide_unknown = hide_unknown;
     return authn_hmac_check(e, &pol, &c, NULL, p);
@@ -150,6 +152,108 @@ static void test_outcomes(apr_pool_t *p)
                   "unknown-user"));
     CHECK(!strcmp(authn_hmac_outcome_name(AUTHN_HMAC_COALESCED), "coalesced"));
     CHECK(!strcmp(authn_hmac_outcome_name((authn_hmac_outcome)99), "error"));
+}
+
+/* Rewrites alice's cached entry as if verified `age` ago and expiring
+ * `left` from now: the engine reads the real clock. */
+static void age_entry(const authn_hmac_engine_t *e, const char *password,
+                      apr_interval_time_t age, apr_interval_time_t left)
+{
+    authn_hmac_cred_t c = cred("alice", password, "H-right");
+    unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
+    apr_time_t now = apr_time_now();
+
+    authn_hmac_mac_compute(e->mac, c.scope, c.scope_len, c.user, c.user_len,
+                           c.password, c.password_len, c.hash, c.hash_len, key);
+    authn_hmac_user_id(e->mac, c.scope, c.scope_len, c.user, c.user_len, uid);
+    CHECK(authn_hmac_table_store(e->table, key, uid, now, now - age,
+                                 now + left) == APR_SUCCESS);
+}
+
+static uint64_t counted(const authn_hmac_engine_t *e, enum authn_hmac_counter c)
+{
+    return authn_hmac_table_counter(e->table, c);
+}
+
+/* AuthHMACCacheTTL is an idle timeout: a hit past half of it extends the
+ * entry (one write, not one per hit), up to the max age, after which the
+ * credential is verified again. A lowered TTL shortens live entries.
+ * Negative entries keep their fixed life. */
+static void test_idle_timeout_and_max_age(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    int i;
+
+    max_age_us = apr_time_from_sec(60);
+    CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
+    CHECK(counted(&e, AUTHN_HMAC_C_STORES) == 1);
+    /* Fresh: hits write nothing. */
+    for (i = 0; i < 100; i++)
+        CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    CHECK(counted(&e, AUTHN_HMAC_C_REFRESHES) == 0);
+    /* Used 20 s after its last refresh (10 s left of 30): the first hit
+     * extends it, the next ones find it fresh. */
+    age_entry(&e, "right", apr_time_from_sec(20), apr_time_from_sec(10));
+    for (i = 0; i < 100; i++)
+        CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    CHECK(counted(&e, AUTHN_HMAC_C_REFRESHES) == 1);
+    CHECK(counted(&e, AUTHN_HMAC_C_STORES) == 2); /* age_entry's */
+    CHECK(*calls == 1);
+    /* Near its max age: extended to it, not beyond, and once only. */
+    age_entry(&e, "right", apr_time_from_sec(55), apr_time_from_sec(2));
+    for (i = 0; i < 100; i++)
+        CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    CHECK(counted(&e, AUTHN_HMAC_C_REFRESHES) == 2);
+    /* Past its max age: verified again, however recently used. */
+    age_entry(&e, "right", apr_time_from_sec(59) + apr_time_from_msec(999),
+              apr_time_from_sec(20));
+    usleep(2000);
+    CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
+    CHECK(*calls == 2);
+    CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    /* Idle for its whole TTL: verified again. */
+    age_entry(&e, "right", apr_time_from_sec(5), apr_time_from_msec(1));
+    usleep(2000);
+    CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
+    CHECK(*calls == 3);
+    /* A section whose TTL was lowered to 10 s does not trust an entry
+     * extended by 30 s: its last use may be more than 10 s ago. */
+    CHECK(check(&e, 10, "alice", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
+    CHECK(*calls == 4);
+    CHECK(check(&e, 10, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    /* A refused password keeps its fixed negative life: no refresh. */
+    negative_ttl_us = apr_time_from_sec(30);
+    CHECK(check(&e, 30, "alice", "wrong", "H-right", p) == AUTHN_HMAC_DENIED);
+    for (i = 0; i < 10; i++)
+        CHECK(check(&e, 30, "alice", "wrong", "H-right", p) ==
+              AUTHN_HMAC_NEGATIVE_HIT);
+    CHECK(counted(&e, AUTHN_HMAC_C_REFRESHES) == 2);
+    negative_ttl_us = 0;
+    max_age_us = APR_INT64_C(28800000000);
+}
+
+/* The common hit takes no lock: it completes while another process holds
+ * the writers' mutex. (A refresh would wait for it.) */
+static void test_hit_takes_no_lock(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    int status;
+    pid_t pid;
+
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
+          AUTHN_HMAC_VERIFIED);
+    CHECK(apr_global_mutex_lock(table_mutex) == APR_SUCCESS);
+    pid = fork();
+    if (pid == 0) {
+        apr_pool_t *cp = in_child(&e);
+
+        alarm(5); /* blocked on the mutex: killed, and the test fails */
+        _exit(check(&e, 300, "alice", "right", "H-right", cp) !=
+              AUTHN_HMAC_HIT);
+    }
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    apr_global_mutex_unlock(table_mutex);
 }
 
 #define PROCS 4
@@ -255,7 +359,7 @@ static void burst(const authn_hmac_engine_t *e0, int n, const char **passwords,
                 client_addr = burst_clients[i];
             (void)!read(go[0], &b, 1);
             if (i == burst_late)
-                usleep(100000);
+                usleep(200000);
             o = (unsigned char)check(&e, 300, "alice", passwords[i], burst_hash,
                                      cp);
             (void)!write(res[1], &o, 1);
@@ -412,7 +516,7 @@ static void test_queue(apr_pool_t *p)
     e.max_verifications = 2;
     e.backlog = 4;
     e.nice = 19;
-    slow_ms = 300;
+    slow_ms = 600; /* all enter meanwhile */
     burst_clients = clients;
     burst(&e, 8, pws, out);
     /* 2 run, 4 wait their turn, 2 find no place. */
@@ -457,7 +561,7 @@ static void test_queue_fair_share(apr_pool_t *p)
     e.max_verifications = 2;
     e.backlog = 6; /* 8 places */
     e.nice = 19;
-    slow_ms = 300;
+    slow_ms = 600;
     burst_clients = clients;
     burst_hash = "H-v8"; /* the last one, from the other client, is right */
     burst_late = 8;      /* and comes once the first eight hold every place */
@@ -531,6 +635,8 @@ int main(void)
     RUN(test_outcomes, p);
     RUN(test_forked_processes, p);
     RUN(test_negative_cache, p);
+    RUN(test_idle_timeout_and_max_age, p);
+    RUN(test_hit_takes_no_lock, p);
     RUN(test_single_flight, p);
     RUN(test_runner_dies_or_is_late, p);
     RUN(test_unknown_users_cost_a_verification, p);

@@ -60,6 +60,16 @@ static uint64_t counter(authn_hmac_table_t *t, enum authn_hmac_counter c)
     return s.counter[c];
 }
 
+/* A lookup by the entry's life from its verification (its max age) alone,
+ * under an idle timeout too long to matter. */
+static int live_at(authn_hmac_table_t *t, const unsigned char *k,
+                   const unsigned char *u, apr_time_t now,
+                   apr_interval_time_t max_age)
+{
+    return authn_hmac_table_lookup(t, k, u, now, SEC(604800), max_age, NULL,
+                                   NULL);
+}
+
 static void test_ttl(apr_pool_t *p)
 {
     authn_hmac_table_t *t = table(p, 64 * 1024, NULL);
@@ -67,16 +77,94 @@ static void test_ttl(apr_pool_t *p)
     apr_time_t now = SEC(1000);
 
     make_key(k, 5, 1);
-    CHECK(!authn_hmac_table_lookup(t, k, U(k), now, SEC(300)));
+    CHECK(!live_at(t, k, U(k), now, SEC(300)));
     CHECK(authn_hmac_table_store(t, k, U(k), now, now, now + SEC(10)) ==
           APR_SUCCESS);
-    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(9), SEC(300)));
-    CHECK(!authn_hmac_table_lookup(t, k, U(k), now + SEC(10), SEC(300)));
-    /* A section with a shorter TTL sees the entry expire sooner. */
-    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(1), SEC(2)));
-    CHECK(!authn_hmac_table_lookup(t, k, U(k), now + SEC(3), SEC(2)));
+    CHECK(live_at(t, k, U(k), now + SEC(9), SEC(300)));
+    CHECK(!live_at(t, k, U(k), now + SEC(10), SEC(300)));
+    /* A section with a shorter max age sees the entry expire sooner. */
+    CHECK(live_at(t, k, U(k), now + SEC(1), SEC(2)));
+    CHECK(!live_at(t, k, U(k), now + SEC(3), SEC(2)));
     /* An entry stored "in the future" (clock stepped back) is not trusted. */
-    CHECK(!authn_hmac_table_lookup(t, k, U(k), now - SEC(1), SEC(300)));
+    CHECK(!live_at(t, k, U(k), now - SEC(1), SEC(300)));
+}
+
+/* A hit as the engine makes it: the lookup, then the refresh it may call
+ * for. 1 if it hit. */
+static int hit(authn_hmac_table_t *t, const unsigned char *k, apr_time_t now,
+               apr_interval_time_t ttl, apr_interval_time_t max_age)
+{
+    apr_time_t st = 0, ex = 0;
+
+    if (!authn_hmac_table_lookup(t, k, U(k), now, ttl, max_age, &st, &ex))
+        return 0;
+    authn_hmac_table_refresh(t, k, U(k), now, ttl, max_age, st, &ex);
+    return 1;
+}
+
+/* The TTL is an idle timeout: a hit once half of it has passed since the
+ * entry's last refresh extends it by a TTL, at most to its max age. */
+static void test_idle_timeout_refresh(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = table(p, 64 * 1024, NULL);
+    unsigned char k[32], j[32];
+    apr_time_t now = SEC(1000), st = 0, ex = 0, stale;
+    int i;
+
+    make_key(k, 5, 1);
+    CHECK(authn_hmac_table_store(t, k, U(k), now, now, now + SEC(10)) ==
+          APR_SUCCESS);
+    /* Half the TTL left or more: a plain read, nothing written. */
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(5), SEC(10), SEC(60),
+                                  &st, &ex) &&
+          st == now && ex == now + SEC(10));
+    CHECK(!authn_hmac_table_refresh(t, k, U(k), now + SEC(5), SEC(10), SEC(60),
+                                    st, &ex) &&
+          ex == now + SEC(10));
+    CHECK(counter(t, AUTHN_HMAC_C_REFRESHES) == 0);
+    /* Less than half: extended to a TTL from now, in place. */
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(6), SEC(10), SEC(60),
+                                  &st, &ex));
+    stale = ex;
+    CHECK(authn_hmac_table_refresh(t, k, U(k), now + SEC(6), SEC(10), SEC(60),
+                                   st, &ex) &&
+          ex == now + SEC(16));
+    CHECK(counter(t, AUTHN_HMAC_C_REFRESHES) == 1);
+    CHECK(counter(t, AUTHN_HMAC_C_STORES) == 1);
+    /* A concurrent hit that read the entry before the refresh finds, under
+     * the mutex, nothing left to do: one write. */
+    CHECK(!authn_hmac_table_refresh(t, k, U(k), now + SEC(6), SEC(10), SEC(60),
+                                    st, &stale));
+    CHECK(counter(t, AUTHN_HMAC_C_REFRESHES) == 1);
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(15), SEC(10), SEC(60),
+                                  &st, &ex) &&
+          st == now && ex == now + SEC(16));
+    /* A lowered TTL shortens the live entry: 9 s left is more than 5. */
+    CHECK(!authn_hmac_table_lookup(t, k, U(k), now + SEC(7), SEC(5), SEC(60),
+                                   NULL, NULL));
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(7), SEC(9), SEC(60),
+                                  NULL, NULL));
+
+    /* A hit every second: written once per half TTL at most (at 12, 18,
+     * ..., 54 s), found until its max age (60 s from its verification),
+     * then a miss however busy; capped, hits write nothing. */
+    for (i = 7; i < 60; i++)
+        CHECK(hit(t, k, now + SEC(i), SEC(10), SEC(60)));
+    CHECK(counter(t, AUTHN_HMAC_C_REFRESHES) == 9);
+    CHECK(counter(t, AUTHN_HMAC_C_REFRESHES) <= 1 + 60 / 5);
+    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(59), SEC(10), SEC(60),
+                                  &st, &ex) &&
+          ex == now + SEC(60));
+    CHECK(!hit(t, k, now + SEC(60), SEC(10), SEC(60)));
+    CHECK(counter(t, AUTHN_HMAC_C_STORES) == 1);
+
+    /* Idle for a whole TTL: gone, though well within its max age. */
+    make_key(j, 5, 2);
+    authn_hmac_table_store(t, j, U(j), now, now, now + SEC(10));
+    CHECK(hit(t, j, now + SEC(4), SEC(10), SEC(60)));
+    CHECK(hit(t, j, now + SEC(9), SEC(10), SEC(60))); /* to 19 s */
+    CHECK(!hit(t, j, now + SEC(19), SEC(10), SEC(60)));
+    CHECK(counter(t, AUTHN_HMAC_C_REFRESHES) == 10);
 }
 
 static void test_full_key_compare(apr_pool_t *p)
@@ -88,11 +176,11 @@ static void test_full_key_compare(apr_pool_t *p)
     make_key(a, 7, 1);
     make_key(b, 7, 2); /* same set, same first 28 bytes */
     authn_hmac_table_store(t, a, U(a), now, now, now + SEC(60));
-    CHECK(authn_hmac_table_lookup(t, a, U(a), now, SEC(60)));
-    CHECK(!authn_hmac_table_lookup(t, b, U(b), now, SEC(60)));
+    CHECK(live_at(t, a, U(a), now, SEC(60)));
+    CHECK(!live_at(t, b, U(b), now, SEC(60)));
     b[28] = a[28];
     b[31] ^= 0x80;
-    CHECK(!authn_hmac_table_lookup(t, b, U(b), now, SEC(60)));
+    CHECK(!live_at(t, b, U(b), now, SEC(60)));
 }
 
 static void test_eviction(apr_pool_t *p)
@@ -117,9 +205,9 @@ static void test_eviction(apr_pool_t *p)
                            now + SEC(120));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 1);
     make_key(k, 0, 0);
-    CHECK(!authn_hmac_table_lookup(t, k, U(k), now + SEC(20), SEC(300)));
+    CHECK(!live_at(t, k, U(k), now + SEC(20), SEC(300)));
     make_key(k, 0, 1);
-    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(20), SEC(300)));
+    CHECK(live_at(t, k, U(k), now + SEC(20), SEC(300)));
     /* Expired entries go first, and their loss is not an eviction: at
      * now+102 the entries stored at 1 and 2 (expiring 101, 102) are dead,
      * though entry 1 is the oldest live one before them. */
@@ -128,7 +216,7 @@ static void test_eviction(apr_pool_t *p)
                            now + SEC(300));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 1);
     make_key(k, 0, 3);
-    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(102), SEC(300)));
+    CHECK(live_at(t, k, U(k), now + SEC(102), SEC(300)));
     authn_hmac_table_stats(t, now + SEC(102), &st);
     CHECK(st.entries == 8); /* slots in use; the expired one is counted */
     /* Storing a key again refreshes it in place. */
@@ -136,7 +224,7 @@ static void test_eviction(apr_pool_t *p)
     authn_hmac_table_store(t, k, U(k), now + SEC(103), now + SEC(103),
                            now + SEC(400));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 1);
-    CHECK(authn_hmac_table_lookup(t, k, U(k), now + SEC(200), SEC(300)));
+    CHECK(live_at(t, k, U(k), now + SEC(200), SEC(300)));
 }
 
 static void test_zero_budget(apr_pool_t *p)
@@ -147,7 +235,7 @@ static void test_zero_budget(apr_pool_t *p)
     make_key(k, 1, 1);
     CHECK(authn_hmac_table_store(t, k, U(k), SEC(1), SEC(1), SEC(100)) ==
           APR_SUCCESS);
-    CHECK(!authn_hmac_table_lookup(t, k, U(k), SEC(2), SEC(100)));
+    CHECK(!live_at(t, k, U(k), SEC(2), SEC(100)));
     authn_hmac_table_count(t, AUTHN_HMAC_C_HITS, 3);
     CHECK(counter(t, AUTHN_HMAC_C_HITS) == 3);
 }
@@ -202,7 +290,7 @@ static void test_concurrent_writers(apr_pool_t *p)
                 else {
                     make_key(k, n * 7919u, 0xffff0000u | n);
                     k[8] = 0xee; /* never stored */
-                    if (authn_hmac_table_lookup(t, k, U(k), now, SEC(60)))
+                    if (live_at(t, k, U(k), now, SEC(60)))
                         bad = 1;
                 }
             }
@@ -220,8 +308,7 @@ static void test_concurrent_writers(apr_pool_t *p)
             make_key(k, n * 7919u + (uint32_t)i * 104729u,
                      (uint32_t)i << 16 | n);
             k[8] = (unsigned char)i;
-            found +=
-                (uint32_t)authn_hmac_table_lookup(t, k, U(k), now, SEC(60));
+            found += (uint32_t)live_at(t, k, U(k), now, SEC(60));
         }
     CHECK(counter(t, AUTHN_HMAC_C_STORES) == WRITERS * PER_WRITER);
     CHECK(found + counter(t, AUTHN_HMAC_C_EVICTIONS) == WRITERS * PER_WRITER);
@@ -248,13 +335,13 @@ static void test_per_user_bound(apr_pool_t *p)
         make_key(k, 0, i);
         authn_hmac_table_store(t, k, uid, now + i, now + i, now + SEC(300));
     }
-    CHECK(authn_hmac_table_lookup(t, other, U(other), now + 2000, SEC(300)));
+    CHECK(live_at(t, other, U(other), now + 2000, SEC(300)));
     make_key(k, 0, 1999);
-    CHECK(authn_hmac_table_lookup(t, k, uid, now + 2000, SEC(300)));
+    CHECK(live_at(t, k, uid, now + 2000, SEC(300)));
     make_key(k, 0, 1998);
-    CHECK(authn_hmac_table_lookup(t, k, uid, now + 2000, SEC(300)));
+    CHECK(live_at(t, k, uid, now + 2000, SEC(300)));
     make_key(k, 0, 1997);
-    CHECK(!authn_hmac_table_lookup(t, k, uid, now + 2000, SEC(300)));
+    CHECK(!live_at(t, k, uid, now + 2000, SEC(300)));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 0);
     authn_hmac_table_stats(t, now, &st);
     CHECK(st.entries == 1 + AUTHN_HMAC_PER_USER);
@@ -275,23 +362,22 @@ static void test_torn_slot_repair(apr_pool_t *p)
     }
     make_key(k, 0, 3);
     authn_hmac_table_tear(t, k, U(k));
-    CHECK(!authn_hmac_table_lookup(t, k, U(k), now, SEC(300)));
+    CHECK(!live_at(t, k, U(k), now, SEC(300)));
     /* The set is full but for the torn slot: a new entry takes it, with no
      * eviction, and every other entry stays. */
     make_key(k, 0, 100);
     authn_hmac_table_store(t, k, U(k), now + 1, now + 1, now + SEC(300));
-    CHECK(authn_hmac_table_lookup(t, k, U(k), now + 2, SEC(300)));
+    CHECK(live_at(t, k, U(k), now + 2, SEC(300)));
     CHECK(counter(t, AUTHN_HMAC_C_EVICTIONS) == 0);
     for (i = 0; i < 8; i++) {
         make_key(k, 0, i);
-        CHECK(authn_hmac_table_lookup(t, k, U(k), now + 2, SEC(300)) ==
-              (i != 3));
+        CHECK(live_at(t, k, U(k), now + 2, SEC(300)) == (i != 3));
     }
     /* And the torn credential can be stored again, and found. */
     make_key(k, 0, 3);
     authn_hmac_table_tear(t, k, U(k)); /* no-op: no longer present */
     authn_hmac_table_store(t, k, U(k), now + 3, now + 3, now + SEC(300));
-    CHECK(authn_hmac_table_lookup(t, k, U(k), now + 4, SEC(300)));
+    CHECK(live_at(t, k, U(k), now + 4, SEC(300)));
 }
 
 /* The status costs O(1): it reads the header only. The slots' pages are
@@ -329,6 +415,7 @@ int main(void)
     apr_pool_t *p = unit_start();
 
     RUN(test_ttl, p);
+    RUN(test_idle_timeout_refresh, p);
     RUN(test_full_key_compare, p);
     RUN(test_eviction, p);
     RUN(test_zero_budget, p);
