@@ -87,6 +87,26 @@ def test_bad_ttl_is_refused(srv, value):
     assert "AuthHMACCacheTTL" in out and "seconds from 0 to" in out
 
 
+@pytest.mark.parametrize("directive,value,accepts", [
+    ("AuthHMACMaxVerifications", "0", "from 1 to 64"),
+    ("AuthHMACMaxVerifications", "65", "from 1 to 64"),
+    ("AuthHMACMaxVerifications", "many", "from 1 to 64"),
+    ("AuthHMACVerifyBacklog", "-1", "from 0 to 192"),
+    ("AuthHMACVerifyBacklog", "193", "from 0 to 192"),
+])
+def test_bad_queue_settings_are_refused(srv, directive, value, accepts):
+    rc, out = configure(srv, '%s "%s"' % (directive, value))
+    assert rc != 0
+    assert directive in out and accepts in out, out
+
+
+def test_queue_settings_are_server_wide(srv):
+    rc, out = configure(srv, "<VirtualHost 127.0.0.1:%d>\n AuthHMACMaxVerifications 2\n"
+                             "</VirtualHost>" % srv.port)
+    assert rc != 0
+    assert "AuthHMACMaxVerifications" in out and "VirtualHost" in out
+
+
 @pytest.mark.parametrize("value", ["never", "-1", "2.5", "8d"])
 def test_bad_negative_ttl_is_refused(srv, value):
     rc, out = configure(srv, ttl='AuthHMACNegativeTTL "%s"' % value)
