@@ -506,6 +506,8 @@ static void test_unknown_users_cost_a_verification(apr_pool_t *p)
  * nice value; backlog more wait their turn; beyond, busy. */
 static void test_queue(apr_pool_t *p)
 {
+    int base_nice = getpriority(PRIO_PROCESS, 0); /* (tests may run niced) */
+
     authn_hmac_engine_t e = engine(p, 1 << 20);
     const char *pws[8] = {"w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7"};
     const char *clients[8] = {"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4",
@@ -528,7 +530,7 @@ static void test_queue(apr_pool_t *p)
     CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_BUSY) == 2);
     /* The verifier ran at nice 19; this thread was not lowered. */
     CHECK(*nice_seen == 19);
-    CHECK(getpriority(PRIO_PROCESS, 0) == 0);
+    CHECK(getpriority(PRIO_PROCESS, 0) == base_nice);
     /* Every place was given back. */
     authn_hmac_table_stats(e.table, apr_time_now(), &st);
     CHECK(st.verifying == 0 && st.waiting == 0);
@@ -539,7 +541,7 @@ static void test_queue(apr_pool_t *p)
     slow_ms = 0;
     CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
           AUTHN_HMAC_VERIFIED);
-    CHECK(*nice_seen == 0);
+    CHECK(*nice_seen == (uint64_t)base_nice);
     burst_clients = NULL;
 }
 
