@@ -2,6 +2,8 @@
  * view that rebuilds it when the file changes. */
 #include "authn_hmac.h"
 
+#include <sched.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -233,15 +235,28 @@ unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx)
  * within the same timestamp; such an index is read once more later. */
 #define RACY_WINDOW apr_time_from_sec(1)
 
-struct authn_hmac_userfile {
-    const char *path;
-    apr_pool_t *pool;         /* per process; parent of each index's pool */
-    apr_thread_mutex_t *lock; /* guards everything below */
-    apr_pool_t *idx_pool;
+/* One reading of the file: never changed once published, so that lookups
+ * read it without a lock. */
+typedef struct {
+    apr_pool_t *pool; /* holds all of it */
     authn_hmac_htpasswd_t *idx;
     apr_finfo_t st; /* the file as it was when idx was read */
     int racy;
-    unsigned reads; /* times the file was read */
+} generation_t;
+
+/* Lookups take no lock: they count themselves in readers[epoch & 1] and
+ * read the current generation. A rebuild (under lock, one at a time)
+ * publishes a new one, moves to the next epoch, and frees the old one
+ * once the lookups counted under the old epoch are done: a lookup that
+ * counted itself after that saw the new one. */
+struct authn_hmac_userfile {
+    const char *path;
+    apr_pool_t *pool;         /* per process; parent of each generation */
+    apr_thread_mutex_t *lock; /* rebuilds */
+    generation_t *current;    /* NULL: not read yet, or unreadable */
+    uint64_t epoch;
+    uint64_t readers[2];
+    unsigned reads; /* times the file was read; under lock */
 };
 
 authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path, apr_pool_t *p)
@@ -276,26 +291,42 @@ static int same_file(const apr_finfo_t *a, const apr_finfo_t *b)
            a->size == b->size && a->mtime == b->mtime && a->ctime == b->ctime;
 }
 
-/* Reads and indexes the file; called with uf->lock held. On failure the old
- * index is dropped so that nothing stale can be used. */
+/* Publishes g (NULL: none) and frees the generation it replaces once no
+ * lookup can be reading it; called with uf->lock held. */
+static void publish(authn_hmac_userfile_t *uf, generation_t *g)
+{
+    generation_t *old = uf->current;
+    uint64_t was = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) & 1;
+
+    __atomic_store_n(&uf->current, g, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&uf->epoch, 1, __ATOMIC_SEQ_CST);
+    /* NB: a lookup holds it for a hash-table probe and a copy. */
+    while (__atomic_load_n(&uf->readers[was], __ATOMIC_SEQ_CST) != 0)
+        sched_yield();
+    if (old)
+        apr_pool_destroy(old->pool);
+}
+
+/* Reads and indexes the file, and publishes it; called with uf->lock held.
+ * On failure no generation is left: nothing stale can be used. */
 static apr_status_t rebuild(authn_hmac_userfile_t *uf,
                             authn_hmac_badline_fn bad, void *baton)
 {
     apr_pool_t *np = NULL;
     apr_file_t *f = NULL;
+    generation_t *g;
     apr_finfo_t st;
     apr_size_t got;
     char *buf;
     apr_status_t rv;
 
-    if (uf->idx_pool)
-        apr_pool_destroy(uf->idx_pool);
-    uf->idx_pool = NULL;
-    uf->idx = NULL;
-
     rv = apr_pool_create(&np, uf->pool);
-    if (rv != APR_SUCCESS)
+    if (rv != APR_SUCCESS) {
+        publish(uf, NULL);
         return rv;
+    }
+    g = apr_pcalloc(np, sizeof(*g));
+    g->pool = np;
     memset(&st, 0, sizeof(st));
     /* NB: non-blocking, so that a FIFO put at the path cannot hold the
      * worker in open(); its type is refused just below. */
@@ -320,21 +351,45 @@ static apr_status_t rebuild(authn_hmac_userfile_t *uf,
     if (rv != APR_SUCCESS)
         goto done;
     buf[got] = '\0';
-    rv = authn_hmac_htpasswd_parse(&uf->idx, buf, got, bad, baton, np);
+    rv = authn_hmac_htpasswd_parse(&g->idx, buf, got, bad, baton, np);
     if (rv != APR_SUCCESS)
         goto done;
     uf->reads++;
-    uf->st = st;
-    uf->racy = apr_time_now() - changed(&st) < RACY_WINDOW;
-    uf->idx_pool = np;
-    np = NULL;
+    g->st = st;
+    g->racy = apr_time_now() - changed(&st) < RACY_WINDOW;
 done:
     if (f)
         apr_file_close(f);
-    if (np) {
-        uf->idx = NULL;
+    if (rv != APR_SUCCESS) {
         apr_pool_destroy(np);
+        g = NULL;
     }
+    publish(uf, g);
+    return rv;
+}
+
+/* Whether g answers for the file as now stat()ed. */
+static int fresh(const generation_t *g, const apr_finfo_t *now)
+{
+    return g && same_file(&g->st, now) &&
+           !(g->racy && apr_time_now() - changed(now) >= RACY_WINDOW);
+}
+
+/* The user's hash (a copy in p), or the file's typical one and
+ * APR_NOTFOUND. */
+static apr_status_t answer(const generation_t *g, const char *user,
+                           const char **hash, size_t *hash_len, apr_pool_t *p)
+{
+    size_t hl = 0;
+    const char *h = authn_hmac_htpasswd_get(g->idx, user, &hl);
+    apr_status_t rv = APR_SUCCESS;
+
+    if (!h) {
+        rv = APR_NOTFOUND;
+        h = authn_hmac_htpasswd_typical(g->idx, &hl);
+    }
+    *hash = h ? apr_pstrmemdup(p, h, hl) : NULL;
+    *hash_len = h ? hl : 0;
     return rv;
 }
 
@@ -345,14 +400,15 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         apr_pool_t *p)
 {
     apr_finfo_t now;
-    const char *h;
-    size_t hl = 0;
+    generation_t *g;
+    uint64_t e;
     apr_status_t rv;
+    int done = 0;
 
     if (!uf->lock)
         return APR_EINIT; /* child_init did not run or failed */
-    /* NB: stat before taking the lock; a change racing with this request is
-     * seen by the next one. */
+    /* NB: the file is stat()ed before the index is read: a change that
+     * this request saw is never answered from the index of before. */
     rv = apr_stat(&now, uf->path, USERFILE_WANTED, p);
     if (rv == APR_INCOMPLETE)
         rv = APR_SUCCESS;
@@ -360,20 +416,25 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
         return rv;
     if (now.filetype != APR_REG)
         return APR_EBADF; /* a FIFO, device or directory is never opened */
+    /* The common case, without a lock. */
+    e = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) & 1;
+    __atomic_add_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
+    g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
+    if (fresh(g, &now)) {
+        rv = answer(g, user, hash, hash_len, p);
+        done = 1;
+    }
+    __atomic_sub_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
+    if (done)
+        return rv;
+    /* The file changed (or was never read): one rebuild, under the lock. */
     apr_thread_mutex_lock(uf->lock);
-    if (!uf->idx || !same_file(&uf->st, &now) ||
-        (uf->racy && apr_time_now() - changed(&now) >= RACY_WINDOW)) {
+    if (!fresh(uf->current, &now))
         rv = rebuild(uf, bad, baton);
-    }
-    if (rv == APR_SUCCESS) {
-        h = authn_hmac_htpasswd_get(uf->idx, user, &hl);
-        if (!h) {
-            rv = APR_NOTFOUND;
-            h = authn_hmac_htpasswd_typical(uf->idx, &hl);
-        }
-        *hash = h ? apr_pstrmemdup(p, h, hl) : NULL;
-        *hash_len = h ? hl : 0;
-    }
+    if (rv == APR_SUCCESS && uf->current)
+        rv = answer(uf->current, user, hash, hash_len, p);
+    else if (rv == APR_SUCCESS)
+        rv = APR_EGENERAL;
     apr_thread_mutex_unlock(uf->lock);
     return rv;
 }

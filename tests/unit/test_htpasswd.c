@@ -2,6 +2,8 @@
 #include "authn_hmac.h"
 #include "unit.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -298,6 +300,81 @@ static void test_typical_hash(apr_pool_t *p)
     CHECK(authn_hmac_htpasswd_typical(idx, &len) == NULL);
 }
 
+/* Lookups take no lock while another thread replaces the file again and
+ * again (as htpasswd does: a new file renamed over it): each answer is one
+ * of the two contents, whole; none is missing, none is torn, and no index
+ * is freed under a reader (ASan and valgrind run this too). */
+typedef struct {
+    authn_hmac_userfile_t *uf;
+    int lookups, bad;
+} reader_t;
+
+static volatile int replacing;
+
+static void *reader(void *arg)
+{
+    reader_t *r = arg;
+    apr_pool_t *p;
+    int i;
+
+    apr_pool_create(&p, NULL);
+    for (i = 0; i < 20000 || replacing; i++) {
+        const char *hash = NULL;
+        size_t len = 0;
+        apr_status_t rv = authn_hmac_userfile_lookup(r->uf, "alice", &hash,
+                                                     &len, NULL, NULL, p);
+
+        if (rv != APR_SUCCESS ||
+            (strcmp(hash, "AAAA") != 0 && strcmp(hash, "BBBBBBBB") != 0))
+            r->bad++;
+        r->lookups++;
+        if (i % 256 == 0)
+            apr_pool_clear(p);
+    }
+    apr_pool_destroy(p);
+    return NULL;
+}
+
+static void test_lookups_without_lock_while_replaced(apr_pool_t *p)
+{
+    char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
+    const char *path, *tmp;
+    authn_hmac_userfile_t *uf;
+    reader_t r[4];
+    pthread_t th[4];
+    unsigned before;
+    int i;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    tmp = apr_pstrcat(p, dir, "/users.tmp", NULL);
+    write_text(path, "alice:AAAA\n");
+    uf = authn_hmac_userfile_make(path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    before = authn_hmac_userfile_reads(uf);
+    replacing = 1;
+    for (i = 0; i < 4; i++) {
+        r[i].uf = uf;
+        r[i].lookups = r[i].bad = 0;
+        CHECK(pthread_create(&th[i], NULL, reader, &r[i]) == 0);
+    }
+    for (i = 0; i < 200; i++) {
+        write_text(tmp, i % 2 ? "alice:AAAA\n" : "alice:BBBBBBBB\n");
+        CHECK(rename(tmp, path) == 0);
+        usleep(1000);
+    }
+    replacing = 0;
+    for (i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(r[i].bad == 0);
+        CHECK(r[i].lookups >= 20000);
+    }
+    /* The replacements were seen (each a new inode): read many times. */
+    CHECK(authn_hmac_userfile_reads(uf) - before > 20);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -311,5 +388,6 @@ int main(void)
     RUN(test_continuation_and_nul, p);
     RUN(test_typical_hash, p);
     RUN(test_not_a_regular_file, p);
+    RUN(test_lookups_without_lock_while_replaced, p);
     return unit_end();
 }
