@@ -23,9 +23,11 @@
  *      one client cannot hold it against the others),
  *      and runs in a thread of its own at a lower CPU priority, so that
  *      hits keep the CPU. Across a farm, a marker in Redis makes one
- *      server verify a credential and the others wait for its result.
- * A request waits for Redis at most the configured timeout in all, and its
- * first Redis failure ends its use of Redis.
+ *      server verify a credential and the others wait for its result (at
+ *      most 3 s, then they verify by themselves).
+ * Each Redis operation waits at most the configured timeout, and a
+ * request's first Redis failure ends its use of Redis (but for clearing its
+ * farm marker).
  *
  * No httpd here: the module adapts the outcome to an authn_status, and unit
  * tests drive the engine with a fake verifier.
@@ -38,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <arpa/inet.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -292,11 +295,14 @@ static void farm_result(redis_req *rq, const unsigned char *key, int result)
     const apr_interval_time_t hold = apr_time_from_sec(2);
     const authn_hmac_engine_t *e = rq->e;
     apr_time_t deadline = 0;
-    authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
+    authn_hmac_redis_conn_t *conn;
     authn_hmac_redis_rc rc;
     const char *why = "";
 
-    if (!conn)
+    /* NB: even after a failure in this request (the breaker still
+     * decides): a marker left "running" would hold the farm's waiters. */
+    rq->off = 0;
+    if (!(conn = redis_begin(rq, &deadline)))
         return;
     rc = authn_hmac_redis_flight_result(conn, e->redis_conf, e->mac, key,
                                         result, apr_time_now(), hold, deadline,
@@ -381,6 +387,26 @@ static apr_interval_time_t patience(const authn_hmac_engine_t *e)
     return w < apr_time_from_sec(60) ? w : apr_time_from_sec(60);
 }
 
+/* How long a server waits for another server's result: twice the usual
+ * time and a second, at most 3 s (a Redis that keeps saying "running" must
+ * not hold a request longer; the server then verifies by itself). */
+static apr_interval_time_t farm_time(const authn_hmac_engine_t *e)
+{
+    apr_interval_time_t w = 2 * expected_verify(e) + apr_time_from_sec(1);
+
+    return w < apr_time_from_sec(3) ? w : apr_time_from_sec(3);
+}
+
+/* How long a waiter waits for the runner of its credential: about twice
+ * the usual time, and a second more for a machine whose cores are busy
+ * with other verifications (a waiter that gave up too soon would add one
+ * more), and the runner's time in the verification queue. */
+static apr_interval_time_t flight_time(const authn_hmac_engine_t *e)
+{
+    return 2 * expected_verify(e) + apr_time_from_sec(1) +
+           (e->max_verifications > 0 ? patience(e) : 0);
+}
+
 int authn_hmac_retry_after(const authn_hmac_engine_t *e)
 {
     apr_interval_time_t w =
@@ -392,13 +418,22 @@ int authn_hmac_retry_after(const authn_hmac_engine_t *e)
     return s < 1 ? 1 : s > 60 ? 60 : s;
 }
 
-/* FNV-1a: spreads client addresses over the queue's shares; not a secret,
- * and a collision only makes two clients share one share. */
+/* A client for the queue's fairness: its IPv4 address, or the /64 of its
+ * IPv6 address (one host often holds a whole /64), hashed with FNV-1a; not
+ * a secret, and a collision only makes two clients one. */
 static uint64_t client_hash(const char *client)
 {
     uint64_t h = 14695981039346656037ULL;
+    unsigned char a[16];
+    size_t i, n = 0;
 
-    for (; client && *client; client++)
+    if (client && inet_pton(AF_INET6, client, a) == 1)
+        n = 8;
+    else if (client && inet_pton(AF_INET, client, a) == 1)
+        n = 4;
+    for (i = 0; i < n; i++)
+        h = (h ^ a[i]) * 1099511628211ULL;
+    for (; !n && client && *client; client++)
         h = (h ^ (unsigned char)*client) * 1099511628211ULL;
     return h;
 }
@@ -484,24 +519,42 @@ static int dummy_verify(const authn_hmac_engine_t *e,
                         const authn_hmac_cred_t *c)
 {
     unsigned char uid[AUTHN_HMAC_KEY_LEN], nkey[AUTHN_HMAC_KEY_LEN];
-    int negative = pol->ttl > 0 && pol->negative_ttl > 0;
+    int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
+    authn_hmac_flight_rc flight = AUTHN_HMAC_FLIGHT_NONE;
     apr_time_t now = apr_time_now();
     apr_status_t rv;
     authn_hmac_turn_t turn;
+    int slot = -1;
 
-    if (negative) {
-        authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
-                           uid);
-        authn_hmac_negative_key(e->mac, c->scope, c->scope_len, c->user,
-                                c->user_len, c->password, c->password_len,
-                                c->dummy_hash, c->dummy_hash_len, nkey);
-        if (authn_hmac_negative_lookup(e->table, nkey, uid, now)) {
-            count(e, AUTHN_HMAC_C_NEGATIVE_HITS, 1);
+    authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
+                       uid);
+    authn_hmac_negative_key(e->mac, c->scope, c->scope_len, c->user,
+                            c->user_len, c->password, c->password_len,
+                            c->dummy_hash, c->dummy_hash_len, nkey);
+    if (negative && authn_hmac_negative_lookup(e->table, nkey, uid, now)) {
+        count(e, AUTHN_HMAC_C_NEGATIVE_HITS, 1);
+        return 1;
+    }
+    /* NB: concurrent guesses coalesce as a known user's do, so that the
+     * queue (and its 503) does not tell unknown names either. The flight
+     * is keyed by the negative MAC, never a positive one. */
+    if (cache) {
+        apr_time_t mono = authn_hmac_monotonic();
+        apr_interval_time_t wait = flight_time(e);
+
+        flight = authn_hmac_flight_begin(e->table, nkey, mono, wait, &slot);
+        if (flight == AUTHN_HMAC_FLIGHT_WAIT &&
+            authn_hmac_flight_wait(e->table, slot, nkey, mono + wait) >= 0) {
+            count(e, AUTHN_HMAC_C_COALESCED, 1);
             return 1;
         }
     }
-    if (!take_turn(e, c, &turn))
+    if (!take_turn(e, c, &turn)) {
+        if (flight == AUTHN_HMAC_FLIGHT_RUN)
+            authn_hmac_flight_end(e->table, slot, nkey, -1,
+                                  authn_hmac_monotonic());
         return 0;
+    }
     count(e, AUTHN_HMAC_C_DUMMY_VERIFICATIONS, 1);
     rv = verify(e, c->password, c->dummy_hash);
     authn_hmac_queue_leave(e->table, &turn);
@@ -510,6 +563,10 @@ static int dummy_verify(const authn_hmac_engine_t *e,
     if (negative && rv == APR_EMISMATCH)
         authn_hmac_negative_store(e->table, nkey, uid, apr_time_now(),
                                   apr_time_now() + pol->negative_ttl);
+    if (flight == AUTHN_HMAC_FLIGHT_RUN)
+        authn_hmac_flight_end(e->table, slot, nkey,
+                              rv == APR_EMISMATCH ? 0 : -1,
+                              authn_hmac_monotonic());
     return 1;
 }
 
@@ -584,15 +641,10 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     }
 
     if (cache) {
-        /* NB: about twice the usual time, and a second more for a machine
-         * whose cores are busy with other verifications (a waiter that gave
-         * up too soon would add one more). */
         apr_time_t mono = authn_hmac_monotonic();
         int got;
 
-        /* NB: and the runner's time in the verification queue. */
-        wait = 2 * expected_verify(e) + apr_time_from_sec(1) +
-               (e->max_verifications > 0 ? patience(e) : 0);
+        wait = flight_time(e);
         flight = authn_hmac_flight_begin(e->table, key, mono, wait, &slot);
         if (flight == AUTHN_HMAC_FLIGHT_WAIT &&
             (got = authn_hmac_flight_wait(e->table, slot, key, mono + wait)) >=
@@ -606,7 +658,9 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         /* This server runs it: across the farm, too, unless another server
          * already does, whose result is then this one's. */
         farm = farm_claim(&rq, key, wait);
-        if (farm == 0 && (got = farm_wait(&rq, key, mono + wait)) >= 0) {
+        if (farm == 0 &&
+            (got = farm_wait(&rq, key,
+                             authn_hmac_monotonic() + farm_time(e))) >= 0) {
             apr_time_t now = apr_time_now();
 
             if (got)

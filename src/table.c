@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,11 +77,12 @@ typedef struct {
     uint32_t state;
     uint32_t unused;
     int64_t pid;     /* of the request's process */
+    uint64_t start;  /* and when that process started: pids are reused */
     uint64_t ticket; /* order of arrival */
     uint64_t client; /* a hash of the client's address */
 } place_t;
 
-typedef char place_is_32_bytes[sizeof(place_t) == 32 ? 1 : -1];
+typedef char place_is_40_bytes[sizeof(place_t) == 40 ? 1 : -1];
 
 typedef struct {
     uint64_t offset; /* from the segment's start */
@@ -667,15 +670,70 @@ static void place_set(authn_hmac_table_t *t, place_t *pl, uint32_t state)
     __atomic_store_n(&pl->state, state, __ATOMIC_RELAXED);
 }
 
+/* When process pid started (clock ticks since boot, from /proc), or 0. */
+static uint64_t proc_start(int64_t pid)
+{
+    char path[64], buf[512];
+    unsigned long long start = 0;
+    const char *c;
+    ssize_t n;
+    int fd, field;
+
+    snprintf(path, sizeof(path), "/proc/%lld/stat", (long long)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* NB: after the command's closing parenthesis (the command may hold
+     * spaces and parentheses): field 3 on; the start time is field 22. */
+    if (!(c = strrchr(buf, ')')))
+        return 0;
+    for (field = 2; *c && field < 22; c++)
+        if (*c == ' ')
+            field++;
+    if (sscanf(c, "%llu", &start) != 1)
+        return 0;
+    return start;
+}
+
+/* This process's start time, once. */
+static uint64_t own_start(void)
+{
+    static int64_t pid;
+    static uint64_t start;
+
+    if (__atomic_load_n(&pid, __ATOMIC_ACQUIRE) != (int64_t)getpid()) {
+        __atomic_store_n(&start, proc_start((int64_t)getpid()),
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&pid, (int64_t)getpid(), __ATOMIC_RELEASE);
+    }
+    return __atomic_load_n(&start, __ATOMIC_RELAXED);
+}
+
+/* Whether the process that took the place still runs: its pid, and (where
+ * /proc tells) the same start time, not another process given its pid. */
+static int place_alive(const place_t *pl)
+{
+    return alive(pl->pid) && (!pl->start || proc_start(pl->pid) == pl->start);
+}
+
 /* Frees the places of processes that died; under the mutex. */
 static void queue_reap(authn_hmac_table_t *t)
 {
     int i;
 
-    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++)
-        if (t->queue[i].state != PLACE_FREE &&
-            t->queue[i].pid != (int64_t)getpid() && !alive(t->queue[i].pid))
-            place_set(t, &t->queue[i], PLACE_FREE);
+    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
+        place_t *pl = &t->queue[i];
+
+        if (pl->state == PLACE_FREE ||
+            (pl->pid == (int64_t)getpid() && pl->start == own_start()))
+            continue; /* this process's own */
+        if (!place_alive(pl))
+            place_set(t, pl, PLACE_FREE);
+    }
 }
 
 static void queue_take(authn_hmac_table_t *t, int i, uint32_t state,
@@ -686,6 +744,7 @@ static void queue_take(authn_hmac_table_t *t, int i, uint32_t state,
     turn->place = i;
     turn->ticket = ++t->hdr->ticket;
     __atomic_store_n(&pl->pid, (int64_t)getpid(), __ATOMIC_RELAXED);
+    __atomic_store_n(&pl->start, own_start(), __ATOMIC_RELAXED);
     __atomic_store_n(&pl->client, client, __ATOMIC_RELAXED);
     __atomic_store_n(&pl->ticket, turn->ticket, __ATOMIC_RELAXED);
     place_set(t, pl, state);
@@ -709,19 +768,25 @@ static int holds(const authn_hmac_table_t *t, uint64_t client)
     return n;
 }
 
-/* With every place taken: the newest waiting place of a client that holds
- * more than its share, or -1. */
-static int queue_victim(const authn_hmac_table_t *t, int share)
+/* With every place taken, for a newcomer whose client holds mine: the
+ * newest waiting place of the client that holds the most, if that is more
+ * than mine + 1; else -1. */
+static int queue_victim(const authn_hmac_table_t *t, int mine)
 {
-    int i, victim = -1;
+    int i, victim = -1, most = mine + 1;
 
     for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
         const place_t *pl = &t->queue[i];
+        int h;
 
-        if (pl->state == PLACE_WAITING &&
-            (victim < 0 || pl->ticket > t->queue[victim].ticket) &&
-            holds(t, pl->client) > share)
+        if (pl->state != PLACE_WAITING)
+            continue;
+        h = holds(t, pl->client);
+        if (h > most || (h == most && victim >= 0 &&
+                         pl->ticket > t->queue[victim].ticket)) {
+            most = h;
             victim = i;
+        }
     }
     return victim;
 }
@@ -732,11 +797,9 @@ authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
 {
     int i, running = 0, waiting = 0, free_at = -1, victim;
     authn_hmac_queue_rc rc = AUTHN_HMAC_QUEUE_BUSY;
-    int share;
 
     if (cap + backlog > AUTHN_HMAC_QUEUE_SLOTS)
         backlog = AUTHN_HMAC_QUEUE_SLOTS - cap;
-    share = (cap + backlog) / 2 > 1 ? (cap + backlog) / 2 : 1;
     turn->place = -1;
     turn->ticket = 0;
     if (!t->mutex)
@@ -763,12 +826,12 @@ authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
         queue_take(t, free_at, PLACE_WAITING, client, turn);
         rc = AUTHN_HMAC_QUEUE_WAIT;
     }
-    /* Full: a client within its share (half the places) takes the newest
-     * waiting place of one beyond it, whose request is then busy. One
-     * address cannot hold the queue against the others; alone, it may use
-     * all of it (a burst of logins from behind one NAT). */
-    else if (holds(t, client) < share &&
-             (victim = queue_victim(t, share)) >= 0) {
+    /* Full: a newcomer takes the newest waiting place of the client that
+     * holds the most places, if that is at least two more than its own
+     * client holds; that request is then busy. No address (nor two) can
+     * hold the queue against the others; alone, one may use all of it (a
+     * burst of logins from behind one NAT). */
+    else if ((victim = queue_victim(t, holds(t, client))) >= 0) {
         queue_take(t, victim, PLACE_WAITING, client, turn);
         rc = AUTHN_HMAC_QUEUE_WAIT;
     }
