@@ -690,7 +690,7 @@ typedef struct {
 /* What a section asks for. */
 typedef struct {
     apr_interval_time_t ttl;          /* idle timeout; 0: no caching */
-    apr_interval_time_t max_age;      /* > 0: an entry's life from its check */
+    apr_interval_time_t max_age;      /* life from verification; > 0 */
     apr_interval_time_t negative_ttl; /* 0: no negative cache */
     int hide_unknown; /* unknown users cost a verification, as known ones */
 } authn_hmac_policy_t;
