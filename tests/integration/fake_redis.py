@@ -96,6 +96,8 @@ class FakeRedis:
         return out
 
     def _answer_get(self, key):
+        if self.mode == "hold" and b":f:" in key:
+            return bulk(b"R")  # every verification "runs" elsewhere, forever
         if self.mode == "forge":
             with self.lock:
                 f = self.forgeries(key)
@@ -130,6 +132,8 @@ class FakeRedis:
                 elif name == b"PTTL":
                     reply = b":300000\r\n" if self.mode == "forge" or cmd[1] in self.store \
                         else b":-2\r\n"
+                elif name == b"SET" and self.mode == "hold" and b"NX" in cmd:
+                    reply = b"$-1\r\n"  # another server holds the marker
                 elif name == b"SET":
                     with self.lock:
                         self.store[cmd[1]] = cmd[2]

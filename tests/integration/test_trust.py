@@ -182,6 +182,28 @@ def test_a_slow_or_endless_redis_costs_at_most_the_timeout(site, mode):
 
 
 @pytest.mark.slow
+def test_a_redis_that_holds_every_marker_delays_a_login_3_s_at_most(site):
+    """A Redis that says another server runs every verification, forever:
+    a login waits for that server at most 3 s, then verifies here (found
+    by review: it waited 38 s)."""
+    fake = FakeRedis().start()
+    fake.mode = "hold"
+    srv = site.server(fake.address, extra="AuthHMACRedisTimeout 500")
+    try:
+        srv.start()
+        for user, pw, want in (("alice", "alice pass", 200), ("bob", "bob wrong", 401)):
+            t0 = time.monotonic()
+            assert srv.status_code("/w/", user, pw) == want
+            took = time.monotonic() - t0
+            assert took < 3 + 1.5, took
+            assert last_note(srv, user) == ("verified" if want == 200 else "denied")
+        finish(srv)
+    finally:
+        srv.cleanup()
+        fake.stop()
+
+
+@pytest.mark.slow
 def test_connect_and_auth_share_one_deadline(site):
     """A fresh connection: connect, AUTH and GET all under one deadline
     while every reply trickles."""
