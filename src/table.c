@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -676,6 +677,7 @@ static uint64_t proc_start(int64_t pid)
     char path[64], buf[512];
     unsigned long long start = 0;
     const char *c;
+    char *end = NULL;
     ssize_t n;
     int fd, field;
 
@@ -694,9 +696,8 @@ static uint64_t proc_start(int64_t pid)
     for (field = 2; *c && field < 22; c++)
         if (*c == ' ')
             field++;
-    if (sscanf(c, "%llu", &start) != 1)
-        return 0;
-    return start;
+    start = strtoull(c, &end, 10);
+    return end != c ? (uint64_t)start : 0;
 }
 
 /* This process's start time, once. */
