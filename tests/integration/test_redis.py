@@ -360,6 +360,11 @@ def test_outage_under_load_never_fails_a_request(shared):
     try:
         srv.start()
         assert srv.status_code("/w/", "alice", "alice farm pass") == 200  # warm
+        # NB: and every thread's Redis connection made, as on a server that
+        # has been running: a connect under a cold start's load may miss
+        # the 50 ms once, which is not the outage measured here.
+        srv.ab("/w/", "alice", "alice farm pass", n=3200, c=16)
+        mark = len(srv.error_log())
         children = set(srv.children())
         result = {}
 
@@ -380,7 +385,7 @@ def test_outage_under_load_never_fails_a_request(shared):
         st = srv.status()
         assert st["redis_errors"] + st["redis_timeouts"] >= 1
         assert st["redis_hits"] > 0 and st["verifications"] >= 2
-        log = srv.error_log()
+        log = srv.error_log()[mark:]
         assert len(re.findall(OUTAGE, log)) == 1, log
         assert len(re.findall(r"\[authn_hmac:notice\].*Redis at .* is back after", log)) == 1, log
         finish(srv, OUTAGE)
