@@ -479,6 +479,16 @@ static void *verify_thread(void *arg)
     /* NB: on Linux each thread has its own nice value, set through its
      * thread id; an unprivileged thread cannot lower it again. */
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), j->nice);
+#ifdef SCHED_IDLE
+    {
+        /* NB: and the idle class, where Linux has it: a request waking up
+         * always takes the CPU from it. */
+        struct sched_param sp;
+
+        memset(&sp, 0, sizeof(sp));
+        (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    }
+#endif
     j->rv = j->fn(j->password, j->hash);
     return NULL;
 }

@@ -3,6 +3,7 @@
 #include "authn_hmac.h"
 #include "unit.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 /* The fake verifier: "right" matches the hash "H-right", and so on. Its
  * calls are counted in shared memory, across processes, with how many ran
  * at once and the nice value of the thread it ran in. */
-static uint64_t *calls, *running, *running_max, *nice_seen;
+static uint64_t *calls, *running, *running_max, *nice_seen, *policy_seen;
 static int slow_ms;
 static void *table_base;
 static apr_global_mutex_t *table_mutex;
@@ -33,6 +34,8 @@ static apr_status_t fake_verify(const char *password, const char *hash)
         nice_seen,
         (uint64_t)getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)),
         __ATOMIC_RELAXED);
+    __atomic_store_n(policy_seen, (uint64_t)sched_getscheduler(0),
+                     __ATOMIC_RELAXED);
     __atomic_add_fetch(calls, 1, __ATOMIC_RELAXED);
     if (slow_ms)
         usleep((useconds_t)slow_ms * 1000);
@@ -532,6 +535,10 @@ static void test_queue(apr_pool_t *p)
     /* The verifier ran at nice 19; this thread was not lowered. */
     CHECK(*nice_seen == 19);
     CHECK(getpriority(PRIO_PROCESS, 0) == base_nice);
+#ifdef SCHED_IDLE
+    CHECK(*policy_seen == SCHED_IDLE);
+    CHECK(sched_getscheduler(0) == SCHED_OTHER);
+#endif
     /* Every place was given back. */
     authn_hmac_table_stats(e.table, apr_time_now(), &st);
     CHECK(st.verifying == 0 && st.waiting == 0);
@@ -741,8 +748,9 @@ int main(void)
 {
     apr_pool_t *p = unit_start();
 
-    calls = mmap(NULL, 4 * sizeof(*calls), PROT_READ | PROT_WRITE,
+    calls = mmap(NULL, 5 * sizeof(*calls), PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    policy_seen = calls + 4;
     running = calls + 1;
     running_max = calls + 2;
     nice_seen = calls + 3;
