@@ -624,10 +624,12 @@ int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now,
 
 int authn_hmac_redis_breaker_open(authn_hmac_redis_health_t *h);
 
-/* Records a failure (probe: of the half-open probe); returns 1 if it began
- * an outage (log it once). BREAKER_AFTER failures within BREAKER_WINDOW
- * open the breaker, whatever succeeded between them: a Redis that answers
- * one command in two in time is as good as down. */
+/* Records a failure (probe: of the half-open probe). BREAKER_AFTER
+ * failures within BREAKER_WINDOW open the breaker, whatever succeeded
+ * between them: a Redis that answers one command in two in time is as good
+ * as down. Returns 1 if this began an outage, that is, the breaker is open
+ * and no outage was recorded (log it once); a failure that leaves the
+ * breaker closed returns 0. */
 int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
                             int probe);
 

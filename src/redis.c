@@ -15,7 +15,8 @@
  *
  * The shared health state keeps an outage logged once for all processes,
  * and a circuit breaker on a monotonic clock: after BREAKER_AFTER failures
- * in a row Redis is skipped for 2, 4, 8 then 16 s; when that wait ends, one
+ * within BREAKER_WINDOW Redis is skipped for 2, 4, 8 then 16 s (an outage,
+ * logged when it begins and when it ends); when that wait ends, one
  * request probes Redis (half open) while the others keep skipping it. */
 #include "authn_hmac.h"
 
@@ -1163,6 +1164,11 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
             __atomic_add_fetch(&h->opens, 1, __ATOMIC_RELAXED);
         zero = 0;
     }
+    /* NB: the outage begins when the breaker opens, not at the first
+     * failure: one command that missed its timeout on a loaded machine is
+     * counted (and logged at debug) but is not an outage to warn about. */
+    if (!authn_hmac_redis_breaker_open(h))
+        return 0;
     if (!__atomic_compare_exchange_n(&h->down_since, &zero, now, 0,
                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return 0;
