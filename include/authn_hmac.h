@@ -451,6 +451,7 @@ typedef struct {
     int64_t conns;          /* open connections */
     uint64_t epoch;         /* outages so far: older connections are stale */
     uint64_t forged_warned; /* a forged value was logged */
+    int64_t last_failure;   /* monotonic: when the last incident was seen */
 } authn_hmac_redis_health_t;
 
 authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t);
@@ -624,14 +625,17 @@ int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now,
 
 int authn_hmac_redis_breaker_open(authn_hmac_redis_health_t *h);
 
-/* Records a failure (probe: of the half-open probe). BREAKER_AFTER
- * failures within BREAKER_WINDOW open the breaker, whatever succeeded
- * between them: a Redis that answers one command in two in time is as good
- * as down. Returns 1 if this began an outage, that is, the breaker is open
+/* Records the failure of an operation begun at `started` (probe: of the
+ * half-open probe). BREAKER_AFTER incidents within BREAKER_WINDOW open the
+ * breaker, whatever succeeded between them: a Redis that answers one
+ * command in two in time is as good as down. Operations that were in flight
+ * together when one failed are one incident: a stall of 60 ms under a
+ * 50 ms timeout is not three failures because 16 requests waited through
+ * it. Returns 1 if this began an outage, that is, the breaker is open
  * and no outage was recorded (log it once); a failure that leaves the
  * breaker closed returns 0. */
-int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
-                            int probe);
+int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
+                            apr_time_t now, int probe);
 
 /* Records the success of an operation begun at `started` (probe: the
  * half-open probe, which closes the breaker); returns 1 if it ended an

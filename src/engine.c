@@ -109,7 +109,7 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
           rc == AUTHN_HMAC_REDIS_TIMEOUT ? AUTHN_HMAC_C_REDIS_TIMEOUTS
                                          : AUTHN_HMAC_C_REDIS_ERRORS,
           1);
-    if (authn_hmac_redis_failed(h, now, rq->probe))
+    if (authn_hmac_redis_failed(h, rq->started, now, rq->probe))
         logf_(e, rq->baton, AUTHN_HMAC_LOG_WARNING, rq->p,
               "Redis at %s is unavailable (%s); using shared memory and "
               "bcrypt until it is back",

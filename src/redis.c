@@ -14,8 +14,9 @@
  * a value that does not verify is a miss, whoever wrote it.
  *
  * The shared health state keeps an outage logged once for all processes,
- * and a circuit breaker on a monotonic clock: after BREAKER_AFTER failures
- * within BREAKER_WINDOW Redis is skipped for 2, 4, 8 then 16 s (an outage,
+ * and a circuit breaker on a monotonic clock: after BREAKER_AFTER failed
+ * incidents (operations that failed together count once) within
+ * BREAKER_WINDOW Redis is skipped for 2, 4, 8 then 16 s (an outage,
  * logged when it begins and when it ends); when that wait ends, one
  * request probes Redis (half open) while the others keep skipping it. */
 #include "authn_hmac.h"
@@ -42,7 +43,7 @@
 #include <hiredis/hiredis.h>
 #include <openssl/crypto.h>
 
-#define BREAKER_AFTER     3 /* failures within BREAKER_WINDOW */
+#define BREAKER_AFTER     3 /* incidents within BREAKER_WINDOW */
 #define BREAKER_WINDOW    apr_time_from_sec(10)
 #define BREAKER_MAX_SHIFT 3       /* backoff 2, 4, 8, 16 s */
 #define CLOCK_SKEW_USEC   5000000 /* between the servers of a farm */
@@ -1132,8 +1133,24 @@ int authn_hmac_redis_breaker_open(authn_hmac_redis_health_t *h)
     return __atomic_load_n(&h->breaker_until, __ATOMIC_RELAXED) != 0;
 }
 
-int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
-                            int probe)
+/* Whether a failure of an operation begun at `started` is a new incident:
+ * one begun after the last failure was seen. Operations that were in
+ * flight together when Redis (or this machine) stalled fail together, and
+ * are one incident however many there were. */
+static int new_incident(authn_hmac_redis_health_t *h, apr_time_t started,
+                        apr_time_t now)
+{
+    int64_t last = __atomic_load_n(&h->last_failure, __ATOMIC_RELAXED);
+
+    while (started > last)
+        if (__atomic_compare_exchange_n(&h->last_failure, &last, now, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return 1;
+    return 0;
+}
+
+int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
+                            apr_time_t now, int probe)
 {
     int64_t zero = 0;
     int64_t window = __atomic_load_n(&h->window, __ATOMIC_RELAXED);
@@ -1145,7 +1162,10 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t now,
         __atomic_compare_exchange_n(&h->window, &window, now, 0,
                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
-    n = __atomic_add_fetch(&h->failures, 1, __ATOMIC_RELAXED);
+    if (new_incident(h, started, now) || probe)
+        n = __atomic_add_fetch(&h->failures, 1, __ATOMIC_RELAXED);
+    else
+        n = __atomic_load_n(&h->failures, __ATOMIC_RELAXED);
     if (probe) {
         uint64_t opens = __atomic_fetch_add(&h->opens, 1, __ATOMIC_RELAXED);
 

@@ -28,7 +28,7 @@
 #include <bsd/string.h>
 #include <openssl/crypto.h>
 
-#define TABLE_MAGIC 0x61686d6163740005ULL /* "ahmact", layout 5 */
+#define TABLE_MAGIC 0x61686d6163740006ULL /* "ahmact", layout 6 */
 #define FLIGHTS     64 /* verifications in flight, per server */
 #define WAYS        8  /* slots per set */
 #define READ_TRIES  64 /* then treat the slot as a miss */

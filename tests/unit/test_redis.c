@@ -285,26 +285,26 @@ static void test_health(apr_pool_t *p)
     memset(&h, 0, sizeof(h));
     CHECK(authn_hmac_redis_allowed(&h, now, w) == 1);
     /* A failure or two (a loaded machine) are not an outage. */
-    CHECK(authn_hmac_redis_failed(&h, now, 0) == 0);
-    CHECK(authn_hmac_redis_failed(&h, now, 0) == 0);
+    CHECK(authn_hmac_redis_failed(&h, now - 2, now - 2, 0) == 0);
+    CHECK(authn_hmac_redis_failed(&h, now - 1, now - 1, 0) == 0);
     CHECK(h.down_since == 0 && h.epoch == 0);
     CHECK(authn_hmac_redis_allowed(&h, now, w) == 1);
     /* The third opens the breaker: the outage begins, logged once. */
-    CHECK(authn_hmac_redis_failed(&h, now, 0) == 1);
+    CHECK(authn_hmac_redis_failed(&h, now, now, 0) == 1);
     CHECK(authn_hmac_redis_breaker_open(&h));
-    CHECK(authn_hmac_redis_failed(&h, now, 0) == 0);
+    CHECK(authn_hmac_redis_failed(&h, now + 1, now + 1, 0) == 0);
     CHECK(!authn_hmac_redis_allowed(&h, now + SEC(2) - 1, w));
     /* More failures of requests already in flight do not push it further. */
-    authn_hmac_redis_failed(&h, now, 0);
-    authn_hmac_redis_failed(&h, now, 0);
-    authn_hmac_redis_failed(&h, now, 0);
-    authn_hmac_redis_failed(&h, now, 0);
+    authn_hmac_redis_failed(&h, now - 10, now, 0);
+    authn_hmac_redis_failed(&h, now - 10, now, 0);
+    authn_hmac_redis_failed(&h, now - 10, now, 0);
+    authn_hmac_redis_failed(&h, now - 10, now, 0);
     /* Half open: when the wait ends one request probes, the others skip. */
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(2), w) == 2);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(2), w) == 0);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(2) + w - 1, w) == 0);
     /* The probe fails: open again, for longer (backoff 4 s). */
-    authn_hmac_redis_failed(&h, now + SEC(2), 1);
+    authn_hmac_redis_failed(&h, now + SEC(2), now + SEC(2), 1);
     CHECK(!authn_hmac_redis_allowed(&h, now + SEC(6) - 1, w));
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(6), w) == 2);
     /* A probe that never reports (its process died) is replaced once its
@@ -325,9 +325,11 @@ static void test_health(apr_pool_t *p)
                                      &outage) == 0);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(8), w) == 1);
     CHECK(h.epoch == 1); /* connections made before it are stale */
-    CHECK(authn_hmac_redis_failed(&h, now + SEC(9), 0) == 0);
-    CHECK(authn_hmac_redis_failed(&h, now + SEC(9), 0) == 0);
-    CHECK(authn_hmac_redis_failed(&h, now + SEC(9), 0) == 1); /* a new one */
+    CHECK(authn_hmac_redis_failed(&h, now + SEC(9), now + SEC(9), 0) == 0);
+    CHECK(authn_hmac_redis_failed(&h, now + SEC(9) + 1, now + SEC(9) + 1, 0) ==
+          0);
+    CHECK(authn_hmac_redis_failed(&h, now + SEC(9) + 2, now + SEC(9) + 2, 0) ==
+          1); /* a new one */
     CHECK(h.epoch == 2);
     /* The forged-value warning is given once. */
     CHECK(authn_hmac_redis_forged_first(&h) == 1);
@@ -347,18 +349,41 @@ static void test_breaker_sees_intermittent_failures(apr_pool_t *p)
     memset(&h, 0, sizeof(h));
     for (i = 0; i < 3; i++) {
         authn_hmac_redis_succeeded(&h, now + i, now + i, 0, &o);
-        authn_hmac_redis_failed(&h, now + i, 0);
+        authn_hmac_redis_failed(&h, now + i, now + i, 0);
     }
     CHECK(authn_hmac_redis_breaker_open(&h));
     CHECK(!authn_hmac_redis_allowed(&h, now + SEC(1), w));
     /* Sporadic failures, farther apart than the window, do not. */
     memset(&h, 0, sizeof(h));
     for (i = 0; i < 10; i++) {
-        authn_hmac_redis_failed(&h, now + SEC(11) * i, 0);
+        authn_hmac_redis_failed(&h, now + SEC(11) * i, now + SEC(11) * i, 0);
         authn_hmac_redis_succeeded(&h, now + SEC(11) * i + 1,
                                    now + SEC(11) * i + 1, 0, &o);
     }
     CHECK(!authn_hmac_redis_breaker_open(&h));
+}
+
+/* Requests that were in flight together when Redis stalled past the
+ * timeout fail together: one incident, not an outage (CI: 8 requests that
+ * waited through one 60 ms stall under load opened the breaker and logged
+ * an outage). Failures of operations begun after it are new incidents. */
+static void test_failures_in_flight_together_are_one_incident(apr_pool_t *p)
+{
+    authn_hmac_redis_health_t h;
+    apr_time_t now = SEC(5000), w = SEC(1);
+    int i;
+
+    (void)p;
+    memset(&h, 0, sizeof(h));
+    for (i = 0; i < 16; i++)
+        CHECK(authn_hmac_redis_failed(&h, now - 50000 + i, now + i, 0) == 0);
+    CHECK(!authn_hmac_redis_breaker_open(&h));
+    CHECK(authn_hmac_redis_allowed(&h, now + 100, w) == 1);
+    CHECK(h.down_since == 0 && h.epoch == 0);
+    /* Begun after the first incident was seen: a second, then a third. */
+    CHECK(authn_hmac_redis_failed(&h, now + 100, now + 50100, 0) == 0);
+    CHECK(authn_hmac_redis_failed(&h, now + 50200, now + 100200, 0) == 1);
+    CHECK(authn_hmac_redis_breaker_open(&h));
 }
 
 /* A breaker left open with no outage recorded (a failure racing with the
@@ -449,6 +474,7 @@ int main(void)
     RUN(test_trickle_deadline, p);
     RUN(test_health, p);
     RUN(test_breaker_sees_intermittent_failures, p);
+    RUN(test_failures_in_flight_together_are_one_incident, p);
     RUN(test_probe_closes_a_breaker_without_outage, p);
     return unit_end();
 }
