@@ -17,6 +17,7 @@
 #include "mod_auth.h"
 #include "util_mutex.h"
 #include "ap_mpm.h"
+#include "mod_status.h"
 
 #include "apr_md5.h"
 #include "apr_shm.h"
@@ -727,11 +728,27 @@ static const authn_provider provider = {check_password, NULL};
 
 /* ---------------------------------------------------------------- status */
 
-static int status_handler(request_rec *r)
+/* The counters of every process, rendered in format f. */
+static const char *status_text(authn_hmac_format_t f, apr_pool_t *p)
 {
     authn_hmac_stats_t st;
     apr_time_t now = apr_time_now();
-    int json;
+
+    authn_hmac_table_stats(g.table, now, &st);
+    st.redis = g.redis_name != NULL;
+    st.max_verifications = (uint64_t)g.max_verifications;
+    return authn_hmac_status_format(&st, f, now, p);
+}
+
+static int status_handler(request_rec *r)
+{
+    static const char *const type[] = {
+        [AUTHN_HMAC_FMT_TEXT] = "text/plain; charset=utf-8",
+        [AUTHN_HMAC_FMT_JSON] = "application/json",
+        [AUTHN_HMAC_FMT_PROMETHEUS] = "text/plain; version=0.0.4; "
+                                      "charset=utf-8",
+    };
+    authn_hmac_format_t f;
 
     if (!r->handler || strcmp(r->handler, STATUS_HANDLER) != 0)
         return DECLINED;
@@ -740,16 +757,24 @@ static int status_handler(request_rec *r)
         return HTTP_METHOD_NOT_ALLOWED;
     if (!g.table)
         return HTTP_SERVICE_UNAVAILABLE;
-    json = authn_hmac_status_wants_json(r->args);
-    ap_set_content_type(r, json ? "application/json"
-                                : "text/plain; charset=utf-8");
+    f = authn_hmac_status_query(r->args);
+    ap_set_content_type(r, type[f]);
     apr_table_setn(r->headers_out, "Cache-Control", "no-store");
     if (r->header_only)
         return OK;
-    authn_hmac_table_stats(g.table, now, &st);
-    st.redis = g.redis_name != NULL;
-    st.max_verifications = (uint64_t)g.max_verifications;
-    ap_rputs(authn_hmac_status_format(&st, json, now, r->pool), r);
+    ap_rputs(status_text(f, r->pool), r);
+    return OK;
+}
+
+/* mod_status's server-status: a table on its page, lines in ?auto. */
+static int status_hook(request_rec *r, int flags)
+{
+    if (!g.table)
+        return OK;
+    ap_rputs(status_text(flags & AP_STATUS_SHORT ? AUTHN_HMAC_FMT_AUTO
+                                                 : AUTHN_HMAC_FMT_HTML,
+                         r->pool),
+             r);
     return OK;
 }
 
@@ -764,6 +789,8 @@ static void register_hooks(apr_pool_t *p)
     ap_hook_child_init(child_init, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_handler(status_handler, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_insert_error_filter(busy_error, NULL, NULL, APR_HOOK_MIDDLE);
+    APR_OPTIONAL_HOOK(ap, status_hook, status_hook, NULL, NULL,
+                      APR_HOOK_MIDDLE);
 }
 
 AP_DECLARE_MODULE(authn_hmac) = {STANDARD20_MODULE_STUFF,

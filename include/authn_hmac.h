@@ -238,43 +238,46 @@ unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
 
 /* -------------------------------------------------- shared-memory table */
 
-/* Every counter, in one list: X(ID, name, help). The enum, the status
- * page's text and JSON, and their help text all come from it. Counters
- * only grow (since the last start); the status page adds gauges. */
+/* Every counter, in one list: X(ID, kind, name, help), kind C for a count
+ * that only grows (since the last start), G for a value that may be read
+ * as a gauge (a high-water mark). The enum and every output of the status
+ * page (text, JSON, Prometheus, mod_status) come from it; the status page
+ * adds the gauges of AUTHN_HMAC_GAUGES. */
 #define AUTHN_HMAC_COUNTERS(X)                                                 \
-    X(HITS, "hits", "credentials found in shared memory")                      \
-    X(MISSES, "misses", "credentials not in shared memory")                    \
-    X(VERIFICATIONS, "verifications", "runs of the password hash (bcrypt)")    \
-    X(VERIFY_USEC, "verify_usec", "microseconds spent in them")                \
-    X(DENIED, "denied", "wrong passwords of known users")                      \
-    X(UNKNOWN_USER, "unknown_user", "users not in the htpasswd file")          \
-    X(ERRORS, "errors", "htpasswd files that could not be read")               \
-    X(STORES, "stores", "entries written to shared memory")                    \
-    X(EVICTIONS, "evictions", "live entries pushed out of a full set")         \
-    X(REDIS_HITS, "redis_hits", "credentials found in Redis")                  \
-    X(REDIS_MISSES, "redis_misses", "credentials not in Redis")                \
-    X(REDIS_ERRORS, "redis_errors", "Redis operations that failed")            \
-    X(REDIS_TIMEOUTS, "redis_timeouts", "Redis operations out of time")        \
-    X(REDIS_SKIPPED, "redis_skipped",                                          \
+    X(HITS, C, "hits", "credentials found in shared memory")                   \
+    X(MISSES, C, "misses", "credentials not in shared memory")                 \
+    X(VERIFICATIONS, C, "verifications", "runs of the password hash (bcrypt)") \
+    X(VERIFY_USEC, C, "verify_usec", "microseconds spent in them")             \
+    X(DENIED, C, "denied", "wrong passwords of known users")                   \
+    X(UNKNOWN_USER, C, "unknown_user", "users not in the htpasswd file")       \
+    X(ERRORS, C, "errors", "htpasswd files that could not be read")            \
+    X(STORES, C, "stores", "entries written to shared memory")                 \
+    X(EVICTIONS, C, "evictions", "live entries pushed out of a full set")      \
+    X(REDIS_HITS, C, "redis_hits", "credentials found in Redis")               \
+    X(REDIS_MISSES, C, "redis_misses", "credentials not in Redis")             \
+    X(REDIS_ERRORS, C, "redis_errors", "Redis operations that failed")         \
+    X(REDIS_TIMEOUTS, C, "redis_timeouts", "Redis operations out of time")     \
+    X(REDIS_SKIPPED, C, "redis_skipped",                                       \
       "Redis lookups skipped while the breaker was open")                      \
-    X(REDIS_FORGED, "redis_forged", "Redis values whose tag did not verify")   \
-    X(NEGATIVE_HITS, "negative_hits",                                          \
+    X(REDIS_FORGED, C, "redis_forged",                                         \
+      "Redis values whose tag did not verify")                                 \
+    X(NEGATIVE_HITS, C, "negative_hits",                                       \
       "wrong passwords denied from the negative cache, without bcrypt")        \
-    X(DUMMY_VERIFICATIONS, "dummy_verifications",                              \
+    X(DUMMY_VERIFICATIONS, C, "dummy_verifications",                           \
       "verifications run for unknown users, so that they cost what known "     \
       "users cost")                                                            \
-    X(COALESCED, "coalesced",                                                  \
+    X(COALESCED, C, "coalesced",                                               \
       "misses answered by another request's verification of the same "         \
       "credential")                                                            \
-    X(QUEUED, "queued", "verifications that waited for a turn")                \
-    X(BUSY, "busy",                                                            \
+    X(QUEUED, C, "queued", "verifications that waited for a turn")             \
+    X(BUSY, C, "busy",                                                         \
       "misses refused with 503: the verification queue was full")              \
-    X(VERIFYING_MAX, "verifying_max",                                          \
+    X(VERIFYING_MAX, G, "verifying_max",                                       \
       "the most verifications that ran at once (a high-water mark)")           \
-    X(REFRESHES, "refreshes", "hits that extended an entry's idle timeout")
+    X(REFRESHES, C, "refreshes", "hits that extended an entry's idle timeout")
 
 enum authn_hmac_counter {
-#define AUTHN_HMAC_COUNTER_ENUM(id, name, help) AUTHN_HMAC_C_##id,
+#define AUTHN_HMAC_COUNTER_ENUM(id, kind, name, help) AUTHN_HMAC_C_##id,
     AUTHN_HMAC_COUNTERS(AUTHN_HMAC_COUNTER_ENUM)
 #undef AUTHN_HMAC_COUNTER_ENUM
         AUTHN_HMAC_C_COUNT
@@ -284,6 +287,7 @@ enum authn_hmac_counter {
 typedef struct {
     const char *name;
     const char *help;
+    int gauge; /* 0: a count that only grows */
 } authn_hmac_counter_info_t;
 
 extern const authn_hmac_counter_info_t authn_hmac_counter_info[];
@@ -740,11 +744,22 @@ const char *authn_hmac_parse_seconds(const char *arg, uint64_t *out);
 /* A plain decimal number from 0 to max. Returns NULL or what is wrong. */
 const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
 
-/* Whether a status query string asks for JSON ("json", "json=1", "a&json"). */
-int authn_hmac_status_wants_json(const char *args);
+/* The outputs of the status page. */
+typedef enum {
+    AUTHN_HMAC_FMT_TEXT,       /* name: value */
+    AUTHN_HMAC_FMT_JSON,       /* ?json */
+    AUTHN_HMAC_FMT_PROMETHEUS, /* ?prometheus: text exposition 0.0.4 */
+    AUTHN_HMAC_FMT_AUTO,       /* mod_status's ?auto */
+    AUTHN_HMAC_FMT_HTML        /* mod_status's page: a table */
+} authn_hmac_format_t;
 
-/* Renders counters as plain text or JSON. */
-const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
-                                     apr_time_t now, apr_pool_t *p);
+/* The format a status query string asks for: "json", "prometheus" (as a
+ * key: "json=1", "a&json"), else plain text. */
+authn_hmac_format_t authn_hmac_status_query(const char *args);
+
+/* Renders the counters and gauges in that format. */
+const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
+                                     authn_hmac_format_t f, apr_time_t now,
+                                     apr_pool_t *p);
 
 #endif /* AUTHN_HMAC_H */

@@ -62,7 +62,7 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out)
     return err;
 }
 
-int authn_hmac_status_wants_json(const char *args)
+authn_hmac_format_t authn_hmac_status_query(const char *args)
 {
     const char *p = args;
 
@@ -73,63 +73,116 @@ int authn_hmac_status_wants_json(const char *args)
         if (k > n)
             k = n;
         if (k == 4 && memcmp(p, "json", 4) == 0)
-            return 1;
+            return AUTHN_HMAC_FMT_JSON;
+        if (k == 10 && memcmp(p, "prometheus", 10) == 0)
+            return AUTHN_HMAC_FMT_PROMETHEUS;
         p += n;
         if (*p)
             p++;
     }
-    return 0;
+    return AUTHN_HMAC_FMT_TEXT;
 }
 
 const authn_hmac_counter_info_t authn_hmac_counter_info[] = {
-#define AUTHN_HMAC_COUNTER_INFO(id, name, help) {name, help},
+#define C                                             0
+#define G                                             1
+#define AUTHN_HMAC_COUNTER_INFO(id, kind, name, help) {name, help, kind},
     AUTHN_HMAC_COUNTERS(AUTHN_HMAC_COUNTER_INFO)
 #undef AUTHN_HMAC_COUNTER_INFO
+#undef C
+#undef G
 };
 
-const char *authn_hmac_status_format(const authn_hmac_stats_t *s, int json,
-                                     apr_time_t now, apr_pool_t *p)
-{
-    const char *name[AUTHN_HMAC_C_COUNT + 16];
-    uint64_t val[AUTHN_HMAC_C_COUNT + 16];
-    uint64_t v = s->counter[AUTHN_HMAC_C_VERIFICATIONS];
-    const char *out = json ? "{" : "";
-    int c, n = 0;
+/* The gauges the status page adds to the counters, in this order. */
+static const authn_hmac_counter_info_t gauges[] = {
+    {"verify_avg_usec", "average microseconds of a verification", 1},
+    {"redis", "1 if a Redis server is configured", 1},
+    {"redis_breaker_open", "1 while the breaker skips Redis", 1},
+    {"redis_connections", "open Redis connections, all processes", 1},
+    {"entries", "shared-memory slots holding an entry", 1},
+    {"slots", "entries shared memory can hold", 1},
+    {"negative_entries", "slots of the negative cache in use", 1},
+    {"negative_slots", "entries the negative cache can hold", 1},
+    {"verifying", "verifications running now, all processes", 1},
+    {"verify_waiting", "verifications waiting for a turn now", 1},
+    {"max_verifications",
+     "verifications allowed at once "
+     "(AuthHMACMaxVerifications)",
+     1},
+    {"cache_bytes", "size of the shared-memory segment", 1},
+    {"uptime_sec", "seconds since the cache was made", 1},
+};
 
-    for (c = 0; c < AUTHN_HMAC_C_COUNT; c++, n++) {
-        name[n] = authn_hmac_counter_info[c].name;
-        val[n] = s->counter[c];
+#define NGAUGES (sizeof(gauges) / sizeof(gauges[0]))
+
+static const char *line(authn_hmac_format_t f, const char *out, int first,
+                        const authn_hmac_counter_info_t *i, uint64_t v,
+                        apr_pool_t *p)
+{
+    switch (f) {
+    case AUTHN_HMAC_FMT_JSON:
+        return apr_psprintf(p, "%s%s\n  \"%s\": %" APR_UINT64_T_FMT, out,
+                            first ? "" : ",", i->name, v);
+    case AUTHN_HMAC_FMT_PROMETHEUS:
+        return apr_psprintf(p,
+                            "%s# HELP authn_hmac_%s%s %s\n"
+                            "# TYPE authn_hmac_%s%s %s\n"
+                            "authn_hmac_%s%s %" APR_UINT64_T_FMT "\n",
+                            out, i->name, i->gauge ? "" : "_total", i->help,
+                            i->name, i->gauge ? "" : "_total",
+                            i->gauge ? "gauge" : "counter", i->name,
+                            i->gauge ? "" : "_total", v);
+    case AUTHN_HMAC_FMT_AUTO:
+        return apr_psprintf(p, "%sauthn_hmac_%s: %" APR_UINT64_T_FMT "\n", out,
+                            i->name, v);
+    case AUTHN_HMAC_FMT_HTML:
+        return apr_psprintf(p,
+                            "%s<tr><td>%s</td><td>%" APR_UINT64_T_FMT
+                            "</td><td>%s</td></tr>\n",
+                            out, i->name, v, i->help);
+    default:
+        return apr_psprintf(p, "%s%s: %" APR_UINT64_T_FMT "\n", out, i->name,
+                            v);
     }
-    name[n] = "verify_avg_usec";
-    val[n++] = v ? s->counter[AUTHN_HMAC_C_VERIFY_USEC] / v : 0;
-    name[n] = "redis";
-    val[n++] = (uint64_t)s->redis;
-    name[n] = "redis_breaker_open";
-    val[n++] = s->redis_breaker;
-    name[n] = "redis_connections";
-    val[n++] = s->redis_conns;
-    name[n] = "entries";
-    val[n++] = s->entries;
-    name[n] = "slots";
-    val[n++] = s->slots;
-    name[n] = "negative_entries";
-    val[n++] = s->negative_entries;
-    name[n] = "negative_slots";
-    val[n++] = s->negative_slots;
-    name[n] = "verifying";
-    val[n++] = s->verifying;
-    name[n] = "verify_waiting";
-    val[n++] = s->waiting;
-    name[n] = "max_verifications";
-    val[n++] = s->max_verifications;
-    name[n] = "cache_bytes";
-    val[n++] = s->bytes;
-    name[n] = "uptime_sec";
-    val[n++] = now > s->started ? (uint64_t)apr_time_sec(now - s->started) : 0;
-    for (c = 0; c < n; c++)
-        out = json ? apr_psprintf(p, "%s%s\n  \"%s\": %" APR_UINT64_T_FMT, out,
-                                  c ? "," : "", name[c], val[c])
-                   : apr_psprintf(p, "%s%s: %" APR_UINT64_T_FMT "\n", out,
-                                  name[c], val[c]);
-    return json ? apr_pstrcat(p, out, "\n}\n", NULL) : out;
+}
+
+const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
+                                     authn_hmac_format_t f, apr_time_t now,
+                                     apr_pool_t *p)
+{
+    uint64_t v = s->counter[AUTHN_HMAC_C_VERIFICATIONS];
+    uint64_t g[NGAUGES] = {
+        v ? s->counter[AUTHN_HMAC_C_VERIFY_USEC] / v : 0,
+        (uint64_t)s->redis,
+        s->redis_breaker,
+        s->redis_conns,
+        s->entries,
+        s->slots,
+        s->negative_entries,
+        s->negative_slots,
+        s->verifying,
+        s->waiting,
+        s->max_verifications,
+        s->bytes,
+        now > s->started ? (uint64_t)apr_time_sec(now - s->started) : 0,
+    };
+    const char *out = "";
+    size_t c;
+
+    if (f == AUTHN_HMAC_FMT_JSON)
+        out = "{";
+    else if (f == AUTHN_HMAC_FMT_HTML)
+        out =
+            "<h2>mod_authn_hmac</h2>\n<table>\n"
+            "<tr><th>counter</th><th>value</th><th>what it counts</th></tr>\n";
+    for (c = 0; c < AUTHN_HMAC_C_COUNT; c++)
+        out =
+            line(f, out, c == 0, &authn_hmac_counter_info[c], s->counter[c], p);
+    for (c = 0; c < NGAUGES; c++)
+        out = line(f, out, 0, &gauges[c], g[c], p);
+    if (f == AUTHN_HMAC_FMT_JSON)
+        return apr_pstrcat(p, out, "\n}\n", NULL);
+    if (f == AUTHN_HMAC_FMT_HTML)
+        return apr_pstrcat(p, out, "</table>\n", NULL);
+    return out;
 }

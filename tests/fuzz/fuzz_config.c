@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                       : !rc.host || !*rc.host || rc.port < 1 || rc.port > 65535)
             abort();
     }
-    (void)authn_hmac_status_wants_json(s);
+    (void)authn_hmac_status_query(s);
     free(s);
     apr_pool_destroy(p);
     return 0;

@@ -56,35 +56,55 @@ static void test_uint(apr_pool_t *p)
 static void test_json_query(apr_pool_t *p)
 {
     (void)p;
-    CHECK(authn_hmac_status_wants_json("json"));
-    CHECK(authn_hmac_status_wants_json("json=1"));
-    CHECK(authn_hmac_status_wants_json("a=b&json"));
-    CHECK(authn_hmac_status_wants_json("a;json=yes"));
-    CHECK(!authn_hmac_status_wants_json(NULL));
-    CHECK(!authn_hmac_status_wants_json(""));
-    CHECK(!authn_hmac_status_wants_json("jsonx"));
-    CHECK(!authn_hmac_status_wants_json("x=json"));
-    CHECK(!authn_hmac_status_wants_json("&&="));
+    CHECK(authn_hmac_status_query("json") == AUTHN_HMAC_FMT_JSON);
+    CHECK(authn_hmac_status_query("json=1") == AUTHN_HMAC_FMT_JSON);
+    CHECK(authn_hmac_status_query("a=b&json") == AUTHN_HMAC_FMT_JSON);
+    CHECK(authn_hmac_status_query("a;json=yes") == AUTHN_HMAC_FMT_JSON);
+    CHECK(authn_hmac_status_query("prometheus") == AUTHN_HMAC_FMT_PROMETHEUS);
+    CHECK(authn_hmac_status_query("x&prometheus=1") ==
+          AUTHN_HMAC_FMT_PROMETHEUS);
+    CHECK(authn_hmac_status_query(NULL) == AUTHN_HMAC_FMT_TEXT);
+    CHECK(authn_hmac_status_query("") == AUTHN_HMAC_FMT_TEXT);
+    CHECK(authn_hmac_status_query("jsonx") == AUTHN_HMAC_FMT_TEXT);
+    CHECK(authn_hmac_status_query("prometheusx") == AUTHN_HMAC_FMT_TEXT);
+    CHECK(authn_hmac_status_query("x=json") == AUTHN_HMAC_FMT_TEXT);
+    CHECK(authn_hmac_status_query("&&=") == AUTHN_HMAC_FMT_TEXT);
 }
 
 static void test_status_format(apr_pool_t *p)
 {
     authn_hmac_stats_t s;
-    const char *txt, *json;
+    const char *txt, *json, *prom, *aut, *html;
 
     memset(&s, 0, sizeof(s));
     s.counter[AUTHN_HMAC_C_HITS] = 12;
     s.counter[AUTHN_HMAC_C_VERIFICATIONS] = 2;
     s.counter[AUTHN_HMAC_C_VERIFY_USEC] = 500000;
+    s.counter[AUTHN_HMAC_C_VERIFYING_MAX] = 2;
     s.entries = 1;
-    txt = authn_hmac_status_format(&s, 0, 0, p);
-    json = authn_hmac_status_format(&s, 1, 0, p);
+    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, 0, p);
+    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, 0, p);
+    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, 0, p);
+    aut = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_AUTO, 0, p);
+    html = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_HTML, 0, p);
     CHECK(strstr(txt, "hits: 12\n"));
     CHECK(strstr(txt, "verify_avg_usec: 250000\n"));
     CHECK(json[0] == '{' && strstr(json, "\"hits\": 12,"));
     CHECK(strstr(json, "\"entries\": 1,"));
     CHECK(strstr(json, "\"evictions\": 0,"));
     CHECK(strstr(json, "\"uptime_sec\": 0\n}\n"));
+    /* Prometheus: counters end in _total, each with HELP and TYPE. */
+    CHECK(strstr(prom, "# HELP authn_hmac_hits_total credentials found in "
+                       "shared memory\n# TYPE authn_hmac_hits_total counter\n"
+                       "authn_hmac_hits_total 12\n"));
+    CHECK(strstr(prom, "# TYPE authn_hmac_verifying_max gauge\n"
+                       "authn_hmac_verifying_max 2\n"));
+    CHECK(strstr(prom, "# TYPE authn_hmac_entries gauge\n"
+                       "authn_hmac_entries 1\n"));
+    CHECK(strstr(aut, "authn_hmac_hits: 12\n"));
+    CHECK(strstr(aut, "authn_hmac_verify_avg_usec: 250000\n"));
+    CHECK(strstr(html, "<tr><td>hits</td><td>12</td>"));
+    CHECK(strstr(html, "</table>\n"));
 }
 
 int main(void)
