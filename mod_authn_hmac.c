@@ -58,6 +58,7 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define MAX_TTL              604800  /* 7 days */
 #define DEFAULT_MAX_AGE      28800   /* 8 hours */
 #define MAX_MAX_AGE          2592000 /* 30 days */
+#define MAX_HTACCESS_FILES   256     /* per process */
 
 #define DEFAULT_REDIS_TIMEOUT_MS 50
 #define MAX_REDIS_TIMEOUT_MS     10000
@@ -89,6 +90,11 @@ static struct {
     authn_hmac_secret_t *pepper; /* from AuthHMACPepperFile, else random */
     uint64_t size;
     apr_hash_t *userfiles; /* path -> authn_hmac_userfile_t */
+    /* Files named only in .htaccess, read per request in a child: a
+     * registry of this process's, under a lock and bounded. */
+    apr_pool_t *pchild;
+    apr_thread_mutex_t *htaccess_lock;
+    apr_hash_t *htaccess_files; /* path -> authn_hmac_userfile_t */
     authn_hmac_mac_t *mac;
     apr_global_mutex_t *mutex;
     authn_hmac_table_t *table;
@@ -134,6 +140,32 @@ static void *merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
     return c;
 }
 
+/* The index of a file named in .htaccess, whose configuration lives for
+ * one request: kept for the child's life, like one named in the server
+ * configuration, so it gets the same index, cache and revocation. NULL
+ * once the child holds MAX_HTACCESS_FILES. */
+static authn_hmac_userfile_t *htaccess_userfile(const char *path)
+{
+    /* NB: read-only in a child, so safe to read from any thread. */
+    authn_hmac_userfile_t *uf =
+        apr_hash_get(g.userfiles, path, APR_HASH_KEY_STRING);
+
+    if (uf)
+        return uf;
+    apr_thread_mutex_lock(g.htaccess_lock);
+    uf = apr_hash_get(g.htaccess_files, path, APR_HASH_KEY_STRING);
+    if (!uf && apr_hash_count(g.htaccess_files) < MAX_HTACCESS_FILES) {
+        uf = authn_hmac_userfile_make(path, g.pchild);
+        if (authn_hmac_userfile_child_init(uf, g.pchild) == APR_SUCCESS)
+            apr_hash_set(g.htaccess_files, apr_pstrdup(g.pchild, path),
+                         APR_HASH_KEY_STRING, uf);
+        else
+            uf = NULL;
+    }
+    apr_thread_mutex_unlock(g.htaccess_lock);
+    return uf;
+}
+
 static const char *set_userfile(cmd_parms *cmd, void *dc, const char *arg)
 {
     dir_conf *c = dc;
@@ -143,7 +175,19 @@ static const char *set_userfile(cmd_parms *cmd, void *dc, const char *arg)
     if (!path)
         return apr_pstrcat(cmd->pool, D_USERFILE ": invalid path '", arg,
                            "' (a path to an htpasswd file)", NULL);
-    c->uf = apr_hash_get(g.userfiles, path, APR_HASH_KEY_STRING);
+    /* NB: .htaccess is read per request, in a child, by any thread. */
+    if (!(cmd->override & (RSRC_CONF | ACCESS_CONF))) {
+        c->uf = g.pchild ? htaccess_userfile(path) : NULL;
+        if (!c->uf)
+            return apr_psprintf(cmd->pool,
+                                D_USERFILE
+                                ": '%s' is one file too many: "
+                                "each process keeps at most %d files named "
+                                "only in .htaccess",
+                                arg, MAX_HTACCESS_FILES);
+    }
+    else
+        c->uf = apr_hash_get(g.userfiles, path, APR_HASH_KEY_STRING);
     if (!c->uf) {
         c->uf = authn_hmac_userfile_make(path, cmd->pool);
         apr_hash_set(g.userfiles, path, APR_HASH_KEY_STRING, c->uf);
@@ -340,9 +384,11 @@ static const char *set_redis_prefix(cmd_parms *cmd, void *dc, const char *arg)
 }
 
 static const command_rec cmds[] = {
-    AP_INIT_TAKE1(D_USERFILE, set_userfile, NULL, RSRC_CONF | ACCESS_CONF,
+    AP_INIT_TAKE1(D_USERFILE, set_userfile, NULL,
+                  RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
                   "the htpasswd file to check credentials against"),
-    AP_INIT_TAKE1(D_TTL, set_ttl, &ttl_spec_cache, RSRC_CONF | ACCESS_CONF,
+    AP_INIT_TAKE1(D_TTL, set_ttl, &ttl_spec_cache,
+                  RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
                   "idle timeout of a verified credential: how long it stays "
                   "cached after its last use, in seconds (default 300)"),
     AP_INIT_TAKE1(D_MAXAGE, set_ttl, &ttl_spec_max_age, RSRC_CONF | ACCESS_CONF,
@@ -571,6 +617,11 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
     apr_hash_index_t *hi;
     apr_status_t rv;
 
+    if (apr_thread_mutex_create(&g.htaccess_lock, APR_THREAD_MUTEX_DEFAULT,
+                                pchild) == APR_SUCCESS) {
+        g.htaccess_files = apr_hash_make(pchild);
+        g.pchild = pchild;
+    }
     if (!g.mutex)
         return;
     /* NB: a child does not inherit its parent's memory locks; the pages

@@ -1,0 +1,127 @@
+"""Basic auth in .htaccess under AllowOverride AuthConfig, as many MediaWiki
+installs keep it: AuthHMACUserFile and AuthHMACCacheTTL work there; the
+directives that belong to the server or its sections do not."""
+import os
+import re
+import shutil
+
+import pytest
+
+from conftest import MPMS
+from harness import Httpd, htpasswd
+
+SITE = """
+Alias /wiki/ "{d}/wiki/"
+<Directory "{d}/wiki">
+    AllowOverride AuthConfig
+</Directory>
+"""
+
+HTACCESS = """AuthType Basic
+AuthName "wiki"
+AuthBasicProvider hmac
+AuthHMACUserFile "{users}"
+AuthHMACCacheTTL 5m
+Require valid-user
+"""
+
+# Each with a value it would accept in the server configuration.
+NOT_IN_HTACCESS = [
+    "AuthHMACCacheMaxAge 1h", "AuthHMACNegativeTTL 30", "AuthHMACHideUnknownUsers Off",
+    "AuthHMACPepperFile /etc/hostname", "AuthHMACCacheSize 1M",
+    "AuthHMACRedisServer 127.0.0.1:6379", "AuthHMACRedisTimeout 50",
+    "AuthHMACRedisAuthFile /etc/hostname", "AuthHMACRedisPrefix x:",
+    "AuthHMACRedisDatabase 1", "AuthHMACMaxVerifications 2", "AuthHMACVerifyBacklog 3",
+]
+
+
+def site(srv, name, text):
+    os.makedirs(srv.path("wiki", name), exist_ok=True)
+    with open(srv.path("wiki", name, "index.html"), "w") as f:
+        f.write("wiki page\n")
+    with open(srv.path("wiki", name, ".htaccess"), "w") as f:
+        f.write(text)
+
+
+@pytest.fixture(scope="module", params=MPMS)
+def srv(request):
+    s = Httpd(mpm=request.param, name="htaccess")
+    s.body = SITE.format(d=s.dir)
+    s.write_config()
+    htpasswd(s.path("users"), "wendy", "wendy's wiki pass", create=True)
+    site(s, "main", HTACCESS.format(users=s.path("users")))
+    for i, line in enumerate(NOT_IN_HTACCESS):
+        site(s, "bad%d" % i, line + "\n")
+    s.start()
+    yield s
+    s.stop()
+    problems = s.log_problems()
+    s.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+def test_htaccess_auth_caches_and_revokes(srv):
+    url = "/wiki/main/index.html"
+    assert srv.status_code(url) == 401
+    assert srv.status_code(url, "wendy", "wrong") == 401
+    before = srv.status()
+    assert srv.status_code(url, "wendy", "wendy's wiki pass") == 200
+    assert srv.status_code(url, "wendy", "wendy's wiki pass") == 200
+    after = srv.status()
+    assert after["verifications"] - before["verifications"] == 1
+    assert after["hits"] - before["hits"] == 1
+    assert srv.notes("wendy")[-2:] == ["verified", "hit"]
+    # A password change takes effect on the next request.
+    htpasswd(srv.path("users"), "wendy", "wendy's new pass")
+    assert srv.status_code(url, "wendy", "wendy's wiki pass") == 401
+    assert srv.status_code(url, "wendy", "wendy's new pass") == 200
+
+
+def test_htaccess_under_concurrent_requests(srv):
+    htpasswd(srv.path("users"), "walt", "walt's wiki pass")
+    assert srv.status_code("/wiki/main/index.html", "walt", "walt's wiki pass") == 200
+    before = srv.status()
+    complete, failed, non2xx, out = srv.ab("/wiki/main/index.html", "walt",
+                                           "walt's wiki pass", n=2000, c=8)
+    assert complete == 2000 and failed == 0 and non2xx == 0, out
+    assert srv.status()["verifications"] == before["verifications"]
+
+
+@pytest.mark.parametrize("i", range(len(NOT_IN_HTACCESS)))
+def test_server_directives_are_refused_in_htaccess(srv, i):
+    name = NOT_IN_HTACCESS[i].split()[0]
+    srv.expect_log(r"\[core:alert\].*bad%d/\.htaccess: %s not allowed here" % (i, name))
+    assert srv.status_code("/wiki/bad%d/index.html" % i) == 500
+    assert re.search(r"bad%d/\.htaccess: %s not allowed here" % (i, name), srv.error_log())
+
+
+@pytest.mark.skipif("prefork" not in MPMS, reason="needs prefork")
+def test_files_named_in_htaccess_are_bounded_per_process():
+    """One process keeps at most 256 files named only in .htaccess; the
+    next is refused with a clear message, and the ones it has still work."""
+    one = "StartServers 1\nMinSpareServers 1\nMaxSpareServers 1\nServerLimit 1\n" \
+          "MaxRequestWorkers 1"
+    s = Httpd(mpm="prefork", name="htbound", global_conf=one)
+    s.body = SITE.format(d=s.dir)
+    s.write_config()
+    htpasswd(s.path("users0"), "wendy", "wendy's wiki pass", create=True)
+    for i in range(257):
+        if i:
+            shutil.copy(s.path("users0"), s.path("users%d" % i))
+        site(s, "w%d" % i, HTACCESS.format(users=s.path("users%d" % i)))
+    s.start()
+    try:
+        for i in range(256):
+            assert s.status_code("/wiki/w%d/index.html" % i) == 401, i
+        s.expect_log(r"\[core:alert\].*w256/\.htaccess: AuthHMACUserFile: '.*users256' "
+                     r"is one file too many: each process keeps at most 256 files")
+        assert s.status_code("/wiki/w256/index.html") == 500
+        assert s.status_code("/wiki/w0/index.html", "wendy", "wendy's wiki pass") == 200
+        assert s.status_code("/wiki/w255/index.html", "wendy", "wendy's wiki pass") == 200
+        assert s.status_code("/wiki/w255/index.html", "wendy", "wendy's wiki pass") == 200
+        assert s.notes("wendy") == ["verified", "verified", "hit"]
+        s.stop()
+        problems = s.log_problems()
+        assert not problems, "\n".join(problems)
+    finally:
+        s.cleanup()
