@@ -1,0 +1,89 @@
+"""The tools an admin runs: each one's --help and a real run."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import make_server
+
+TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "tools")
+STAT = os.path.join(TOOLS, "authn-hmac-stat")
+
+
+def run(*args, timeout=60):
+    return subprocess.run([sys.executable, STAT] + list(args), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = make_server("event")
+    s.start()
+    yield s
+    s.stop()
+    problems = s.log_problems()
+    s.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+def parse(out):
+    return dict((m.group(1), int(m.group(2)))
+                for m in re.finditer(r"^(\w+) +(\d+) ", out, re.M))
+
+
+def test_stat_help():
+    p = run("--help")
+    assert p.returncode == 0 and p.stdout.startswith("authn-hmac-stat [--watch]"), p
+    assert "--interval" in p.stdout and "Exit status" in p.stdout
+    p = run()
+    assert p.returncode == 2 and "URL" in p.stderr
+
+
+def test_stat_prints_the_counters(srv):
+    assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+    assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+    p = run(srv.url + "/authn-hmac-status")
+    assert p.returncode == 0, p.stderr
+    got, js = parse(p.stdout), srv.status()
+    assert set(got) == set(js), set(got) ^ set(js)
+    assert {k: v for k, v in got.items() if k != "uptime_sec"} == \
+        {k: v for k, v in js.items() if k != "uptime_sec"}
+    assert got["hits"] >= 1 and got["verifications"] >= 1
+    assert re.search(r"^hits +\d+ +credentials found in shared memory$", p.stdout, re.M)
+
+
+def test_stat_watch_gives_rates(srv):
+    assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+    p = subprocess.Popen([sys.executable, STAT, "--watch", "--interval", "2", "--count", "2",
+                          srv.url + "/authn-hmac-status"], stdout=subprocess.PIPE, text=True)
+    first = ""
+    while not first.endswith("\n") or not first.splitlines()[-1].startswith("uptime_sec"):
+        line = p.stdout.readline()
+        assert line, first
+        first += line
+    # 200 hits between the two readings, 2 s apart: about 100 per second.
+    complete, failed, _, out = srv.ab("/a/index.html", "alice", "correct horse", n=200, c=2)
+    assert complete == 200 and failed == 0, out
+    stdout, _ = p.communicate(timeout=30)
+    assert p.returncode == 0
+    second = stdout.split("\n\n")[-1]
+    rate = re.search(r"^hits +\d+ +([\d.]+)/s ", second, re.M)
+    assert rate, stdout
+    assert 40 <= float(rate.group(1)) <= 200, stdout
+    assert re.search(r"^entries +\d+ {13}", second, re.M), second  # a gauge: no rate
+
+
+def test_stat_unreachable_is_a_clear_error():
+    p = run("http://127.0.0.1:1/authn-hmac-status")
+    assert p.returncode == 1
+    assert p.stderr.startswith("authn-hmac-stat: cannot read http://127.0.0.1:1/"), p.stderr
+
+
+def test_stat_wrong_url_is_a_clear_error(srv):
+    p = run(srv.url + "/a/index.html")  # 401 there
+    assert p.returncode == 1 and "cannot read" in p.stderr, p.stderr
+    p = run(srv.url + "/")
+    assert p.returncode == 1 and "no counters" in p.stderr, p.stderr
