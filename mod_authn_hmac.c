@@ -519,7 +519,7 @@ static int attach_segment(retained_t *rd, apr_size_t size, server_rec *s,
     if (g.table) {
         explicit_bzero(fp, sizeof(fp));
         ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
-                     "authn_hmac: shared-memory cache kept across the restart");
+                     "AHMAC0010: shared-memory cache kept across the restart");
         return OK;
     }
     if (rd->shm) {
@@ -540,7 +540,7 @@ static int attach_segment(retained_t *rd, apr_size_t size, server_rec *s,
     explicit_bzero(fp, sizeof(fp));
     if (!g.table) {
         ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                     "authn_hmac: cannot create %" APR_SIZE_T_FMT
+                     "AHMAC0011: cannot create %" APR_SIZE_T_FMT
                      " bytes of shared memory (" D_SIZE ")",
                      size);
         if (rd->shm)
@@ -549,7 +549,7 @@ static int attach_segment(retained_t *rd, apr_size_t size, server_rec *s,
         return HTTP_INTERNAL_SERVER_ERROR;
     }
     ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
-                 "authn_hmac: new shared-memory cache of %" APR_SIZE_T_FMT
+                 "AHMAC0012: new shared-memory cache of %" APR_SIZE_T_FMT
                  " bytes",
                  size);
     return OK;
@@ -588,11 +588,11 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                 &rd->random_pepper, AUTHN_HMAC_PEPPER_MIN, s->process->pool);
             if (rv != APR_SUCCESS) {
                 ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                             "authn_hmac: cannot generate a random pepper");
+                             "AHMAC0013: cannot generate a random pepper");
                 return HTTP_INTERNAL_SERVER_ERROR;
             }
             ap_log_error(APLOG_MARK, APLOG_INFO, 0, s,
-                         "authn_hmac: no " D_PEPPER " set; using a random "
+                         "AHMAC0014: no " D_PEPPER " set; using a random "
                          "pepper until httpd stops (the cache starts empty)");
         }
         g.pepper = rd->random_pepper;
@@ -604,7 +604,7 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     rv = authn_hmac_mac_create(&g.mac, g.pepper, pconf);
     if (rv != APR_SUCCESS) {
         ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                     "authn_hmac: cannot derive the keys");
+                     "AHMAC0015: cannot derive the keys");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
     return attach_segment(rd, size, s, pconf);
@@ -635,7 +635,7 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
         &g.mutex, apr_global_mutex_lockfile(g.mutex), pchild);
     if (rv != APR_SUCCESS)
         ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                     "authn_hmac: cannot attach the cache mutex in this child");
+                     "AHMAC0016: cannot attach the cache mutex in this child");
     if (g.redis_name) {
         int threads = 1;
 
@@ -645,7 +645,7 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
             authn_hmac_table_redis_health(g.table), pchild);
         if (rv != APR_SUCCESS)
             ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                         "authn_hmac: cannot set up the Redis pool");
+                         "AHMAC0017: cannot set up the Redis pool");
     }
     g.engine.mac = g.mac;
     g.engine.table = g.table;
@@ -661,7 +661,7 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
         rv = authn_hmac_userfile_child_init(apr_hash_this_val(hi), pchild);
         if (rv != APR_SUCCESS)
             ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
-                         "authn_hmac: cannot set up the htpasswd index");
+                         "AHMAC0018: cannot set up the htpasswd index");
     }
 }
 
@@ -672,7 +672,7 @@ static void log_bad_line(void *baton, unsigned lineno, const char *why)
     request_rec *r = baton;
     dir_conf *c = ap_get_module_config(r->per_dir_config, &authn_hmac_module);
 
-    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "authn_hmac: %s line %u %s",
+    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "AHMAC0001: %s line %u %s",
                   c->scope, lineno, why);
 }
 
@@ -687,7 +687,27 @@ static void engine_log(void *baton, int level, const char *msg)
 {
     request_rec *r = baton;
 
-    ap_log_rerror(APLOG_MARK, level, 0, r, "authn_hmac: %s", msg);
+    ap_log_rerror(APLOG_MARK, level, 0, r, "%s", msg);
+}
+
+/* A 503 for want of a turn to verify, told to the admin at most once a
+ * minute per process (the counter busy has them all). */
+static void log_busy(request_rec *r)
+{
+    static apr_time_t last;
+    apr_time_t now = apr_time_now();
+    apr_time_t seen = __atomic_load_n(&last, __ATOMIC_RELAXED);
+
+    if ((seen == 0 || now - seen >= apr_time_from_sec(60)) &&
+        __atomic_compare_exchange_n(&last, &seen, now, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        ap_log_rerror(
+            APLOG_MARK, APLOG_WARNING, 0, r,
+            "AHMAC0007: too many passwords to verify at once (" D_MAXVER
+            " %d, " D_BACKLOG " %d): answering 503 with Retry-After "
+            "(the counter busy counts them; logged at most once a "
+            "minute per process)",
+            g.max_verifications, g.backlog);
 }
 
 static authn_status status_of(authn_hmac_outcome o)
@@ -724,7 +744,7 @@ static authn_status check_password(request_rec *r, const char *user,
 
     if (!c->uf || !g.table) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
-                      "authn_hmac: AuthBasicProvider hmac needs " D_USERFILE);
+                      "AHMAC0003: AuthBasicProvider hmac needs " D_USERFILE);
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
     rv = authn_hmac_userfile_lookup(c->uf, user, &hash, &hash_len, log_bad_line,
@@ -732,7 +752,7 @@ static authn_status check_password(request_rec *r, const char *user,
     if (rv != APR_SUCCESS && rv != APR_NOTFOUND) {
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_ERRORS, 1);
         ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r,
-                      "authn_hmac: could not open password file: %s", c->scope);
+                      "AHMAC0002: could not open password file: %s", c->scope);
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
     cred.scope = c->scope;
@@ -752,10 +772,12 @@ static authn_status check_password(request_rec *r, const char *user,
     pol.negative_ttl = c->negative_ttl;
     pol.hide_unknown = c->hide_unknown != 0;
     o = authn_hmac_check(&g.engine, &pol, &cred, r, r->pool);
-    if (o == AUTHN_HMAC_BUSY)
+    if (o == AUTHN_HMAC_BUSY) {
+        log_busy(r);
         /* NB: mod_auth_basic answers an error with a 500; busy_error makes
          * it a 503, and this is its body. */
         ap_custom_response(r, HTTP_INTERNAL_SERVER_ERROR, BUSY_BODY);
+    }
     return done(r, authn_hmac_outcome_name(o), status_of(o));
 }
 

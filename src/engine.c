@@ -99,7 +99,7 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
     if (rc == AUTHN_HMAC_REDIS_OK) {
         if (authn_hmac_redis_succeeded(h, rq->started, now, rq->probe, &outage))
             logf_(e, rq->baton, AUTHN_HMAC_LOG_NOTICE, rq->p,
-                  "Redis at %s is back after %" APR_TIME_T_FMT " s",
+                  "AHMAC0005: Redis at %s is back after %" APR_TIME_T_FMT " s",
                   e->redis_name, apr_time_sec(outage));
         rq->probe = 0;
         return;
@@ -111,7 +111,8 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
           1);
     if (authn_hmac_redis_failed(h, rq->started, now, rq->probe))
         logf_(e, rq->baton, AUTHN_HMAC_LOG_WARNING, rq->p,
-              "Redis at %s is unavailable (%s); using shared memory and "
+              "AHMAC0004: Redis at %s is unavailable (%s); using shared "
+              "memory and "
               "bcrypt until it is back",
               e->redis_name, why);
     else
@@ -183,7 +184,8 @@ static int redis_lookup(redis_req *rq, const unsigned char *key,
                   ? AUTHN_HMAC_LOG_WARNING
                   : AUTHN_HMAC_LOG_DEBUG,
               rq->p,
-              "Redis returned an entry that does not verify (forged, "
+              "AHMAC0006: Redis returned an entry that does not verify "
+              "(forged, "
               "damaged, or written with another pepper); treated as a "
               "miss. Is %s the farm's Redis?",
               e->redis_name);

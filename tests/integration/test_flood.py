@@ -4,6 +4,7 @@ credentials are served throughout."""
 import base64
 import http.client
 import threading
+import re
 import time
 
 import pytest
@@ -95,7 +96,7 @@ def test_flood_of_wrong_passwords(mpm):
                 conn.close()
             srv.sent["carol"] = 1
         st = srv.status()
-        rate = __import__("re").search(r"Requests per second:\s+([\d.]+)", out)
+        rate = re.search(r"Requests per second:\s+([\d.]+)", out)
         print("%s: flood %s, Retry-After %s; cached user %s req/s; busy %d, "
               "queued %d, verifying_max %d" % (
                   mpm, flood.codes, sorted(flood.retry_after),
@@ -124,6 +125,12 @@ def test_flood_of_wrong_passwords(mpm):
                 break
             time.sleep(0.1)
         assert st["verifying"] == 0 and st["verify_waiting"] == 0, st
+        # The admin is told, once a minute at most in each process.
+        busy = re.findall(r"\[authn_hmac:warn\] \[pid (\d+).*AHMAC0007: too many "
+                          r"passwords to verify at once \(AuthHMACMaxVerifications %d, "
+                          r"AuthHMACVerifyBacklog %d\)" % (CAP, BACKLOG), srv.error_log())
+        assert busy and len(busy) == len(set(busy)), busy
+        srv.expect_log(r"AHMAC0007")
         problems = srv.log_problems()
         assert not problems, problems
     finally:
