@@ -142,25 +142,31 @@ static void *merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
 
 /* The index of a file named in .htaccess, whose configuration lives for
  * one request: kept for the child's life, like one named in the server
- * configuration, so it gets the same index, cache and revocation. NULL
- * once the child holds MAX_HTACCESS_FILES. */
-static authn_hmac_userfile_t *htaccess_userfile(const char *path)
+ * configuration, so it gets the same index, cache and revocation. Once the
+ * child keeps MAX_HTACCESS_FILES, others get an index of their own in
+ * pool (the request's), read for each request as mod_authn_file reads its
+ * file: slower, but right. NULL if none can be set up. */
+static authn_hmac_userfile_t *htaccess_userfile(const char *path,
+                                                apr_pool_t *pool)
 {
     /* NB: read-only in a child, so safe to read from any thread. */
     authn_hmac_userfile_t *uf =
         apr_hash_get(g.userfiles, path, APR_HASH_KEY_STRING);
+    apr_pool_t *home = g.pchild;
 
     if (uf)
         return uf;
     apr_thread_mutex_lock(g.htaccess_lock);
     uf = apr_hash_get(g.htaccess_files, path, APR_HASH_KEY_STRING);
-    if (!uf && apr_hash_count(g.htaccess_files) < MAX_HTACCESS_FILES) {
-        uf = authn_hmac_userfile_make(path, g.pchild);
-        if (authn_hmac_userfile_child_init(uf, g.pchild) == APR_SUCCESS)
+    if (!uf) {
+        if (apr_hash_count(g.htaccess_files) >= MAX_HTACCESS_FILES)
+            home = pool;
+        uf = authn_hmac_userfile_make(path, home);
+        if (authn_hmac_userfile_child_init(uf, home) != APR_SUCCESS)
+            uf = NULL;
+        else if (home == g.pchild)
             apr_hash_set(g.htaccess_files, apr_pstrdup(g.pchild, path),
                          APR_HASH_KEY_STRING, uf);
-        else
-            uf = NULL;
     }
     apr_thread_mutex_unlock(g.htaccess_lock);
     return uf;
@@ -177,14 +183,12 @@ static const char *set_userfile(cmd_parms *cmd, void *dc, const char *arg)
                            "' (a path to an htpasswd file)", NULL);
     /* NB: .htaccess is read per request, in a child, by any thread. */
     if (!(cmd->override & (RSRC_CONF | ACCESS_CONF))) {
-        c->uf = g.pchild ? htaccess_userfile(path) : NULL;
+        c->uf = g.pchild ? htaccess_userfile(path, cmd->pool) : NULL;
         if (!c->uf)
-            return apr_psprintf(cmd->pool,
-                                D_USERFILE
-                                ": '%s' is one file too many: "
-                                "each process keeps at most %d files named "
-                                "only in .htaccess",
-                                arg, MAX_HTACCESS_FILES);
+            return apr_pstrcat(cmd->pool,
+                               D_USERFILE ": cannot set up the "
+                                          "index of '",
+                               arg, "'", NULL);
     }
     else
         c->uf = apr_hash_get(g.userfiles, path, APR_HASH_KEY_STRING);
