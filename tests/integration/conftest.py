@@ -28,8 +28,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: timing- or load-bound; skipped under valgrind")
 
 # /a/ and /b/ use two different htpasswd files (two scopes); /short/ uses
-# the file of /a/ with a 2-second TTL; /idle/ with a 3-second TTL, and
-# /maxage/ with a 6-second max age as well; /gone/ points at a file the
+# the file of /a/ with a 2-second TTL; /idle/ with a 6-second TTL, and
+# /maxage/ with a 10-second max age as well; /gone/ points at a file the
 # tests remove and restore; /nocache/ verifies every time.
 BODY = """
 Alias /a/ "{d}/htdocs/"
@@ -69,7 +69,7 @@ Alias /showunknown/ "{d}/htdocs/"
     AuthName "a"
     AuthBasicProvider hmac
     AuthHMACUserFile "{d}/a.htpasswd"
-    AuthHMACCacheTTL 3
+    AuthHMACCacheTTL 6
     Require valid-user
 </Location>
 <Location /maxage/>
@@ -77,8 +77,8 @@ Alias /showunknown/ "{d}/htdocs/"
     AuthName "a"
     AuthBasicProvider hmac
     AuthHMACUserFile "{d}/a.htpasswd"
-    AuthHMACCacheTTL 3
-    AuthHMACCacheMaxAge 6
+    AuthHMACCacheTTL 6
+    AuthHMACCacheMaxAge 10
     Require valid-user
 </Location>
 <Location /gone/>
