@@ -456,8 +456,9 @@ static int check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     (void)ptemp;
     if (g.redis_name && !g.pepper) {
         ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s,
-                     D_REDIS " needs " D_PEPPER ": the servers sharing a "
-                             "Redis must share one pepper");
+                     "AHMAC0008: " D_REDIS " needs " D_PEPPER
+                     ": the servers sharing a "
+                     "Redis must share one pepper");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
     return OK;
@@ -843,15 +844,19 @@ static int status_handler(request_rec *r)
     return OK;
 }
 
-/* mod_status's server-status: a table on its page, lines in ?auto. */
+/* mod_status's server-status: a table on its page (lines with
+ * ?notable), lines in ?auto. */
 static int status_hook(request_rec *r, int flags)
 {
     if (!g.table)
         return OK;
-    ap_rputs(status_text(flags & AP_STATUS_SHORT ? AUTHN_HMAC_FMT_AUTO
-                                                 : AUTHN_HMAC_FMT_HTML,
-                         r->pool),
-             r);
+    if (flags & AP_STATUS_SHORT)
+        ap_rputs(status_text(AUTHN_HMAC_FMT_AUTO, r->pool), r);
+    else if (flags & AP_STATUS_NOTABLE)
+        ap_rvputs(r, "<h2>mod_authn_hmac</h2>\n<pre>\n",
+                  status_text(AUTHN_HMAC_FMT_TEXT, r->pool), "</pre>\n", NULL);
+    else
+        ap_rputs(status_text(AUTHN_HMAC_FMT_HTML, r->pool), r);
     return OK;
 }
 

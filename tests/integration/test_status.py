@@ -96,3 +96,8 @@ def test_server_status_auto_and_page_match_json(srv):
     assert set(rows) == set(js), set(rows) ^ set(js)
     assert same(rows, js), (rows, js)
     assert js["hits"] >= 2
+    _, notable = get(srv, "/server-status?notable")
+    lines = dict((m.group(1), int(m.group(2)))
+                 for m in re.finditer(r"^(\w+): (\d+)$",
+                                      notable.split("<h2>mod_authn_hmac</h2>")[1], re.M))
+    assert set(lines) == set(js) and same(lines, js), (lines, js)
