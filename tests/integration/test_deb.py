@@ -1,0 +1,325 @@
+"""The Debian package: built from this tree with dpkg-buildpackage, installed
+with apt-get, enabled with a2enmod, served by the system's apache2, purged.
+
+It installs a package and runs the system's httpd, so it runs as root only,
+where dpkg-buildpackage is (tools/deps --test installs it), and it leaves the
+system as it found it: apache2 stopped again, the package purged.
+"""
+import base64
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from harness import S, free_port, htpasswd, run_user
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.environ.get("top_srcdir") or os.path.dirname(os.path.dirname(HERE))
+PKG = "libapache2-mod-authn-hmac"
+APACHE2 = "/usr/sbin/apache2"
+PEPPER = "/etc/apache2/authn_hmac.pepper"
+# What the package installs, and what must be gone after a purge.
+FILES = [os.path.join(S["moddir"], "mod_authn_hmac.so"),
+         "/etc/apache2/mods-available/authn_hmac.load",
+         "/etc/apache2/mods-available/authn_hmac.conf",
+         "/usr/sbin/authn-hmac-pepper"]
+ENABLED = ["/etc/apache2/mods-enabled/authn_hmac.load",
+           "/etc/apache2/mods-enabled/authn_hmac.conf"]
+APT_ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+APT = ["apt-get", "-y", "-q", "-o", "DPkg::Lock::Timeout=120"]
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="installs a package: runs as root only"),
+    pytest.mark.skipif(not shutil.which("dpkg-buildpackage"),
+                       reason="no dpkg-buildpackage (tools/deps --test installs dpkg-dev)"),
+    pytest.mark.skipif(bool(S.get("preload")),
+                       reason="the package is built and tested from the plain build's run"),
+    # Not a memory test: skipped under valgrind (make check-valgrind).
+    pytest.mark.slow,
+]
+
+
+def dpkg_status():
+    """The package's dpkg status; '' when it is neither installed nor
+    leaves conffiles (dpkg may remember a purged package as not-installed)."""
+    p = subprocess.run(["dpkg-query", "-W", "-f=${Status}", PKG], capture_output=True,
+                       text=True)
+    status = p.stdout.strip() if p.returncode == 0 else ""
+    return "" if status.endswith(" not-installed") else status
+
+
+def run(cmd, **kw):
+    """Runs cmd; its exit code and its output, stdout and stderr together."""
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    return p.returncode, p.stdout
+
+
+def copy_source(dest):
+    """The tree's sources without build products: git's files (tracked, and
+    new ones not ignored) in a checkout, else the tree minus build dirs."""
+    p = subprocess.run(["git", "-C", SRC, "ls-files", "-z", "--cached", "--others",
+                        "--exclude-standard"], capture_output=True)
+    if p.returncode == 0 and p.stdout:
+        for rel in p.stdout.decode().split("\0"):
+            src = os.path.join(SRC, rel)
+            if rel and os.path.isfile(src):  # a deleted tracked file is not
+                os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+                shutil.copy2(src, os.path.join(dest, rel))
+        return
+    shutil.copytree(SRC, dest, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+        ".git", "build", "build-*", "autom4te.cache", "config.status", "config.log",
+        "Makefile", "libtool", ".libs", ".deps", "*.o", "*.lo", "*.la", "__pycache__"))
+
+
+def build_deb(work):
+    """dpkg-buildpackage -us -uc -b in a copy of the tree; the .deb's path."""
+    src = os.path.join(work, "src")
+    os.makedirs(src)
+    copy_source(src)
+    rc, out = run(["dpkg-buildpackage", "-us", "-uc", "-b"], cwd=src)
+    with open(os.path.join(work, "build.log"), "w") as f:
+        f.write(out)
+    assert rc == 0, "dpkg-buildpackage failed (exit %d):\n%s" % (rc, out[-6000:])
+    debs = glob.glob(os.path.join(work, "%s_*.deb" % PKG))
+    assert len(debs) == 1, "expected one %s .deb in %s, found %s" % (PKG, work, debs)
+    with open(os.path.join(SRC, "configure.ac")) as f:
+        version = re.search(r"AC_INIT\(\[[^]]*\],\s*\[([^]]+)\]", f.read()).group(1)
+    name = os.path.basename(debs[0])
+    assert name.startswith("%s_%s-" % (PKG, version)), \
+        "%s: its version is not configure.ac's %s (update debian/changelog)" % (name, version)
+    return debs[0]
+
+
+def purge():
+    """apt-get purge, whatever state the package is in; (exit code, output)."""
+    if not dpkg_status():
+        return 0, "not installed"
+    return run(APT + ["purge", PKG], env=APT_ENV)
+
+
+CONF = """ServerRoot "/etc/apache2"
+Include /etc/apache2/mods-enabled/*.load
+Include /etc/apache2/mods-enabled/*.conf
+ServerName 127.0.0.1
+Listen 127.0.0.1:{port}
+PidFile "{w}/run/apache2.pid"
+DefaultRuntimeDir "{w}/run"
+Mutex default:{w}/run
+ErrorLog "{w}/logs/error.log"
+LogLevel warn authn_hmac:info
+User {user}
+Group {group}
+DocumentRoot "{w}/htdocs"
+<Directory "{w}/htdocs">
+    Require all granted
+</Directory>
+<Location /private/>
+    AuthType Basic
+    AuthName "deb"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{w}/users.htpasswd"
+    Require valid-user
+</Location>
+"""
+
+
+class SystemApache:
+    """The system's apache2 binary with the modules enabled in /etc/apache2,
+    on a free loopback port, with everything else in the test's directory."""
+
+    def __init__(self, work):
+        self.dir = os.path.join(work, "httpd")
+        for d in ("run", "logs", "htdocs"):
+            os.makedirs(os.path.join(self.dir, d))
+        os.chmod(work, 0o755)
+        os.chmod(self.dir, 0o755)
+        self.port = free_port()
+        user, group = run_user()
+        self.conf = os.path.join(self.dir, "apache2.conf")
+        with open(self.conf, "w") as f:
+            f.write(CONF.format(port=self.port, w=self.dir, user=user, group=group))
+        # What Debian's /etc/apache2/envvars sets, for mods-enabled/*.conf.
+        self.env = dict(os.environ, APACHE_RUN_USER=user, APACHE_RUN_GROUP=group,
+                        APACHE_RUN_DIR=self.path("run"), APACHE_LOCK_DIR=self.path("run"),
+                        APACHE_PID_FILE=self.path("run", "apache2.pid"),
+                        APACHE_LOG_DIR=self.path("logs"))
+        self.started = False
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def _cmd(self, *args):
+        return run([APACHE2, "-d", "/etc/apache2", "-f", self.conf] + list(args), env=self.env)
+
+    def pid(self):
+        try:
+            with open(self.path("run", "apache2.pid")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def error_log(self):
+        try:
+            with open(self.path("logs", "error.log"), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def start(self):
+        self.started = True
+        rc, out = self._cmd("-k", "start")
+        assert rc == 0, "apache2 -k start failed:\n%s\n%s" % (out, self.error_log())
+        for _ in range(200):
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    if self.pid():
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("apache2 did not come up:\n" + self.error_log())
+
+    def stop(self):
+        if not self.started:
+            return
+        pid = self.pid()
+        self._cmd("-k", "stop")
+        for _ in range(200):
+            if not pid or not os.path.exists("/proc/%d" % pid):
+                return
+            time.sleep(0.05)
+        # Did not stop: kill it and its children, never anything else.
+        for p in [pid] + children(pid):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def get(self, path, user=None, password=None):
+        """(status, body) of a GET, with Basic credentials if given."""
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path))
+        if user is not None:
+            raw = base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
+            req.add_header("Authorization", "Basic " + raw)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read().decode(errors="replace")
+        except urllib.error.HTTPError as e:
+            return e.code, ""
+
+
+def children(parent):
+    kids = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:
+                    kids.append(int(d))
+        except (OSError, ValueError, IndexError):
+            continue
+    return kids
+
+
+def test_package_builds_installs_serves_and_purges():
+    """The .deb installs the module, its .load/.conf and a 0600 root pepper
+    that httpd uses; a2enmod and apache2ctl configtest pass; the system's
+    apache2 answers 401 without credentials and 200 with an htpasswd -B
+    user's; a purge leaves none of it."""
+    status = dpkg_status()
+    if status:
+        pytest.skip("%s is on this system (%s): the test would purge it" % (PKG, status))
+    present = [p for p in FILES + ENABLED + [PEPPER] if os.path.lexists(p)]
+    if present:
+        pytest.skip("the purge would remove files that are here already: %s" % present)
+
+    work = tempfile.mkdtemp(prefix="authn_hmac_deb_")
+    os.chmod(work, 0o755)  # apt's _apt user reads the .deb
+    try:
+        t0 = time.monotonic()
+        deb = build_deb(work)
+        built = time.monotonic() - t0
+        try:
+            rc, out = run(APT + ["install", deb], env=APT_ENV)
+            assert rc == 0, "apt-get install %s failed:\n%s" % (deb, out)
+            assert dpkg_status() == "install ok installed", dpkg_status()
+            for p in FILES:
+                assert os.path.isfile(p), "%s not installed by the package" % p
+
+            # The postinst made the pepper: 32 bytes, 0600, root's.
+            st = os.lstat(PEPPER)
+            assert (oct(st.st_mode), st.st_uid, st.st_size) == (oct(0o100600), 0, 32), \
+                "pepper: mode %o, uid %d, %d bytes" % (st.st_mode, st.st_uid, st.st_size)
+            with open(PEPPER, "rb") as f:
+                pepper = f.read()
+            # ... and neither the tool nor a second run of the postinst
+            # replaces it.
+            rc, out = run(["/usr/sbin/authn-hmac-pepper", PEPPER])
+            assert rc != 0 and "not replacing" in out, out
+            rc, out = run(["dpkg-reconfigure", "-f", "noninteractive", PKG], env=APT_ENV)
+            assert rc == 0, "dpkg-reconfigure (the postinst again) failed:\n" + out
+            with open(PEPPER, "rb") as f:
+                assert f.read() == pepper, "the pepper was replaced"
+
+            rc, out = run(["a2enmod", "authn_hmac"])
+            assert rc == 0, "a2enmod authn_hmac failed:\n" + out
+            for p in ENABLED:
+                assert os.path.islink(p) and os.path.exists(p), "%s is not enabled" % p
+            for dep in ("auth_basic", "authn_core"):
+                assert os.path.exists("/etc/apache2/mods-enabled/%s.load" % dep), dep
+            rc, out = run(["apache2ctl", "configtest"])
+            assert rc == 0 and "Syntax OK" in out, "apache2ctl configtest:\n" + out
+
+            srv = SystemApache(work)
+            with open(srv.path("htdocs", "index.html"), "w") as f:
+                f.write("hello from the package\n")
+            os.makedirs(srv.path("htdocs", "private"))
+            with open(srv.path("htdocs", "private", "index.html"), "w") as f:
+                f.write("private page\n")
+            htpasswd(srv.path("users.htpasswd"), "debian", "packaged secret", cost=5,
+                     create=True)
+            try:
+                srv.start()
+                assert srv.get("/")[0] == 200
+                assert srv.get("/private/")[0] == 401
+                assert srv.get("/private/", "debian", "wrong secret")[0] == 401
+                assert srv.get("/private/", "nobody", "packaged secret")[0] == 401
+                for _ in range(2):  # verified, then from the cache
+                    assert srv.get("/private/", "debian", "packaged secret") == \
+                        (200, "private page\n")
+                # The shipped authn_hmac.conf is in force: its status page
+                # answers, and counts the second login as a hit...
+                code, body = srv.get("/authn-hmac-status?json")
+                assert code == 200, (code, body)
+                assert json.loads(body)["hits"] >= 1, body
+            finally:
+                srv.stop()
+            log = srv.error_log()
+            # ... and its pepper file: no random pepper was made.
+            assert "random pepper" not in log, log
+            assert "authentication failure" in log, "the wrong password was not logged:\n" + log
+            assert srv.pid() is None or not os.path.exists("/proc/%d" % srv.pid()), \
+                "apache2 still runs"
+        finally:
+            purge_rc, purge_out = purge()
+            # None of these was here before the test: what a purge left goes
+            # too, or the next run would skip.
+            left = [p for p in FILES + ENABLED + [PEPPER] if os.path.lexists(p)]
+            if not dpkg_status():
+                for p in left:
+                    os.unlink(p)
+        assert purge_rc == 0, "apt-get purge %s failed:\n%s" % (PKG, purge_out)
+        assert dpkg_status() == "", "dpkg still knows %s: %s" % (PKG, dpkg_status())
+        assert not left, "left after the purge: %s" % left
+        print("deb test: built in %.0f s, %.0f s in all" % (built, time.monotonic() - t0))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
