@@ -32,7 +32,7 @@ PEPPER = "/etc/apache2/authn_hmac.pepper"
 FILES = [os.path.join(S["moddir"], "mod_authn_hmac.so"),
          "/etc/apache2/mods-available/authn_hmac.load",
          "/etc/apache2/mods-available/authn_hmac.conf",
-         "/usr/sbin/authn-hmac-pepper"]
+         "/usr/sbin/authn-hmac-pepper", "/usr/bin/authn-hmac-stat"]
 ENABLED = ["/etc/apache2/mods-enabled/authn_hmac.load",
            "/etc/apache2/mods-enabled/authn_hmac.conf"]
 APT_ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -301,6 +301,10 @@ def test_package_builds_installs_serves_and_purges():
                 code, body = srv.get("/authn-hmac-status?json")
                 assert code == 200, (code, body)
                 assert json.loads(body)["hits"] >= 1, body
+                # ... which the packaged tool reads.
+                rc, out = run(["/usr/bin/authn-hmac-stat",
+                               "http://127.0.0.1:%d/authn-hmac-status" % srv.port])
+                assert rc == 0 and re.search(r"^hits +[1-9]", out, re.M), out
             finally:
                 srv.stop()
             log = srv.error_log()
