@@ -1154,16 +1154,26 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
 {
     int64_t zero = 0;
     int64_t window = __atomic_load_n(&h->window, __ATOMIC_RELAXED);
+    apr_interval_time_t span = BREAKER_WINDOW;
     uint64_t n;
 
     /* Failures are counted over a window, not "in a row": successes in
-     * between do not hide a Redis that fails one command in two. */
-    if (now - window > BREAKER_WINDOW &&
-        __atomic_compare_exchange_n(&h->window, &window, now, 0,
-                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
-    if (new_incident(h, started, now) || probe)
+     * between do not hide a Redis that fails one command in two. NB: the
+     * window holds BREAKER_AFTER operations as long as this one, or a
+     * Redis that times out every command under a long timeout (incidents
+     * at least a timeout apart) would never open it (found by review: from
+     * a 5 s timeout on, it never did). Only a failure that counts moves
+     * the window on. */
+    if (now - started > 0 &&
+        (now - started) * BREAKER_AFTER + apr_time_from_sec(1) > span)
+        span = (now - started) * BREAKER_AFTER + apr_time_from_sec(1);
+    if (new_incident(h, started, now) || probe) {
+        if (now - window > span &&
+            __atomic_compare_exchange_n(&h->window, &window, now, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
         n = __atomic_add_fetch(&h->failures, 1, __ATOMIC_RELAXED);
+    }
     else
         n = __atomic_load_n(&h->failures, __ATOMIC_RELAXED);
     if (probe) {

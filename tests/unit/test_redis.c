@@ -386,6 +386,28 @@ static void test_failures_in_flight_together_are_one_incident(apr_pool_t *p)
     CHECK(authn_hmac_redis_breaker_open(&h));
 }
 
+/* A Redis that never answers, under the longest timeouts: every command
+ * times out, so incidents come a timeout apart, and three of them still
+ * open the breaker (found by review: from a 5 s timeout on, the 10 s
+ * window never held three). */
+static void test_long_timeouts_still_open_the_breaker(apr_pool_t *p)
+{
+    authn_hmac_redis_health_t h;
+    apr_time_t now = SEC(5000), t;
+    int i;
+
+    (void)p;
+    for (t = SEC(5); t <= SEC(10); t += SEC(5)) {
+        memset(&h, 0, sizeof(h));
+        for (i = 0; i < 2; i++)
+            CHECK(authn_hmac_redis_failed(&h, now + i * (t + 1),
+                                          now + i * (t + 1) + t, 0) == 0);
+        CHECK(authn_hmac_redis_failed(&h, now + 2 * (t + 1),
+                                      now + 2 * (t + 1) + t, 0) == 1);
+        CHECK(authn_hmac_redis_breaker_open(&h));
+    }
+}
+
 /* A breaker left open with no outage recorded (a failure racing with the
  * success that ended the outage) is closed by the next successful probe
  * (found by review: it stayed open until Redis failed again). */
@@ -475,6 +497,7 @@ int main(void)
     RUN(test_health, p);
     RUN(test_breaker_sees_intermittent_failures, p);
     RUN(test_failures_in_flight_together_are_one_incident, p);
+    RUN(test_long_timeouts_still_open_the_breaker, p);
     RUN(test_probe_closes_a_breaker_without_outage, p);
     return unit_end();
 }
