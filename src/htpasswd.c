@@ -13,6 +13,8 @@
 #include <apr_lib.h>
 #include <apr_strings.h>
 
+#define MAX_BAD_REPORTS 10u /* malformed lines logged one by one */
+
 struct authn_hmac_htpasswd {
     apr_hash_t *users; /* user -> entry_t */
     unsigned bad;
@@ -194,11 +196,21 @@ apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
         if (nul)
             why = "contains a NUL byte; the rest of the line is ignored";
         if (why) {
-            idx->bad++;
-            if (bad)
+            /* NB: at most MAX_BAD_REPORTS lines a reading, then one line
+             * for the rest: a file named in .htaccess is its author's to
+             * fill, and a file of bad lines must not flood the log. */
+            if (bad && idx->bad < MAX_BAD_REPORTS)
                 bad(baton, first, why);
+            idx->bad++;
         }
     }
+    if (bad && idx->bad > MAX_BAD_REPORTS)
+        bad(baton, lineno,
+            apr_psprintf(p,
+                         "is the last of %u malformed lines; the %u after "
+                         "the first %u are not reported one by one",
+                         idx->bad, idx->bad - MAX_BAD_REPORTS,
+                         MAX_BAD_REPORTS));
     choose_typical(idx, p);
     *out = idx;
     return APR_SUCCESS;

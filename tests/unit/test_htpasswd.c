@@ -22,7 +22,8 @@ static void note_bad(void *baton, unsigned lineno, const char *why)
     bad_t *b = baton;
 
     if (b->n < 16)
-        b->lines[b->n++] = lineno;
+        b->lines[b->n] = lineno;
+    b->n++;
     CHECK(why && *why);
 }
 
@@ -84,6 +85,25 @@ static void test_odd_lines(apr_pool_t *p)
     CHECK(bad.lines[0] == 4 && bad.lines[1] == 5 && bad.lines[2] == 6 &&
           bad.lines[3] == 8);
     CHECK(authn_hmac_htpasswd_bad_lines(idx) == 4);
+}
+
+/* A file of malformed lines (a file named in .htaccess is its author's to
+ * fill) is reported line by line 10 times, then once for the rest. */
+static void test_bad_lines_are_reported_at_most_ten_times(apr_pool_t *p)
+{
+    char f[101];
+    bad_t bad;
+    authn_hmac_htpasswd_t *idx;
+    int i;
+
+    for (i = 0; i < 50; i++) {
+        f[2 * i] = 'x';
+        f[2 * i + 1] = '\n';
+    }
+    idx = parse(p, f, 100, &bad);
+    CHECK(authn_hmac_htpasswd_bad_lines(idx) == 50);
+    CHECK(bad.n == 11);
+    CHECK(bad.lines[0] == 1 && bad.lines[9] == 10 && bad.lines[10] == 50);
 }
 
 static void test_crlf_and_no_final_newline(apr_pool_t *p)
@@ -381,6 +401,7 @@ int main(void)
 
     RUN(test_odd_lines, p);
     RUN(test_crlf_and_no_final_newline, p);
+    RUN(test_bad_lines_are_reported_at_most_ten_times, p);
     RUN(test_empty_file, p);
     RUN(test_ten_thousand_users, p);
     RUN(test_userfile_follows_file, p);
