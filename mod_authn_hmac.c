@@ -622,11 +622,14 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
     apr_hash_index_t *hi;
     apr_status_t rv;
 
-    if (apr_thread_mutex_create(&g.htaccess_lock, APR_THREAD_MUTEX_DEFAULT,
-                                pchild) == APR_SUCCESS) {
-        g.htaccess_files = apr_hash_make(pchild);
-        g.pchild = pchild;
-    }
+    /* NB: the registry's own pool: a pool is not safe to allocate from
+     * in two threads, and others may use pchild. */
+    if (apr_pool_create(&g.pchild, pchild) != APR_SUCCESS ||
+        apr_thread_mutex_create(&g.htaccess_lock, APR_THREAD_MUTEX_DEFAULT,
+                                g.pchild) != APR_SUCCESS)
+        g.pchild = NULL;
+    else
+        g.htaccess_files = apr_hash_make(g.pchild);
     if (!g.mutex)
         return;
     /* NB: a child does not inherit its parent's memory locks; the pages
@@ -700,7 +703,7 @@ static void engine_log(void *baton, int level, const char *msg)
 static void log_busy(request_rec *r)
 {
     static apr_time_t last;
-    apr_time_t now = apr_time_now();
+    apr_time_t now = authn_hmac_monotonic();
     apr_time_t seen = __atomic_load_n(&last, __ATOMIC_RELAXED);
 
     if ((seen == 0 || now - seen >= apr_time_from_sec(60)) &&
@@ -820,7 +823,7 @@ static const char *status_text(authn_hmac_format_t f, apr_pool_t *p)
 
 static int status_handler(request_rec *r)
 {
-    static const char *const type[] = {
+    static const char *const type[AUTHN_HMAC_FMT_HTML + 1] = {
         [AUTHN_HMAC_FMT_TEXT] = "text/plain; charset=utf-8",
         [AUTHN_HMAC_FMT_JSON] = "application/json",
         [AUTHN_HMAC_FMT_PROMETHEUS] = "text/plain; version=0.0.4; "
@@ -836,7 +839,7 @@ static int status_handler(request_rec *r)
     if (!g.table)
         return HTTP_SERVICE_UNAVAILABLE;
     f = authn_hmac_status_query(r->args);
-    ap_set_content_type(r, type[f]);
+    ap_set_content_type(r, type[f] ? type[f] : type[AUTHN_HMAC_FMT_TEXT]);
     apr_table_setn(r->headers_out, "Cache-Control", "no-store");
     if (r->header_only)
         return OK;
