@@ -75,3 +75,18 @@ def test_missing_directory_and_help(srv):
     assert p.returncode == 0 and p.stdout.startswith("Usage: authn-hmac-pepper")
     p = tool("--frobnicate")
     assert p.returncode != 0 and "unknown option" in p.stderr
+
+
+def test_directory_others_may_write_is_refused(srv):
+    """Others who may write the directory could swap names under the tool
+    (found by review): refused, unless the directory is sticky, as /tmp."""
+    d = srv.path("open")
+    os.mkdir(d)
+    os.chmod(d, 0o777)
+    p = tool(os.path.join(d, "p"))
+    assert p.returncode != 0 and "writable by group or others" in p.stderr, p.stderr
+    assert os.listdir(d) == []
+    os.chmod(d, 0o1777)
+    p = tool(os.path.join(d, "p"))
+    assert p.returncode == 0, p.stderr
+    assert stat.S_IMODE(os.stat(os.path.join(d, "p")).st_mode) == 0o600
