@@ -77,6 +77,7 @@ def test_htaccess_auth_caches_and_revokes(srv):
     assert srv.status_code(url, "wendy", "wendy's new pass") == 200
 
 
+@pytest.mark.slow
 def test_htaccess_under_concurrent_requests(srv):
     htpasswd(srv.path("users"), "walt", "walt's wiki pass")
     assert srv.status_code("/wiki/main/index.html", "walt", "walt's wiki pass") == 200
@@ -95,6 +96,7 @@ def test_server_directives_are_refused_in_htaccess(srv, i):
     assert re.search(r"bad%d/\.htaccess: %s not allowed here" % (i, name), srv.error_log())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("prefork" not in MPMS, reason="needs prefork")
 def test_files_named_in_htaccess_are_bounded_per_process():
     """One process keeps the index of at most 256 files named only in

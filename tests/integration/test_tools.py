@@ -55,6 +55,7 @@ def test_stat_prints_the_counters(srv):
     assert re.search(r"^hits +\d+ +credentials found in shared memory$", p.stdout, re.M)
 
 
+@pytest.mark.slow
 def test_stat_watch_gives_rates(srv):
     assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
     p = subprocess.Popen([sys.executable, STAT, "--watch", "--interval", "2", "--count", "2",
