@@ -129,12 +129,17 @@ def make_server(mpm, **kw):
     return srv
 
 
-@pytest.fixture(scope="module", params=MPMS)
-def server(request):
-    srv = make_server(request.param)
+def serve(srv):
+    """A fixture's body: srv started for the tests, then stopped, and no
+    error log line that no test expected."""
     srv.start()
     yield srv
     srv.stop()
     problems = srv.log_problems()
     srv.cleanup()
     assert not problems, "unexpected error log lines:\n" + "\n".join(problems)
+
+
+@pytest.fixture(scope="module", params=MPMS)
+def server(request):
+    yield from serve(make_server(request.param))

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import MPMS
+from conftest import MPMS, serve
 from harness import Httpd, htpasswd
 
 SITE = """
@@ -52,12 +52,7 @@ def srv(request):
     site(s, "main", HTACCESS.format(users=s.path("users")))
     for i, line in enumerate(NOT_IN_HTACCESS):
         site(s, "bad%d" % i, line + "\n")
-    s.start()
-    yield s
-    s.stop()
-    problems = s.log_problems()
-    s.cleanup()
-    assert not problems, "\n".join(problems)
+    yield from serve(s)
 
 
 def test_htaccess_auth_caches_and_revokes(srv):

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import MPMS, make_server
+from conftest import MPMS, make_server, serve
 from harness import S
 
 STATUS = """
@@ -21,12 +21,7 @@ ExtendedStatus On
 @pytest.fixture(scope="module", params=MPMS)
 def srv(request):
     s = make_server(request.param, global_conf=STATUS.format(moddir=S["moddir"]))
-    s.start()
-    yield s
-    s.stop()
-    problems = s.log_problems()
-    s.cleanup()
-    assert not problems, "\n".join(problems)
+    yield from serve(s)
 
 
 def get(srv, path):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import make_server
+from conftest import make_server, serve
 
 TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "tools")
@@ -21,12 +21,7 @@ def run(*args, timeout=60):
 @pytest.fixture(scope="module")
 def srv():
     s = make_server("event")
-    s.start()
-    yield s
-    s.stop()
-    problems = s.log_problems()
-    s.cleanup()
-    assert not problems, "\n".join(problems)
+    yield from serve(s)
 
 
 def parse(out):
