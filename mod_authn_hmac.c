@@ -164,9 +164,11 @@ static authn_hmac_userfile_t *htaccess_userfile(const char *path,
         uf = authn_hmac_userfile_make(path, home);
         if (authn_hmac_userfile_child_init(uf, home) != APR_SUCCESS)
             uf = NULL;
-        else if (home == g.pchild)
+        else if (home == g.pchild) {
             apr_hash_set(g.htaccess_files, apr_pstrdup(g.pchild, path),
                          APR_HASH_KEY_STRING, uf);
+            (void)authn_hmac_userfile_watch(uf);
+        }
     }
     apr_thread_mutex_unlock(g.htaccess_lock);
     return uf;
@@ -670,6 +672,8 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
         if (rv != APR_SUCCESS)
             ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
                          "AHMAC0018: cannot set up the htpasswd index");
+        else
+            (void)authn_hmac_userfile_watch(apr_hash_this_val(hi));
     }
 }
 

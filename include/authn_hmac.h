@@ -222,6 +222,14 @@ authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path,
 apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
                                             apr_pool_t *pchild);
 
+/* After child_init, for a view that lives as long as the process: lookups
+ * then skip the stat() while inotify reports nothing about the file, its
+ * directory or any directory above it. Only where that sees every change:
+ * a path without symbolic links, on a local file system (ext2/3/4, xfs,
+ * btrfs, tmpfs); otherwise, or when any watch cannot be made or is lost,
+ * every lookup stat()s the file. Returns whether the file is watched. */
+int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf);
+
 /* Looks user up, first rebuilding the index if the file's dev, inode, size,
  * mtime or ctime changed. Returns APR_SUCCESS and a copy of the hash in p;
  * APR_NOTFOUND for an unknown user, with a copy of the file's typical hash

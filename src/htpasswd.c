@@ -2,8 +2,15 @@
  * view that rebuilds it when the file changes. */
 #include "authn_hmac.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <sys/inotify.h>
+#include <sys/ioctl.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +18,7 @@
 #include <apr_file_io.h>
 #include <apr_hash.h>
 #include <apr_lib.h>
+#include <apr_portable.h>
 #include <apr_strings.h>
 
 #define MAX_BAD_REPORTS 10u /* malformed lines logged one by one */
@@ -254,6 +262,7 @@ typedef struct {
     authn_hmac_htpasswd_t *idx;
     apr_finfo_t st; /* the file as it was when idx was read */
     int racy;
+    uint64_t checked; /* the watcher's events when a stat() found it fresh */
 } generation_t;
 
 /* Lookups take no lock: they count themselves in readers[epoch & 1] and
@@ -269,7 +278,243 @@ struct authn_hmac_userfile {
     uint64_t epoch;
     uint64_t readers[2];
     unsigned reads; /* times the file was read; under lock */
+    uint64_t watch; /* the watcher instance that watches it, or 0 */
 };
+
+/* ------------------------------------------------------------ watching */
+
+/* NB: stat() is half the cost of a hit. A lookup of a watched file asks
+ * the process's one inotify instance whether anything happened (FIONREAD)
+ * instead: the kernel queues an event within the very system call that
+ * changes a watched file or directory, so a change that is done is in the
+ * queue. Any event sends every watched file back to stat() once. Watched:
+ * the file's inode (a change through any name, a bind mount's included),
+ * its directory's entries (replaced, removed, created), and each
+ * directory above moving or going away. A full queue or a lost watch of a
+ * directory sends every lookup of this process to stat() for good. */
+#define WATCH_DIRS  64 /* per process */
+#define WATCH_FILES 64
+#define FILE_MASK                                                              \
+    (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF |  \
+     IN_MASK_ADD)
+#define DIR_MASK                                                               \
+    (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE |          \
+     IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF |             \
+     IN_ONLYDIR | IN_MASK_ADD)
+#define UP_MASK (IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
+
+static struct {
+    pthread_mutex_t lock; /* watches and drains */
+    int fd;
+    uint64_t id;     /* this instance, or 0: none in this process */
+    uint64_t ids;    /* instances made, in this process and its parents */
+    int broken;      /* every lookup stat()s */
+    uint64_t events; /* moved on before and after each drain; never 0 */
+    int dirs[WATCH_DIRS], files[WATCH_FILES];
+    int ndirs, nfiles, atfork;
+} w = {PTHREAD_MUTEX_INITIALIZER, -1, 0, 0, 0, 1, {0}, {0}, 0, 0, 0};
+
+/* NB: a forked child must not read its parent's queue (each would take
+ * events from the other): the views it inherits stat() from then on, and
+ * it makes an instance of its own for what it watches. */
+static void watch_forked(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+    if (w.fd >= 0)
+        close(w.fd);
+    w.lock = fresh;
+    w.fd = -1;
+    w.id = 0;
+    w.broken = 0;
+    w.ndirs = w.nfiles = 0;
+}
+
+/* Where wd is in list, or -1. */
+static int find(const int *list, int n, int wd)
+{
+    int i;
+
+    for (i = 0; i < n; i++)
+        if (list[i] == wd)
+            return i;
+    return -1;
+}
+
+/* Watches a file (under w.lock); 0 if it cannot. A replaced file's watch
+ * goes when its inode does. */
+static int watch_file(const char *path)
+{
+    int wd = inotify_add_watch(w.fd, path, FILE_MASK);
+
+    if (wd < 0)
+        return 0;
+    if (find(w.files, w.nfiles, wd) >= 0)
+        return 1;
+    if (w.nfiles == WATCH_FILES) {
+        (void)inotify_rm_watch(w.fd, wd);
+        return 0;
+    }
+    w.files[w.nfiles++] = wd;
+    return 1;
+}
+
+/* Watches a directory (under w.lock); 0 if it cannot. */
+static int watch_dir(const char *dir, uint32_t mask)
+{
+    int wd = inotify_add_watch(w.fd, dir, mask);
+
+    if (wd < 0)
+        return 0;
+    if (find(w.dirs, w.ndirs, wd) >= 0)
+        return 1;
+    if (w.ndirs == WATCH_DIRS)
+        return 0;
+    w.dirs[w.ndirs++] = wd;
+    return 1;
+}
+
+/* Takes in what the queue holds. The count moves on before the queue is
+ * read, so that a lookup that finds the queue empty finds the count moved
+ * on too, and after, so that a stat() made while the queue was read does
+ * not count for a change the read took. */
+static void drain(void)
+{
+    union {
+        struct inotify_event ev;
+        char buf[4096];
+    } u;
+    ssize_t n;
+
+    pthread_mutex_lock(&w.lock);
+    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
+    while ((n = read(w.fd, u.buf, sizeof(u.buf))) > 0 ||
+           (n < 0 && errno == EINTR)) {
+        const char *q = u.buf;
+
+        while (n > 0 && q < u.buf + n) {
+            const struct inotify_event *ev = (const void *)q;
+            int i = find(w.files, w.nfiles, ev->wd);
+
+            if ((ev->mask & IN_Q_OVERFLOW) ||
+                ((ev->mask &
+                  (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)) &&
+                 find(w.dirs, w.ndirs, ev->wd) >= 0))
+                __atomic_store_n(&w.broken, 1, __ATOMIC_SEQ_CST);
+            else if ((ev->mask & IN_IGNORED) && i >= 0)
+                w.files[i] = w.files[--w.nfiles];
+            q += sizeof(*ev) + ev->len;
+        }
+    }
+    if (n < 0 && errno != EAGAIN)
+        __atomic_store_n(&w.broken, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&w.lock);
+}
+
+/* Whether uf is watched by this process's instance. */
+static int watched(const authn_hmac_userfile_t *uf)
+{
+    uint64_t id = __atomic_load_n(&uf->watch, __ATOMIC_ACQUIRE);
+
+    return id != 0 && id == __atomic_load_n(&w.id, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&w.broken, __ATOMIC_SEQ_CST);
+}
+
+/* The count of events after taking in the queue's, to check generations
+ * against; 0 when lookups must stat(). */
+static uint64_t watch_events(void)
+{
+    int n = 0;
+
+    if (ioctl(w.fd, FIONREAD, &n) != 0)
+        return 0;
+    if (n > 0)
+        drain();
+    if (__atomic_load_n(&w.broken, __ATOMIC_SEQ_CST))
+        return 0;
+    return __atomic_load_n(&w.events, __ATOMIC_SEQ_CST);
+}
+
+/* Whether inotify sees every change made on the file system of dir. */
+static int local_fs(const char *dir)
+{
+    struct statfs fs;
+
+    if (statfs(dir, &fs) != 0)
+        return 0;
+    switch ((unsigned long)fs.f_type) {
+    case 0xEF53UL:     /* ext2, ext3, ext4 */
+    case 0x58465342UL: /* xfs */
+    case 0x9123683EUL: /* btrfs */
+    case 0x01021994UL: /* tmpfs */
+        return 1;
+    default:
+        return 0; /* NFS, CIFS, FUSE, overlay...: changes from elsewhere */
+    }
+}
+
+int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
+{
+    char *real = realpath(uf->path, NULL), *slash;
+    int ok = 0;
+
+    /* NB: a symbolic link anywhere on the path could be changed without an
+     * event on what is watched (a Kubernetes ConfigMap is one). */
+    if (!real || strcmp(real, uf->path) != 0 || !(slash = strrchr(real, '/')) ||
+        slash == real)
+        goto out;
+    *slash = '\0';
+    if (!local_fs(real))
+        goto out;
+    pthread_mutex_lock(&w.lock);
+    if (!w.atfork && pthread_atfork(NULL, NULL, watch_forked) == 0)
+        w.atfork = 1;
+    if (w.id == 0 && w.atfork &&
+        (w.fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) >= 0) {
+        w.id = ++w.ids;
+        /* NB: past any count a view inherited from a parent holds. */
+        __atomic_add_fetch(&w.events, 2, __ATOMIC_SEQ_CST);
+    }
+    if (w.id != 0 && !w.broken) {
+        *slash = '/';
+        ok = watch_file(real);
+        *slash = '\0';
+        ok = ok && watch_dir(real, DIR_MASK);
+        while (ok && (slash = strrchr(real, '/')) != NULL && slash != real) {
+            *slash = '\0';
+            ok = watch_dir(real, UP_MASK);
+        }
+        if (ok)
+            __atomic_store_n(&uf->watch, w.id, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&w.lock);
+out:
+    free(real);
+    return ok;
+}
+
+/* Watches the file that a rebuild opened, before it is read: the very
+ * inode open, through /proc, never one put at the path since (a watch by
+ * path could miss later writes through another name of the inode read).
+ * A view that cannot is left to stat(). */
+static void rewatch(authn_hmac_userfile_t *uf, apr_file_t *f)
+{
+    apr_os_file_t fd = -1;
+    char proc[64];
+    int ok = 0;
+
+    if (!watched(uf))
+        return;
+    if (apr_os_file_get(&fd, f) == APR_SUCCESS && fd >= 0) {
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+        pthread_mutex_lock(&w.lock);
+        ok = watch_file(proc);
+        pthread_mutex_unlock(&w.lock);
+    }
+    if (!ok)
+        __atomic_store_n(&uf->watch, 0, __ATOMIC_RELEASE);
+}
 
 authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path, apr_pool_t *p)
 {
@@ -322,7 +567,8 @@ static void publish(authn_hmac_userfile_t *uf, generation_t *g)
 /* Reads and indexes the file, and publishes it; called with uf->lock held.
  * On failure no generation is left: nothing stale can be used. */
 static apr_status_t rebuild(authn_hmac_userfile_t *uf,
-                            authn_hmac_badline_fn bad, void *baton)
+                            authn_hmac_badline_fn bad, void *baton,
+                            uint64_t events)
 {
     apr_pool_t *np = NULL;
     apr_file_t *f = NULL;
@@ -351,6 +597,8 @@ static apr_status_t rebuild(authn_hmac_userfile_t *uf,
     }
     if (rv == APR_SUCCESS && st.filetype != APR_REG)
         rv = APR_EBADF;
+    if (rv == APR_SUCCESS)
+        rewatch(uf, f);
     if (rv == APR_SUCCESS && (apr_uint64_t)st.size > ((apr_uint64_t)1 << 30))
         rv = APR_ENOSPC; /* 1 GiB of users is not an htpasswd file */
     if (rv != APR_SUCCESS)
@@ -369,6 +617,7 @@ static apr_status_t rebuild(authn_hmac_userfile_t *uf,
     uf->reads++;
     g->st = st;
     g->racy = apr_time_now() - changed(&st) < RACY_WINDOW;
+    g->checked = events; /* counted before the file was watched and read */
 done:
     if (f)
         apr_file_close(f);
@@ -413,12 +662,27 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
 {
     apr_finfo_t now;
     generation_t *g;
-    uint64_t e;
+    uint64_t e, events = 0;
     apr_status_t rv;
     int done = 0;
 
     if (!uf->lock)
         return APR_EINIT; /* child_init did not run or failed */
+    /* The common case, without a lock: a watched file that nothing has
+     * happened to since a stat() found its generation fresh. */
+    if (watched(uf) && (events = watch_events()) != 0) {
+        e = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) & 1;
+        __atomic_add_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
+        g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
+        if (g && !g->racy &&
+            __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events) {
+            rv = answer(g, user, hash, hash_len, p);
+            done = 1;
+        }
+        __atomic_sub_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
+        if (done)
+            return rv;
+    }
     /* NB: the file is stat()ed before the index is read: a change that
      * this request saw is never answered from the index of before. */
     rv = apr_stat(&now, uf->path, USERFILE_WANTED, p);
@@ -428,12 +692,15 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
         return rv;
     if (now.filetype != APR_REG)
         return APR_EBADF; /* a FIFO, device or directory is never opened */
-    /* The common case, without a lock. */
     e = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) & 1;
     __atomic_add_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
     g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
     if (fresh(g, &now)) {
         rv = answer(g, user, hash, hash_len, p);
+        /* NB: the count was read before the stat(): what happened after
+         * it is in the queue, and moves the count on. */
+        if (events)
+            __atomic_store_n(&g->checked, events, __ATOMIC_SEQ_CST);
         done = 1;
     }
     __atomic_sub_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
@@ -442,7 +709,7 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
     /* The file changed (or was never read): one rebuild, under the lock. */
     apr_thread_mutex_lock(uf->lock);
     if (!fresh(uf->current, &now))
-        rv = rebuild(uf, bad, baton);
+        rv = rebuild(uf, bad, baton, events);
     if (rv == APR_SUCCESS && uf->current)
         rv = answer(uf->current, user, hash, hash_len, p);
     else if (rv == APR_SUCCESS)

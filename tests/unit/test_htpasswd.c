@@ -2,11 +2,14 @@
 #include "authn_hmac.h"
 #include "unit.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -241,6 +244,162 @@ static void test_recent_ctime_is_read_again(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* Whether the view answers `want` for alice (NULL: not found). */
+static int alice_is(authn_hmac_userfile_t *uf, const char *want, apr_pool_t *p)
+{
+    const char *hash = NULL;
+    size_t len = 0;
+    apr_status_t rv;
+    bad_t bad;
+
+    memset(&bad, 0, sizeof(bad));
+    rv =
+        authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad, p);
+    return want ? rv == APR_SUCCESS && strcmp(hash, want) == 0
+                : rv == APR_NOTFOUND;
+}
+
+/* A watched view, read once the file is past the racy second: later
+ * lookups skip the stat() until inotify reports something. */
+static authn_hmac_userfile_t *settled_view(const char *path, const char *want,
+                                           apr_pool_t *p)
+{
+    authn_hmac_userfile_t *uf = authn_hmac_userfile_make(path, p);
+
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    CHECK(authn_hmac_userfile_watch(uf) == 1);
+    usleep(1100 * 1000);
+    CHECK(alice_is(uf, want, p));
+    CHECK(alice_is(uf, want, p));
+    CHECK(authn_hmac_userfile_reads(uf) == 1);
+    return uf;
+}
+
+/* Each way a watched file can change is seen on the very next lookup,
+ * though lookups skip the stat(): a write through another name (a hard
+ * link, as a bind mount's host path is), a file renamed over it (and then
+ * written through another name), its directory or one above replaced. Each case
+ * runs in a child of its own, as a lost directory watch sends the whole process
+ * back to stat(). */
+static void test_watched_file_follows_every_change(apr_pool_t *p)
+{
+    char top[] = "/tmp/authn_hmac_unit.XXXXXX";
+    const char *cases[] = {"link", "rename", "dir", "up"};
+    int i;
+
+    CHECK(mkdtemp(top) != NULL);
+    for (i = 0; i < 4; i++) {
+        const char *d = apr_psprintf(p, "%s/%d", top, i);
+        const char *conf = apr_pstrcat(p, d, "/a/conf", NULL);
+        const char *path = apr_pstrcat(p, conf, "/users", NULL);
+        const char *link_ = apr_pstrcat(p, d, "/link", NULL);
+        int status = -1;
+        pid_t pid;
+
+        CHECK(mkdir(d, 0700) == 0 &&
+              mkdir(apr_pstrcat(p, d, "/a", NULL), 0700) == 0 &&
+              mkdir(conf, 0700) == 0);
+        write_text(path, "alice:AAAA\n");
+        CHECK(link(path, link_) == 0);
+        fflush(stdout);
+        if ((pid = fork()) == 0) {
+            authn_hmac_userfile_t *uf;
+
+            unit_failures = 0;
+            uf = settled_view(path, "AAAA", p);
+
+            if (strcmp(cases[i], "link") == 0) {
+                write_text(link_, "alice:BBBB\n");
+            }
+            else if (strcmp(cases[i], "rename") == 0) {
+                /* NB: and a name elsewhere for the new file, written
+                 * below: the rebuild must watch the inode it read. */
+                write_text(apr_pstrcat(p, conf, "/new", NULL), "alice:BBBB\n");
+                CHECK(link(apr_pstrcat(p, conf, "/new", NULL),
+                           apr_pstrcat(p, d, "/link2", NULL)) == 0);
+                CHECK(rename(apr_pstrcat(p, conf, "/new", NULL), path) == 0);
+            }
+            else {
+                const char *moved = strcmp(cases[i], "dir") == 0
+                                        ? conf
+                                        : apr_pstrcat(p, d, "/a", NULL);
+
+                CHECK(rename(moved, apr_pstrcat(p, moved, ".old", NULL)) == 0);
+                CHECK(mkdir(apr_pstrcat(p, d, "/a", NULL), 0700) == 0 ||
+                      errno == EEXIST);
+                CHECK(mkdir(conf, 0700) == 0);
+                write_text(path, "alice:BBBB\n");
+            }
+            CHECK(alice_is(uf, "BBBB", p));
+            /* And again once settled, then in place through its path. */
+            usleep(1100 * 1000);
+            CHECK(alice_is(uf, "BBBB", p));
+            CHECK(alice_is(uf, "BBBB", p));
+            write_text(strcmp(cases[i], "rename") == 0
+                           ? apr_pstrcat(p, d, "/link2", NULL)
+                           : path,
+                       "alice:CCCC\n");
+            CHECK(alice_is(uf, "CCCC", p));
+            _exit(unit_failures ? 1 : 0);
+        }
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+        if (status != 0)
+            printf("  case %s failed\n", cases[i]);
+    }
+    CHECK(system(apr_pstrcat(p, "rm -rf ", top, NULL)) == 0);
+}
+
+/* A view watched in a parent is not watched in its forked child, which
+ * stat()s; the parent still sees the child's change. */
+static void test_forked_child_stats(apr_pool_t *p)
+{
+    char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
+    authn_hmac_userfile_t *uf;
+    const char *path;
+    int status = -1;
+    pid_t pid;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:AAAA\n");
+    uf = settled_view(path, "AAAA", p);
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        /* NB: the parent's queue is not this process's to read. */
+        unit_failures = 0;
+        usleep(1100 * 1000);
+        write_text(path, "alice:BBBB\n");
+        CHECK(alice_is(uf, "BBBB", p));
+        _exit(unit_failures ? 1 : 0);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    CHECK(alice_is(uf, "BBBB", p));
+    unlink(path);
+    rmdir(dir);
+}
+
+/* A path through a symbolic link is never watched: the link could change
+ * without an event on what is watched. */
+static void test_symlinked_path_is_not_watched(apr_pool_t *p)
+{
+    char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
+    authn_hmac_userfile_t *uf;
+    const char *path, *alias;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    alias = apr_pstrcat(p, dir, "/alias", NULL);
+    write_text(path, "alice:AAAA\n");
+    CHECK(symlink(path, alias) == 0);
+    uf = authn_hmac_userfile_make(alias, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    CHECK(authn_hmac_userfile_watch(uf) == 0);
+    CHECK(alice_is(uf, "AAAA", p));
+    unlink(alias);
+    unlink(path);
+    rmdir(dir);
+}
+
 /* A FIFO, a directory or a device at the path is refused from its stat,
  * without an open() that could block the worker. */
 static void test_not_a_regular_file(apr_pool_t *p)
@@ -410,5 +569,8 @@ int main(void)
     RUN(test_typical_hash, p);
     RUN(test_not_a_regular_file, p);
     RUN(test_lookups_without_lock_while_replaced, p);
+    RUN(test_watched_file_follows_every_change, p);
+    RUN(test_forked_child_stats, p);
+    RUN(test_symlinked_path_is_not_watched, p);
     return unit_end();
 }
