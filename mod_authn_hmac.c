@@ -59,6 +59,11 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define DEFAULT_MAX_AGE      28800   /* 8 hours */
 #define MAX_MAX_AGE          2592000 /* 30 days */
 #define MAX_HTACCESS_FILES   256     /* per process */
+/* NB: an index takes up to ~15 times its file's size (short lines); a
+ * file named only in .htaccess is a tenant's choice, so these bound what
+ * a child holds for them (and what one request reads beyond the budget). */
+#define HTACCESS_MAX_BYTES ((apr_off_t)1 << 20)
+#define HTACCESS_BUDGET    ((uint64_t)16 << 20) /* per process */
 
 #define DEFAULT_REDIS_TIMEOUT_MS 50
 #define MAX_REDIS_TIMEOUT_MS     10000
@@ -95,6 +100,7 @@ static struct {
     apr_pool_t *pchild;
     apr_thread_mutex_t *htaccess_lock;
     apr_hash_t *htaccess_files; /* path -> authn_hmac_userfile_t */
+    authn_hmac_budget_t htaccess_budget;
     authn_hmac_mac_t *mac;
     apr_global_mutex_t *mutex;
     authn_hmac_table_t *table;
@@ -162,6 +168,8 @@ static authn_hmac_userfile_t *htaccess_userfile(const char *path,
         if (apr_hash_count(g.htaccess_files) >= MAX_HTACCESS_FILES)
             home = pool;
         uf = authn_hmac_userfile_make(path, home);
+        authn_hmac_userfile_limit(uf, HTACCESS_MAX_BYTES,
+                                  home == g.pchild ? &g.htaccess_budget : NULL);
         if (authn_hmac_userfile_child_init(uf, home) != APR_SUCCESS)
             uf = NULL;
         else if (home == g.pchild) {
@@ -630,8 +638,11 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
         apr_thread_mutex_create(&g.htaccess_lock, APR_THREAD_MUTEX_DEFAULT,
                                 g.pchild) != APR_SUCCESS)
         g.pchild = NULL;
-    else
+    else {
         g.htaccess_files = apr_hash_make(g.pchild);
+        g.htaccess_budget.used = 0;
+        g.htaccess_budget.max = HTACCESS_BUDGET;
+    }
     if (!g.mutex)
         return;
     /* NB: a child does not inherit its parent's memory locks; the pages
@@ -761,6 +772,16 @@ static authn_status check_password(request_rec *r, const char *user,
     }
     rv = authn_hmac_userfile_lookup(c->uf, user, &hash, &hash_len, log_bad_line,
                                     r, r->pool);
+    if (rv == APR_ENOSPC) {
+        authn_hmac_table_count(g.table, AUTHN_HMAC_C_ERRORS, 1);
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
+                      "AHMAC0009: password file too large: %s (at most "
+                      "1 GiB; 1 MiB for a file named only in .htaccess, "
+                      "and 16 MiB for all of those in one process: name a "
+                      "larger one in the server configuration)",
+                      c->scope);
+        return done(r, "error", AUTH_GENERAL_ERROR);
+    }
     if (rv != APR_SUCCESS && rv != APR_NOTFOUND) {
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_ERRORS, 1);
         ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r,

@@ -218,6 +218,17 @@ typedef struct authn_hmac_userfile authn_hmac_userfile_t;
 authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path,
                                                 apr_pool_t *p);
 
+/* Bytes that several views may hold between them (their files' sizes). */
+typedef struct {
+    uint64_t used, max;
+} authn_hmac_budget_t;
+
+/* Before child_init: read a file of at most max_bytes (1 GiB by default),
+ * and, with budget, only while all the views sharing it hold at most
+ * budget->max bytes. A file over either is refused with APR_ENOSPC. */
+void authn_hmac_userfile_limit(authn_hmac_userfile_t *uf, apr_off_t max_bytes,
+                               authn_hmac_budget_t *budget);
+
 /* Once per child process, before any lookup. */
 apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
                                             apr_pool_t *pchild);

@@ -279,6 +279,8 @@ struct authn_hmac_userfile {
     uint64_t readers[2];
     unsigned reads; /* times the file was read; under lock */
     uint64_t watch; /* the watcher instance that watches it, or 0 */
+    apr_off_t max_size;
+    authn_hmac_budget_t *budget; /* holds current's size, or NULL */
 };
 
 /* ------------------------------------------------------------ watching */
@@ -521,7 +523,38 @@ authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path, apr_pool_t *p)
     authn_hmac_userfile_t *uf = apr_pcalloc(p, sizeof(*uf));
 
     uf->path = apr_pstrdup(p, path);
+    uf->max_size = (apr_off_t)1 << 30; /* 1 GiB of users is not htpasswd */
     return uf;
+}
+
+void authn_hmac_userfile_limit(authn_hmac_userfile_t *uf, apr_off_t max_bytes,
+                               authn_hmac_budget_t *budget)
+{
+    uf->max_size = max_bytes;
+    uf->budget = budget;
+}
+
+/* Takes size bytes from the view's budget, if it has one; 0 if over. */
+static int reserve(authn_hmac_userfile_t *uf, apr_off_t size)
+{
+    uint64_t used;
+
+    if (!uf->budget)
+        return 1;
+    used = __atomic_load_n(&uf->budget->used, __ATOMIC_RELAXED);
+    do {
+        if (used + (uint64_t)size > uf->budget->max)
+            return 0;
+    } while (!__atomic_compare_exchange_n(&uf->budget->used, &used,
+                                          used + (uint64_t)size, 0,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return 1;
+}
+
+static void release(authn_hmac_userfile_t *uf, apr_off_t size)
+{
+    if (uf->budget)
+        __atomic_sub_fetch(&uf->budget->used, (uint64_t)size, __ATOMIC_RELAXED);
 }
 
 apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
@@ -577,7 +610,12 @@ static apr_status_t rebuild(authn_hmac_userfile_t *uf,
     apr_size_t got;
     char *buf;
     apr_status_t rv;
+    int reserved = 0;
 
+    /* NB: the generation it replaces is gone when this returns, read or
+     * not: its bytes go back to the budget now. */
+    if (uf->current)
+        release(uf, uf->current->st.size);
     rv = apr_pool_create(&np, uf->pool);
     if (rv != APR_SUCCESS) {
         publish(uf, NULL);
@@ -599,10 +637,15 @@ static apr_status_t rebuild(authn_hmac_userfile_t *uf,
         rv = APR_EBADF;
     if (rv == APR_SUCCESS)
         rewatch(uf, f);
-    if (rv == APR_SUCCESS && (apr_uint64_t)st.size > ((apr_uint64_t)1 << 30))
-        rv = APR_ENOSPC; /* 1 GiB of users is not an htpasswd file */
+    if (rv == APR_SUCCESS && st.size > uf->max_size)
+        rv = APR_ENOSPC;
     if (rv != APR_SUCCESS)
         goto done;
+    if (!reserve(uf, st.size)) {
+        rv = APR_ENOSPC;
+        goto done;
+    }
+    reserved = 1;
     buf = apr_palloc(np, (apr_size_t)st.size + 1);
     got = (apr_size_t)st.size;
     rv = apr_file_read_full(f, buf, got, &got);
@@ -622,6 +665,8 @@ done:
     if (f)
         apr_file_close(f);
     if (rv != APR_SUCCESS) {
+        if (reserved)
+            release(uf, st.size);
         apr_pool_destroy(np);
         g = NULL;
     }

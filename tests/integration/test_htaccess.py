@@ -131,3 +131,79 @@ def test_files_named_in_htaccess_are_bounded_per_process():
         assert not problems, "\n".join(problems)
     finally:
         s.cleanup()
+
+
+def padded(path, size):
+    """Makes path (a real `htpasswd -B` file) `size` bytes long with more
+    users, each a copy of its first line under another name."""
+    with open(path) as f:
+        first = f.readline()
+    line = first.split(":", 1)[1]
+    with open(path, "a") as f:
+        n = os.path.getsize(path)
+        i = 0
+        while n < size:
+            extra = "filler%07d:%s" % (i, line)
+            if n + 2 * len(extra) > size:  # the last user takes what is left
+                extra = "f" * (size - n - len(line) - 1) + ":" + line
+            f.write(extra)
+            n += len(extra)
+            i += 1
+    assert os.path.getsize(path) == size
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("prefork" not in MPMS, reason="needs prefork")
+def test_files_named_in_htaccess_are_bounded_in_size():
+    """A file named only in .htaccess may hold 1 MiB, and those of one
+    process 16 MiB together (an index takes up to ~15 times its file): past
+    either, a 500 and AHMAC0009, never a grant. Named in the server
+    configuration too, a big file works from .htaccess."""
+    one = "StartServers 1\nMinSpareServers 1\nMaxSpareServers 1\nServerLimit 1\n" \
+          "MaxRequestWorkers 1"
+    s = Httpd(mpm="prefork", name="htsize", global_conf=one)
+    pw = "wendy's wiki pass"
+    mib = 1 << 20
+    htpasswd(s.path("big"), "wendy", pw, create=True)
+    padded(s.path("big"), mib + 1)
+    shutil.copy(s.path("big"), s.path("named"))
+    site(s, "big", HTACCESS.format(users=s.path("big")))
+    site(s, "named", HTACCESS.format(users=s.path("named")))
+    for i in range(17):  # 17 files just under 1 MiB: 16 fit the budget
+        htpasswd(s.path("u%d" % i), "wendy", pw, create=True)
+        padded(s.path("u%d" % i), mib - 4096)
+        site(s, "u%d" % i, HTACCESS.format(users=s.path("u%d" % i)))
+    # The server configuration names "named" (in a section never requested).
+    s.body = SITE.format(d=s.dir) + """
+<Location "/never/">
+    AuthType Basic
+    AuthName "never"
+    AuthBasicProvider hmac
+    AuthHMACUserFile "{named}"
+    Require valid-user
+</Location>
+""".format(named=s.path("named"))
+    s.write_config()
+    s.expect_log(r"\[mpm_prefork:error\].*AH00161")  # one worker, as meant
+    s.expect_log(r"AHMAC0009: password file too large")
+    s.start()
+    try:
+        assert s.status_code("/wiki/big/index.html", "wendy", pw) == 500
+        assert s.status_code("/wiki/big/index.html", "wendy", "wrong") == 500
+        assert s.status_code("/wiki/named/index.html", "wendy", pw) == 200
+        for i in range(16):
+            assert s.status_code("/wiki/u%d/index.html" % i, "wendy", pw) == 200, i
+        assert s.status_code("/wiki/u16/index.html", "wendy", pw) == 500
+        # Those kept still work, and still revoke.
+        assert s.status_code("/wiki/u0/index.html", "wendy", pw) == 200
+        htpasswd(s.path("u0"), "wendy", "wendy's new pass")
+        assert s.status_code("/wiki/u0/index.html", "wendy", pw) == 401
+        log = s.error_log()
+        assert len(re.findall(r"AHMAC0009: password file too large: %s " % re.escape(
+            s.path("big")), log)) == 2, log
+        assert len(re.findall(r"AHMAC0009: .*u16 ", log)) == 1, log
+        s.stop()
+        problems = s.log_problems()
+        assert not problems, "\n".join(problems)
+    finally:
+        s.cleanup()

@@ -400,6 +400,78 @@ static void test_symlinked_path_is_not_watched(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* Status of a lookup of alice. */
+static apr_status_t alice_rv(authn_hmac_userfile_t *uf, apr_pool_t *p)
+{
+    const char *hash = NULL;
+    size_t len = 0;
+    bad_t bad;
+
+    memset(&bad, 0, sizeof(bad));
+    return authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
+                                      p);
+}
+
+/* A text of exactly n bytes (n >= 12) that is alice's entry. */
+static void write_sized(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "w");
+
+    fputs("alice:", f);
+    for (n -= 7; n > 0; n--)
+        fputc('A', f);
+    fputc('\n', f);
+    fclose(f);
+}
+
+/* The limits on what views of files named in .htaccess may hold: one
+ * file's size, and a budget shared by several, which a file read again
+ * does not count twice. */
+static void test_size_limit_and_budget(apr_pool_t *p)
+{
+    char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
+    authn_hmac_budget_t budget = {0, 100};
+    authn_hmac_userfile_t *a, *b, *c;
+    const char *pa, *pb, *pc;
+
+    CHECK(mkdtemp(dir) != NULL);
+    pa = apr_pstrcat(p, dir, "/a", NULL);
+    pb = apr_pstrcat(p, dir, "/b", NULL);
+    pc = apr_pstrcat(p, dir, "/c", NULL);
+    a = authn_hmac_userfile_make(pa, p);
+    b = authn_hmac_userfile_make(pb, p);
+    c = authn_hmac_userfile_make(pc, p);
+    authn_hmac_userfile_limit(a, 1000, &budget);
+    authn_hmac_userfile_limit(b, 1000, &budget);
+    authn_hmac_userfile_limit(c, 20, NULL);
+    CHECK(authn_hmac_userfile_child_init(a, p) == APR_SUCCESS &&
+          authn_hmac_userfile_child_init(b, p) == APR_SUCCESS &&
+          authn_hmac_userfile_child_init(c, p) == APR_SUCCESS);
+    write_sized(pc, 21);
+    CHECK(alice_rv(c, p) == APR_ENOSPC);
+    write_sized(pc, 20);
+    CHECK(alice_rv(c, p) == APR_SUCCESS);
+    write_sized(pa, 60);
+    write_sized(pb, 60);
+    CHECK(alice_rv(a, p) == APR_SUCCESS && budget.used == 60);
+    CHECK(alice_rv(b, p) == APR_ENOSPC && budget.used == 60);
+    write_sized(pa, 70);
+    CHECK(alice_rv(a, p) == APR_SUCCESS && budget.used == 70);
+    CHECK(alice_rv(b, p) == APR_ENOSPC);
+    write_sized(pa, 30);
+    CHECK(alice_rv(a, p) == APR_SUCCESS && budget.used == 30);
+    CHECK(alice_rv(b, p) == APR_SUCCESS && budget.used == 90);
+    /* Gone: refused, its index kept (and counted) until it is back. */
+    unlink(pa);
+    CHECK(alice_rv(a, p) != APR_SUCCESS && budget.used == 90);
+    write_sized(pa, 10);
+    CHECK(alice_rv(a, p) == APR_SUCCESS && budget.used == 70);
+    unlink(pa);
+    unlink(pb);
+    unlink(pc);
+    rmdir(dir);
+}
+
 /* A FIFO, a directory or a device at the path is refused from its stat,
  * without an open() that could block the worker. */
 static void test_not_a_regular_file(apr_pool_t *p)
@@ -572,5 +644,6 @@ int main(void)
     RUN(test_watched_file_follows_every_change, p);
     RUN(test_forked_child_stats, p);
     RUN(test_symlinked_path_is_not_watched, p);
+    RUN(test_size_limit_and_budget, p);
     return unit_end();
 }
