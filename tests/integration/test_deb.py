@@ -35,6 +35,7 @@ FILES = [os.path.join(S["moddir"], "mod_authn_hmac.so"),
          "/usr/sbin/authn-hmac-pepper", "/usr/bin/authn-hmac-stat"]
 ENABLED = ["/etc/apache2/mods-enabled/authn_hmac.load",
            "/etc/apache2/mods-enabled/authn_hmac.conf"]
+STATE = "/var/lib/libapache2-mod-authn-hmac"  # the postinst's marker
 APT_ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
 APT = ["apt-get", "-y", "-q", "-o", "DPkg::Lock::Timeout=120"]
 
@@ -243,7 +244,7 @@ def test_package_builds_installs_serves_and_purges():
     status = dpkg_status()
     if status:
         pytest.skip("%s is on this system (%s): the test would purge it" % (PKG, status))
-    present = [p for p in FILES + ENABLED + [PEPPER] if os.path.lexists(p)]
+    present = [p for p in FILES + ENABLED + [PEPPER, STATE] if os.path.lexists(p)]
     if present:
         pytest.skip("the purge would remove files that are here already: %s" % present)
 
@@ -274,6 +275,12 @@ def test_package_builds_installs_serves_and_purges():
             assert rc == 0, "dpkg-reconfigure (the postinst again) failed:\n" + out
             with open(PEPPER, "rb") as f:
                 assert f.read() == pepper, "the pepper was replaced"
+            # A pepper the admin removed is not made again (as by an
+            # upgrade, which runs the postinst with the old version).
+            os.rename(PEPPER, os.path.join(work, "pepper.aside"))
+            rc, out = run(["dpkg-reconfigure", "-f", "noninteractive", PKG], env=APT_ENV)
+            assert rc == 0 and not os.path.lexists(PEPPER), out
+            os.rename(os.path.join(work, "pepper.aside"), PEPPER)
 
             rc, out = run(["a2enmod", "authn_hmac"])
             assert rc == 0, "a2enmod authn_hmac failed:\n" + out
@@ -322,13 +329,35 @@ def test_package_builds_installs_serves_and_purges():
             purge_rc, purge_out = purge()
             # None of these was here before the test: what a purge left goes
             # too, or the next run would skip.
-            left = [p for p in FILES + ENABLED + [PEPPER] if os.path.lexists(p)]
+            left = [p for p in FILES + ENABLED + [PEPPER, STATE] if os.path.lexists(p)]
             if not dpkg_status():
                 for p in left:
-                    os.unlink(p)
+                    shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
         assert purge_rc == 0, "apt-get purge %s failed:\n%s" % (PKG, purge_out)
         assert dpkg_status() == "", "dpkg still knows %s: %s" % (PKG, dpkg_status())
         assert not left, "left after the purge: %s" % left
+
+        # A pepper the admin made before installing (a farm's) is theirs:
+        # the package neither replaces nor purges it.
+        rc, out = run([os.path.join(SRC, "tools", "authn-hmac-pepper"), PEPPER])
+        assert rc == 0, out
+        try:
+            with open(PEPPER, "rb") as f:
+                admins = f.read()
+            rc, out = run(APT + ["install", deb], env=APT_ENV)
+            assert rc == 0, "apt-get install %s failed:\n%s" % (deb, out)
+            purge_rc, purge_out = purge()
+            assert purge_rc == 0, "apt-get purge %s failed:\n%s" % (PKG, purge_out)
+            with open(PEPPER, "rb") as f:
+                assert f.read() == admins, "the admin's pepper was replaced"
+            left = [p for p in FILES + ENABLED + [STATE] if os.path.lexists(p)]
+            assert not left, "left after the purge: %s" % left
+        finally:
+            if not dpkg_status():
+                if os.path.lexists(PEPPER):
+                    os.unlink(PEPPER)
+                if os.path.isdir(STATE):
+                    shutil.rmtree(STATE)
         print("deb test: built in %.0f s, %.0f s in all" % (built, time.monotonic() - t0))
     finally:
         shutil.rmtree(work, ignore_errors=True)
