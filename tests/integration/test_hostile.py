@@ -208,7 +208,8 @@ def test_burst_of_ten_thousand_users_through_a_small_cache(srv):
     for t in threads:
         t.join()
     wrong = [i for i in range(BURST) if results.get(i) != (401 if i % 10 == 0 else 200)]
-    assert not wrong, "unexpected status for users %s" % wrong[:10]
+    assert not wrong, "unexpected status for users %s" % [(i, results.get(i))
+                                                          for i in wrong[:10]]
     after = srv.status()
     assert after["slots"] < BURST
     assert after["evictions"] - before["evictions"] > 0
