@@ -851,8 +851,8 @@ static int status_handler(request_rec *r)
     static const char *const type[AUTHN_HMAC_FMT_HTML + 1] = {
         [AUTHN_HMAC_FMT_TEXT] = "text/plain; charset=utf-8",
         [AUTHN_HMAC_FMT_JSON] = "application/json",
-        [AUTHN_HMAC_FMT_PROMETHEUS] = "text/plain; version=0.0.4; "
-                                      "charset=utf-8",
+        [AUTHN_HMAC_FMT_PROMETHEUS] =
+            "text/plain; version=0.0.4; charset=utf-8",
     };
     authn_hmac_format_t f;
 
