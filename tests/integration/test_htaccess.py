@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import MPMS, serve
-from harness import Httpd, htpasswd
+from harness import Httpd, hmac_auth, htpasswd
 
 SITE = """
 Alias /wiki/ "{d}/wiki/"
@@ -17,13 +17,11 @@ Alias /wiki/ "{d}/wiki/"
 </Directory>
 """
 
-HTACCESS = """AuthType Basic
-AuthName "wiki"
-AuthBasicProvider hmac
-AuthHMACUserFile "{users}"
-AuthHMACCacheTTL 5m
-Require valid-user
-"""
+
+
+def htaccess(users):
+    return hmac_auth(users, "wiki", "AuthHMACCacheTTL 5m")
+
 
 # Each with a value it would accept in the server configuration.
 NOT_IN_HTACCESS = [
@@ -49,7 +47,7 @@ def srv(request):
     s.body = SITE.format(d=s.dir)
     s.write_config()
     htpasswd(s.path("users"), "wendy", "wendy's wiki pass", create=True)
-    site(s, "main", HTACCESS.format(users=s.path("users")))
+    site(s, "main", htaccess(s.path("users")))
     for i, line in enumerate(NOT_IN_HTACCESS):
         site(s, "bad%d" % i, line + "\n")
     yield from serve(s)
@@ -106,7 +104,7 @@ def test_files_named_in_htaccess_are_bounded_per_process():
     for i in range(258):
         if i:
             shutil.copy(s.path("users0"), s.path("users%d" % i))
-        site(s, "w%d" % i, HTACCESS.format(users=s.path("users%d" % i)))
+        site(s, "w%d" % i, htaccess(s.path("users%d" % i)))
     s.expect_log(r"\[mpm_prefork:error\].*AH00161")  # one worker, as meant
     s.start()
     try:
