@@ -2,7 +2,6 @@
 mod_authn_file on the same htpasswd file: never a grant it would refuse, no
 crash, and no password in the error log."""
 import base64
-import os
 import re
 import socket
 import threading

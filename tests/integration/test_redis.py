@@ -3,7 +3,6 @@ never turning into a 500 or a grant without a check."""
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import threading
 import time

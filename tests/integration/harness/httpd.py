@@ -95,6 +95,7 @@ class Httpd:
     def __init__(self, mpm=None, as_user=None, global_conf="", body="", name="httpd",
                  port=None, directory=None, modules=(), mpm_conf=None,
                  log_level="warn authn_hmac:debug", log_requests=True):
+        self.name = name
         self.mpm = mpm or ("prefork" if VALGRIND else "event")
         self.modules = list(modules)
         self.mpm_conf = mpm_conf or MPM_CONF[self.mpm]
