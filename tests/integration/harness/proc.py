@@ -33,6 +33,18 @@ def cpu_ticks(pids):
     return total
 
 
+def rss_kb(pid):
+    """Resident set size of pid in KB, or None."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def busy_ticks():
     """CPU time of the whole machine: user nice system irq softirq steal."""
     with open("/proc/stat") as f:
