@@ -1,5 +1,4 @@
 """The demo server behind tools/demo (see there)."""
-import base64
 import http.client
 import os
 import re
@@ -7,35 +6,24 @@ import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
-os.environ.setdefault("top_builddir", os.path.join(HERE, "..", "build"))
-from harness import Httpd, htpasswd  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+from harness import Httpd, basic, hmac_location, htpasswd  # noqa: E402
 
 DIR = os.environ.get("AUTHN_HMAC_DEMO_DIR", "/tmp/authn_hmac_demo")
 PORT = int(os.environ.get("AUTHN_HMAC_DEMO_PORT", "8080"))
 USER, PASSWORD = "demo", "demo-password"
 
-# / is served through mod_authn_hmac; /stock/ is the same site through
-# stock mod_authn_file on the same htpasswd file, for the comparison.
-BODY = """
-Alias /stock/ "{d}/htdocs/"
-<Location /stock/>
-    AuthType Basic
-    AuthName "stock mod_authn_file"
-    AuthBasicProvider file
-    AuthUserFile "{d}/demo.htpasswd"
-    Require valid-user
-</Location>
-<LocationMatch "^/(?!stock/|authn-hmac-status)">
-    AuthType Basic
-    AuthName "mod_authn_hmac demo"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/demo.htpasswd"
-    AuthHMACCacheTTL 300
-    Require valid-user
-</LocationMatch>
-"""
+
+
+def site(d):
+    """/ is served through mod_authn_hmac; /stock/ is the same site through
+    stock mod_authn_file on the same htpasswd file, for the comparison."""
+    users = d + "/demo.htpasswd"
+    return 'Alias /stock/ "%s/htdocs/"\n' % d \
+        + hmac_location("/stock/", users, "stock mod_authn_file", provider="file") \
+        + hmac_location('"^/(?!stock/|authn-hmac-status)"', users, "mod_authn_hmac demo",
+                        "AuthHMACCacheTTL 300", section="LocationMatch")
 
 
 def write_site(docroot):
@@ -64,7 +52,7 @@ def write_site(docroot):
 def page_load(port, prefix, connections=6):
     """Seconds to fetch prefix's page, then its sub-resources over
     `connections` keep-alive connections, as a browser does."""
-    auth = "Basic " + base64.b64encode(("%s:%s" % (USER, PASSWORD)).encode()).decode()
+    auth = basic(USER, PASSWORD)
     t0 = time.monotonic()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     c.request("GET", prefix, headers={"Authorization": auth})
@@ -107,7 +95,7 @@ def main():
         print("demo stopped")
         return
     srv.stop()  # a previous demo, if any
-    srv.body = BODY.format(d=DIR)
+    srv.body = site(DIR)
     srv.global_conf = "AddType text/css .css\nAddType text/javascript .js\n" \
                       "AddType image/svg+xml .svg\nAddType text/html .html"
     srv.write_config()

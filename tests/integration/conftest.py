@@ -5,7 +5,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import VALGRIND, Httpd, htpasswd  # noqa: E402
+from harness import VALGRIND, Httpd, hmac_location, htpasswd  # noqa: E402
 
 MPMS = os.environ.get("AUTHN_HMAC_MPMS", "prefork worker event").split()
 if VALGRIND:
@@ -31,93 +31,24 @@ def pytest_configure(config):
 # the file of /a/ with a 2-second TTL; /idle/ with a 6-second TTL, and
 # /maxage/ with a 10-second max age as well; /gone/ points at a file the
 # tests remove and restore; /nocache/ verifies every time.
-BODY = """
-Alias /a/ "{d}/htdocs/"
-Alias /b/ "{d}/htdocs/"
-Alias /short/ "{d}/htdocs/"
-Alias /idle/ "{d}/htdocs/"
-Alias /maxage/ "{d}/htdocs/"
-Alias /gone/ "{d}/htdocs/"
-Alias /nocache/ "{d}/htdocs/"
-Alias /noneg/ "{d}/htdocs/"
-Alias /showunknown/ "{d}/htdocs/"
-<Location /a/>
-    AuthType Basic
-    AuthName "a"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/a.htpasswd"
-    Require valid-user
-</Location>
-<Location /b/>
-    AuthType Basic
-    AuthName "b"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/b.htpasswd"
-    AuthHMACCacheTTL 5m
-    Require valid-user
-</Location>
-<Location /short/>
-    AuthType Basic
-    AuthName "a"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/a.htpasswd"
-    AuthHMACCacheTTL 2
-    Require valid-user
-</Location>
-<Location /idle/>
-    AuthType Basic
-    AuthName "a"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/a.htpasswd"
-    AuthHMACCacheTTL 6
-    Require valid-user
-</Location>
-<Location /maxage/>
-    AuthType Basic
-    AuthName "a"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/a.htpasswd"
-    AuthHMACCacheTTL 6
-    AuthHMACCacheMaxAge 10
-    Require valid-user
-</Location>
-<Location /gone/>
-    AuthType Basic
-    AuthName "gone"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/gone.htpasswd"
-    Require valid-user
-</Location>
-<Location /noneg/>
-    AuthType Basic
-    AuthName "a"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/a.htpasswd"
-    AuthHMACNegativeTTL 0
-    Require valid-user
-</Location>
-<Location /showunknown/>
-    AuthType Basic
-    AuthName "a"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/a.htpasswd"
-    AuthHMACHideUnknownUsers Off
-    Require valid-user
-</Location>
-<Location /nocache/>
-    AuthType Basic
-    AuthName "a"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/a.htpasswd"
-    AuthHMACCacheTTL 0
-    Require valid-user
-</Location>
-"""
+def body(d):
+    a = d + "/a.htpasswd"
+    locations = [("/a/", a, "a"),
+                 ("/b/", d + "/b.htpasswd", "b", "AuthHMACCacheTTL 5m"),
+                 ("/short/", a, "a", "AuthHMACCacheTTL 2"),
+                 ("/idle/", a, "a", "AuthHMACCacheTTL 6"),
+                 ("/maxage/", a, "a", "AuthHMACCacheTTL 6", "AuthHMACCacheMaxAge 10"),
+                 ("/gone/", d + "/gone.htpasswd", "gone"),
+                 ("/noneg/", a, "a", "AuthHMACNegativeTTL 0"),
+                 ("/showunknown/", a, "a", "AuthHMACHideUnknownUsers Off"),
+                 ("/nocache/", a, "a", "AuthHMACCacheTTL 0")]
+    return "".join('Alias %s "%s/htdocs/"\n' % (loc[0], d) for loc in locations) + \
+        "".join(hmac_location(*loc) for loc in locations)
 
 
 def make_server(mpm, **kw):
     srv = Httpd(mpm=mpm, name=mpm, **kw)
-    srv.body = BODY.format(d=srv.dir)
+    srv.body = body(srv.dir)
     srv.write_config()
     with open(srv.path("htdocs", "index.html"), "w") as f:
         f.write("<html><body>hello</body></html>\n")

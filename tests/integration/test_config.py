@@ -4,18 +4,7 @@ import os
 
 import pytest
 
-from harness import IS_ROOT, Httpd, htpasswd
-
-SITE = """
-<Location /a/>
-    AuthType Basic
-    AuthName "a"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/a.htpasswd"
-    {ttl}
-    Require valid-user
-</Location>
-"""
+from harness import IS_ROOT, Httpd, hmac_location, htpasswd
 
 
 @pytest.fixture
@@ -27,7 +16,7 @@ def srv():
 
 def configure(srv, global_conf="", ttl=""):
     srv.global_conf = global_conf
-    srv.body = SITE.format(d=srv.dir, ttl=ttl)
+    srv.body = hmac_location("/a/", srv.path("a.htpasswd"), "a", ttl)
     srv.write_config()
     return srv.configtest()
 

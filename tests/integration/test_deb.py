@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from harness import S, free_port, htpasswd, run_user
+from harness import S, free_port, hmac_location, htpasswd, run_user
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("top_srcdir") or os.path.dirname(os.path.dirname(HERE))
@@ -129,14 +129,7 @@ DocumentRoot "{w}/htdocs"
 <Directory "{w}/htdocs">
     Require all granted
 </Directory>
-<Location /private/>
-    AuthType Basic
-    AuthName "deb"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{w}/users.htpasswd"
-    Require valid-user
-</Location>
-"""
+{private}"""
 
 
 class SystemApache:
@@ -153,7 +146,9 @@ class SystemApache:
         user, group = run_user()
         self.conf = os.path.join(self.dir, "apache2.conf")
         with open(self.conf, "w") as f:
-            f.write(CONF.format(port=self.port, w=self.dir, user=user, group=group))
+            private = hmac_location("/private/", self.dir + "/users.htpasswd", "deb")
+            f.write(CONF.format(port=self.port, w=self.dir, user=user, group=group,
+                                private=private))
         # What Debian's /etc/apache2/envvars sets, for mods-enabled/*.conf.
         self.env = dict(os.environ, APACHE_RUN_USER=user, APACHE_RUN_GROUP=group,
                         APACHE_RUN_DIR=self.path("run"), APACHE_LOCK_DIR=self.path("run"),

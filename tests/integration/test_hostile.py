@@ -2,56 +2,33 @@
 mod_authn_file on the same htpasswd file: never a grant it would refuse, no
 crash, and no password in the error log."""
 import base64
-import os
 import re
 import socket
 import threading
 
 import pytest
 
-from harness import Httpd, htpasswd
+from conftest import serve
+from harness import Httpd, hmac_location, htpasswd
 
-SITE = """
-Alias /hmac/ "{d}/htdocs/"
-Alias /file/ "{d}/htdocs/"
-Alias /other/ "{d}/htdocs/"
-Alias /burst/ "{d}/htdocs/"
-<Location /hmac/>
-    AuthType Basic
-    AuthName "r"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/users"
-    Require valid-user
-</Location>
-<Location /file/>
-    AuthType Basic
-    AuthName "r"
-    AuthBasicProvider file
-    AuthUserFile "{d}/users"
-    Require valid-user
-</Location>
-<Location /other/>
-    AuthType Basic
-    AuthName "other"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/other"
-    Require valid-user
-</Location>
-<Location /burst/>
-    AuthType Basic
-    AuthName "burst"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{d}/burst"
-    Require valid-user
-</Location>
-"""
 BURST = 10000
+
+
+def site(d):
+    """/hmac/ and /file/: the same users and realm through hmac and stock
+    mod_authn_file."""
+    aliases = "".join('Alias /%s/ "%s/htdocs/"\n' % (p, d)
+                      for p in ("hmac", "file", "other", "burst"))
+    return aliases + hmac_location("/hmac/", d + "/users", "r") \
+        + hmac_location("/file/", d + "/users", "r", provider="file") \
+        + hmac_location("/other/", d + "/other", "other") \
+        + hmac_location("/burst/", d + "/burst", "burst")
 
 
 @pytest.fixture(scope="module")
 def srv():
     s = Httpd(name="hostile", global_conf="AuthHMACCacheSize 16K")
-    s.body = SITE.format(d=s.dir)
+    s.body = site(s.dir)
     s.write_config()
     with open(s.path("htdocs", "index.html"), "w") as f:
         f.write("ok\n")
@@ -86,12 +63,7 @@ def srv():
     with open(s.path("burst"), "w") as f:
         f.writelines("u%d:%s\n" % (i, hash_) for i in range(BURST))
     s.expect_log(r"\[authn_hmac:warn\].*users line \d+ contains a NUL byte; the rest of the line is ignored")
-    s.start()
-    yield s
-    s.stop()
-    problems = s.log_problems()
-    s.cleanup()
-    assert not problems, "\n".join(problems)
+    yield from serve(s)
 
 
 def raw_get(srv, path, auth_value):

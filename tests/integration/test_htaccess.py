@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import MPMS, serve
-from harness import Httpd, htpasswd
+from harness import Httpd, hmac_auth, htpasswd
 
 SITE = """
 Alias /wiki/ "{d}/wiki/"
@@ -17,13 +17,10 @@ Alias /wiki/ "{d}/wiki/"
 </Directory>
 """
 
-HTACCESS = """AuthType Basic
-AuthName "wiki"
-AuthBasicProvider hmac
-AuthHMACUserFile "{users}"
-AuthHMACCacheTTL 5m
-Require valid-user
-"""
+
+def htaccess(users):
+    return hmac_auth(users, "wiki", "AuthHMACCacheTTL 5m")
+
 
 # Each with a value it would accept in the server configuration.
 NOT_IN_HTACCESS = [
@@ -49,7 +46,7 @@ def srv(request):
     s.body = SITE.format(d=s.dir)
     s.write_config()
     htpasswd(s.path("users"), "wendy", "wendy's wiki pass", create=True)
-    site(s, "main", HTACCESS.format(users=s.path("users")))
+    site(s, "main", htaccess(s.path("users")))
     for i, line in enumerate(NOT_IN_HTACCESS):
         site(s, "bad%d" % i, line + "\n")
     yield from serve(s)
@@ -106,7 +103,7 @@ def test_files_named_in_htaccess_are_bounded_per_process():
     for i in range(258):
         if i:
             shutil.copy(s.path("users0"), s.path("users%d" % i))
-        site(s, "w%d" % i, HTACCESS.format(users=s.path("users%d" % i)))
+        site(s, "w%d" % i, htaccess(s.path("users%d" % i)))
     s.expect_log(r"\[mpm_prefork:error\].*AH00161")  # one worker, as meant
     s.start()
     try:
@@ -167,12 +164,12 @@ def test_files_named_in_htaccess_are_bounded_in_size():
     htpasswd(s.path("big"), "wendy", pw, create=True)
     padded(s.path("big"), mib + 1)
     shutil.copy(s.path("big"), s.path("named"))
-    site(s, "big", HTACCESS.format(users=s.path("big")))
-    site(s, "named", HTACCESS.format(users=s.path("named")))
+    site(s, "big", htaccess(s.path("big")))
+    site(s, "named", htaccess(s.path("named")))
     for i in range(17):  # 17 files just under 1 MiB: 16 fit the budget
         htpasswd(s.path("u%d" % i), "wendy", pw, create=True)
         padded(s.path("u%d" % i), mib - 4096)
-        site(s, "u%d" % i, HTACCESS.format(users=s.path("u%d" % i)))
+        site(s, "u%d" % i, htaccess(s.path("u%d" % i)))
     # The server configuration names "named" (in a section never requested).
     s.body = SITE.format(d=s.dir) + """
 <Location "/never/">

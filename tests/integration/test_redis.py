@@ -3,25 +3,19 @@ never turning into a 500 or a grant without a check."""
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
 
 import pytest
 
-from harness import VALGRIND, Httpd, Redis, htpasswd
+from harness import VALGRIND, Httpd, Redis, hmac_location, htpasswd
 
-SITE = """
-Alias /w/ "{d}/htdocs/"
-<Location /w/>
-    AuthType Basic
-    AuthName "wiki"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{users}"
-    Require valid-user
-</Location>
-"""
+
+def wiki(srv, users):
+    return 'Alias /w/ "%s/htdocs/"\n' % srv.dir + hmac_location("/w/", users, "wiki")
+
+
 OUTAGE = r"\[authn_hmac:warn\].*Redis at .* is unavailable"
 
 
@@ -54,7 +48,7 @@ def farm_server(shared, redis, extra="", name="farm", mpm=None, auth=True):
         lines.append("AuthHMACRedisAuthFile %s"
                      % redis.auth_file(srv.path("redis.auth"), redis.password))
     srv.global_conf = "\n".join(lines) + "\n" + extra
-    srv.body = SITE.format(d=srv.dir, users=shared.users)
+    srv.body = wiki(srv, shared.users)
     srv.write_config()
     with open(srv.path("htdocs", "index.html"), "w") as f:
         f.write("wiki page\n")

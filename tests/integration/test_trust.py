@@ -17,18 +17,13 @@ import time
 import pytest
 
 from fake_redis import FakeRedis
-from harness import S, VALGRIND, Httpd, Redis, htpasswd
+from harness import S, VALGRIND, Httpd, Redis, hmac_location, htpasswd
 
-SITE = """
-Alias /w/ "{d}/htdocs/"
-<Location /w/>
-    AuthType Basic
-    AuthName "wiki"
-    AuthBasicProvider hmac
-    AuthHMACUserFile "{users}"
-    Require valid-user
-</Location>
-"""
+
+def wiki(srv, users):
+    return 'Alias /w/ "%s/htdocs/"\n' % srv.dir + hmac_location("/w/", users, "wiki")
+
+
 FORGED = r"\[authn_hmac:warn\].*Redis returned an entry that does not verify"
 OUTAGE = r"\[authn_hmac:warn\].*Redis at .* is unavailable"
 
@@ -64,7 +59,7 @@ class Site:
         if VALGRIND:
             lines.append("AuthHMACRedisTimeout 2000")  # see test_redis
         srv.global_conf = "\n".join(lines) + "\n" + extra
-        srv.body = SITE.format(d=srv.dir, users=self.users)
+        srv.body = wiki(srv, self.users)
         srv.write_config()
         with open(srv.path("htdocs", "index.html"), "w") as f:
             f.write("wiki page\n")
@@ -477,7 +472,7 @@ def test_an_odd_file_at_the_htpasswd_path_does_not_block(site, kind):
     else:
         path = "/dev/zero"
     srv = Httpd(name="odd")
-    srv.body = SITE.format(d=srv.dir, users=path)
+    srv.body = wiki(srv, path)
     srv.write_config()
     try:
         srv.start()

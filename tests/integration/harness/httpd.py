@@ -1,9 +1,6 @@
-"""Start a real httpd with the module built from this tree, and drive it.
-
-Used by the integration tests (through conftest.py) and by tools/demo.
-"""
+"""A private httpd with the module built from this tree, on its own
+loopback port; htpasswd; the hmac auth block."""
 import base64
-import grp
 import json
 import os
 import pwd
@@ -15,24 +12,9 @@ import subprocess
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def settings():
-    """Paths found by configure (tests/integration/settings.json)."""
-    builddir = os.environ.get("top_builddir") or os.path.join(
-        os.path.dirname(os.path.dirname(HERE)), "build")
-    path = os.path.join(builddir, "tests", "integration", "settings.json")
-    with open(path) as f:
-        return json.load(f)
-
-
-S = settings()
-IS_ROOT = os.geteuid() == 0
-# make check-valgrind: httpd -X under memcheck, with these suppressions.
-VALGRIND = os.environ.get("AUTHN_HMAC_VALGRIND")
-# bcrypt cost of test users (lowered under valgrind, where cost 12 takes ~10 s).
-COST = int(os.environ.get("AUTHN_HMAC_TEST_COST", "12"))
+from . import proc
+from .client import ab
+from .env import COST, IS_ROOT, S, VALGRIND, free_port, run_user
 
 MPM_CONF = {
     "prefork": """StartServers 8
@@ -69,23 +51,6 @@ EXPECTED_LOG = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_user():
-    """The account httpd's children use when the tests run as root."""
-    for name in ("www-data", "nobody"):
-        try:
-            pw = pwd.getpwnam(name)
-            return name, grp.getgrgid(pw.pw_gid).gr_name
-        except KeyError:
-            continue
-    raise RuntimeError("no www-data or nobody account")
-
-
 def htpasswd(path, user, password, cost=None, create=False, delete=False):
     """Runs the real htpasswd, as an admin would."""
     args = [S["htpasswd"]]
@@ -98,12 +63,44 @@ def htpasswd(path, user, password, cost=None, create=False, delete=False):
     os.chmod(path, 0o644)
 
 
+def hmac_auth(userfile, realm, *extra, provider="hmac", require="valid-user"):
+    """Basic auth through provider (hmac: AuthHMACUserFile; a provider list
+    with file: AuthUserFile; else no user file when userfile is None), with
+    the extra directives (empty ones skipped), one per line: the inside of
+    an auth section, or an .htaccess file."""
+    lines = ["AuthType Basic", 'AuthName "%s"' % realm, "AuthBasicProvider " + provider]
+    if userfile is not None:
+        directive = "AuthHMACUserFile" if provider == "hmac" else "AuthUserFile"
+        lines.append('%s "%s"' % (directive, userfile))
+    lines += [e for e in extra if e]
+    lines.append("Require " + require)
+    return "\n".join(lines) + "\n"
+
+
+def hmac_location(path, userfile, realm, *extra, provider="hmac", require="valid-user",
+                  section="Location"):
+    """A <Location path> (or another section) that requires Basic auth
+    through the hmac provider with userfile; see hmac_auth()."""
+    inside = hmac_auth(userfile, realm, *extra, provider=provider, require=require)
+    return "<%s %s>\n%s</%s>\n" % (section, path, "".join(
+        "    " + line + "\n" for line in inside.splitlines()), section)
+
+
 class Httpd:
-    """One httpd instance in its own directory, on its own loopback port."""
+    """One httpd instance in its own directory, on its own loopback port.
+    modules: more modules to load (names as in mod_<name>.so); mpm_conf:
+    the MPM's directives instead of MPM_CONF's; log_level; log_requests:
+    False for no access log (tools/bench)."""
 
     def __init__(self, mpm=None, as_user=None, global_conf="", body="", name="httpd",
-                 port=None, directory=None):
+                 port=None, directory=None, modules=(), mpm_conf=None,
+                 log_level="warn authn_hmac:debug", log_requests=True):
+        self.name = name
         self.mpm = mpm or ("prefork" if VALGRIND else "event")
+        self.modules = list(modules)
+        self.mpm_conf = mpm_conf or MPM_CONF[self.mpm]
+        self.log_level = log_level
+        self.log_requests = log_requests
         self.as_user = as_user  # run the whole server as this account
         self.dir = directory or tempfile.mkdtemp(prefix="authn_hmac_%s_" % name)
         os.makedirs(self.dir, exist_ok=True)
@@ -128,7 +125,7 @@ class Httpd:
 
     def config_text(self):
         mods = ["mpm_" + self.mpm, "authn_core", "authz_core", "authz_user", "authz_host",
-                "auth_basic", "mime", "alias", "authn_file", "dir"]
+                "auth_basic", "mime", "alias", "authn_file", "dir"] + self.modules
         lines = ["LoadModule %s_module %s/mod_%s.so" % (m, S["moddir"], m) for m in mods]
         module = S["module"]
         if self.as_user:
@@ -140,6 +137,9 @@ class Httpd:
         if IS_ROOT and not self.as_user:
             u, g = run_user()
             user_lines = "User %s\nGroup %s" % (u, g)
+        access_log = ('LogFormat "%u %>s %{authn-hmac}n %U" hmac\n'
+                      'CustomLog "' + self.path("logs", "access_log") + '" hmac'
+                      if self.log_requests else "")
         return "\n".join(lines) + """
 ServerRoot "{d}"
 ServerName 127.0.0.1
@@ -148,9 +148,8 @@ PidFile "{d}/run/httpd.pid"
 DefaultRuntimeDir "{d}/run"
 Mutex default:{d}/run
 ErrorLog "{d}/logs/error_log"
-LogLevel warn authn_hmac:debug
-LogFormat "%u %>s %{{authn-hmac}}n %U" hmac
-CustomLog "{d}/logs/access_log" hmac
+LogLevel {log_level}
+{access_log}
 DocumentRoot "{d}/htdocs"
 DirectoryIndex index.html
 TypesConfig /dev/null
@@ -168,7 +167,8 @@ Timeout 30
     SetHandler authn-hmac-status
     Require local
 </Location>
-""".format(d=self.dir, port=self.port, user_lines=user_lines, mpm=MPM_CONF[self.mpm],
+""".format(d=self.dir, port=self.port, user_lines=user_lines, mpm=self.mpm_conf,
+           log_level=self.log_level, access_log=access_log,
            global_conf=self.global_conf, body=self.body)
 
     def write_config(self):
@@ -263,15 +263,12 @@ Timeout 30
 
     def children(self):
         """PIDs of the parent's children."""
-        parent, kids = self.pid(), []
-        for d in os.listdir("/proc"):
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:
-                        kids.append(int(d))
-            except (OSError, ValueError, IndexError):
-                continue
-        return kids
+        return proc.children(self.pid())
+
+    def pids(self):
+        """The parent and its children (the MPM's processes), sorted."""
+        parent = self.pid()
+        return sorted([parent] + self.children()) if parent else []
 
     def restart(self, graceful=True):
         """Graceful or full restart; waits until the new generation serves
@@ -314,6 +311,9 @@ Timeout 30
                 return f.read()
         except OSError:
             return ""
+
+    def error_log_tail(self, n=20):
+        return "".join(self.error_log().splitlines(True)[-n:])
 
     def access_log(self):
         try:
@@ -389,96 +389,7 @@ Timeout 30
     def ab(self, path, user, password, n=2000, c=8, keepalive=True, seconds=None):
         """Runs ab; returns (complete, failed, non2xx, output)."""
         self.secrets.add(password)
-        # NB: -t implies -n 50000 unless -n comes after it.
-        cmd = [S["ab"], "-q"] + (["-t", str(seconds)] if seconds else [])
-        cmd += ["-n", str(n), "-c", str(c), "-s", "60", "-A", "%s:%s" % (user, password)]
-        if keepalive:
-            cmd.append("-k")
-        out = subprocess.run(cmd + [self.url + path], capture_output=True, text=True).stdout
-
-        def num(label):
-            m = re.search(label + r":\s+(\d+)", out)
-            return int(m.group(1)) if m else 0
-        self.sent[user] = self.sent.get(user, 0) + num("Complete requests")
-        return num("Complete requests"), num("Failed requests"), num("Non-2xx responses"), out
-
-
-class Redis:
-    """A real redis-server on a loopback port (or a unix socket), with a
-    password and optionally an ACL user, and no persistence."""
-
-    def __init__(self, password="redis-test-secret", acl_user=None, unix=False, extra=()):
-        self.dir = tempfile.mkdtemp(prefix="authn_hmac_redis_")
-        os.chmod(self.dir, 0o755)
-        self.port = free_port()
-        self.password = password
-        self.acl_user = acl_user  # (name, password)
-        self.socket = os.path.join(self.dir, "redis.sock") if unix else None
-        self.extra = list(extra)  # more redis.conf lines
-        self.proc = None
-
-    @property
-    def address(self):
-        return self.socket or "127.0.0.1:%d" % self.port
-
-    def start(self):
-        conf = ["port %d" % self.port, "bind 127.0.0.1", "save \"\"", "appendonly no",
-                "daemonize no", "dir %s" % self.dir, "databases 16", "loglevel warning",
-                "logfile %s/redis.log" % self.dir]
-        if self.socket:
-            conf += ["unixsocket %s" % self.socket, "unixsocketperm 777"]
-        if self.password:
-            conf.append("requirepass \"%s\"" % self.password)
-        if self.acl_user:
-            conf.append("user %s on >%s ~* +@all" % self.acl_user)
-        conf += self.extra
-        with open(os.path.join(self.dir, "redis.conf"), "w") as f:
-            f.write("\n".join(conf) + "\n")
-        self.proc = subprocess.Popen(["redis-server", os.path.join(self.dir, "redis.conf")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(200):
-            if self.ping():
-                return self
-            time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def cli(self, *args):
-        cmd = ["redis-cli", "--no-auth-warning"]
-        cmd += ["-s", self.socket] if self.socket else ["-p", str(self.port)]
-        if self.password:
-            cmd += ["-a", self.password]
-        p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=10)
-        return p.stdout.strip()
-
-    def ping(self):
-        try:
-            return self.cli("PING") == "PONG"
-        except (subprocess.TimeoutExpired, OSError):
-            return False
-
-    def kill9(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def pause(self):
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self):
-        self.proc.send_signal(signal.SIGCONT)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait()
-
-    def cleanup(self):
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def auth_file(self, path, text):
-        """A Redis auth file as the module wants it: 0600, one line."""
-        with open(path, "w") as f:
-            f.write(text + "\n")
-        os.chmod(path, 0o600)
-        return path
+        r = ab(self.url + path, "%s:%s" % (user, password), n=n, c=c, keepalive=keepalive,
+               seconds=seconds)
+        self.sent[user] = self.sent.get(user, 0) + r["complete"]
+        return r["complete"], r["failed"], r["non2xx"], r["out"]

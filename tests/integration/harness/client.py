@@ -1,0 +1,114 @@
+"""Clients: one GET, ab, and a flood of wrong passwords."""
+import base64
+import http.client
+import re
+import secrets
+import subprocess
+import threading
+
+from .env import S
+
+
+def basic(user, password):
+    """The Authorization value for Basic credentials."""
+    return "Basic " + base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
+
+
+def get(port, path, auth=None, conn=None, source="127.0.0.1", timeout=120):
+    """One GET, with an Authorization value if given, on conn or a new
+    connection from source. Returns the response (its body read into
+    .body) and the connection to reuse, or None if it closed."""
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                           source_address=(source, 0))
+    c.request("GET", path, headers={"Authorization": auth} if auth else {})
+    r = c.getresponse()
+    r.body = r.read()
+    if r.will_close:
+        c.close()
+        return r, None
+    return r, c
+
+
+AB_FIELDS = (("rps", r"Requests per second:\s+([\d.]+)", float),
+             ("complete", r"Complete requests:\s+(\d+)", int),
+             ("failed", r"Failed requests:\s+(\d+)", int),
+             ("non2xx", r"Non-2xx responses:\s+(\d+)", int))
+
+
+def parse_ab(out):
+    """rps, complete, failed and non2xx from ab's output (0 if absent)."""
+    res = {}
+    for key, pat, conv in AB_FIELDS:
+        m = re.search(pat, out)
+        res[key] = conv(m.group(1)) if m else conv(0)
+    return res
+
+
+def ab(url, auth=None, n=2000, c=8, keepalive=True, seconds=None, prefix=()):
+    """Runs ab (after prefix, e.g. taskset) with "user:password" auth if
+    given; returns parse_ab() of its output, with rc, out (its output) and
+    err (its stderr if it failed)."""
+    # NB: -t implies -n 50000 unless -n comes after it.
+    cmd = list(prefix) + [S["ab"], "-q"] + (["-t", str(seconds)] if seconds else [])
+    cmd += ["-n", str(n), "-c", str(c), "-s", "60"]
+    if auth:
+        cmd += ["-A", auth]
+    if keepalive:
+        cmd.append("-k")
+    p = subprocess.run(cmd + [url], capture_output=True, text=True)
+    res = parse_ab(p.stdout)
+    res.update(rc=p.returncode, out=p.stdout, err=p.stderr.strip() if p.returncode else "")
+    return res
+
+
+class Flood:
+    """n connections, each sending a new wrong password for user to path on
+    every request, and honouring a 503's Retry-After as a browser would.
+    codes counts the answers, retry_after holds the Retry-After values of
+    the 503s, errors counts requests that got no answer. keepalive=False:
+    a new connection for every request."""
+
+    def __init__(self, srv, path, user, n=32, keepalive=True):
+        self.srv, self.path, self.user, self.keepalive = srv, path, user, keepalive
+        self.tag = secrets.token_hex(4)  # no password repeats from an earlier flood
+        self.stop = threading.Event()
+        self.codes, self.retry_after, self.errors = {}, set(), 0
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True)
+                        for i in range(n)]
+
+    def run(self, i):
+        conn, k = None, 0
+        while not self.stop.is_set():
+            k += 1
+            auth = basic(self.user, "flood %s %d %d" % (self.tag, i, k))
+            try:
+                r, conn = get(self.srv.port, self.path, auth, conn=conn)
+            except (OSError, http.client.HTTPException):
+                conn = None
+                with self.lock:
+                    self.errors += 1
+                continue
+            if conn and not self.keepalive:
+                conn.close()
+                conn = None
+            retry = r.getheader("Retry-After")
+            with self.lock:
+                self.codes[r.status] = self.codes.get(r.status, 0) + 1
+                self.srv.sent[self.user] = self.srv.sent.get(self.user, 0) + 1
+                if r.status == 503:
+                    self.retry_after.add(retry)
+            if r.status == 503:
+                self.stop.wait(int(retry) if retry and retry.isdigit() else 1)
+        if conn:
+            conn.close()
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=120)

@@ -1,0 +1,52 @@
+"""Processes and their CPU time, from /proc."""
+import os
+
+
+def proc_stat(pid):
+    """Fields 3.. of /proc/<pid>/stat (state, ppid, ...), or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            s = f.read()
+    except OSError:
+        return None
+    return s[s.rindex(")") + 2:].split()
+
+
+def children(parent):
+    """PIDs of parent's children, sorted."""
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = proc_stat(int(d))
+            if st and int(st[1]) == parent:
+                kids.append(int(d))
+    return sorted(kids)
+
+
+def cpu_ticks(pids):
+    """utime + stime (fields 14 and 15) of pids, in clock ticks."""
+    total = 0
+    for pid in pids:
+        st = proc_stat(pid)
+        if st:
+            total += int(st[11]) + int(st[12])
+    return total
+
+
+def rss_kb(pid):
+    """Resident set size of pid in KB, or None."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def busy_ticks():
+    """CPU time of the whole machine: user nice system irq softirq steal."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return sum(v) - v[3] - v[4]  # guest time is already counted in user

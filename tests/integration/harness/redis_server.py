@@ -1,0 +1,104 @@
+"""A real redis-server for the tests and tools/bench."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from .env import free_port
+
+
+class Redis:
+    """A real redis-server on a loopback port (or a unix socket), with a
+    password and optionally an ACL user, and no persistence."""
+
+    def __init__(self, password="redis-test-secret", acl_user=None, unix=False, extra=(),
+                 binary="redis-server"):
+        self.binary = binary
+        self.dir = tempfile.mkdtemp(prefix="authn_hmac_redis_")
+        os.chmod(self.dir, 0o755)
+        self.port = free_port()
+        self.password = password
+        self.acl_user = acl_user  # (name, password)
+        self.socket = os.path.join(self.dir, "redis.sock") if unix else None
+        self.extra = list(extra)  # more redis.conf lines
+        self.proc = None
+
+    @property
+    def address(self):
+        return self.socket or "127.0.0.1:%d" % self.port
+
+    def start(self):
+        conf = ["port %d" % self.port, "bind 127.0.0.1", "save \"\"", "appendonly no",
+                "daemonize no", "dir %s" % self.dir, "databases 16", "loglevel warning",
+                "logfile %s/redis.log" % self.dir]
+        if self.socket:
+            conf += ["unixsocket %s" % self.socket, "unixsocketperm 777"]
+        if self.password:
+            conf.append("requirepass \"%s\"" % self.password)
+        if self.acl_user:
+            conf.append("user %s on >%s ~* +@all" % self.acl_user)
+        conf += self.extra
+        with open(os.path.join(self.dir, "redis.conf"), "w") as f:
+            f.write("\n".join(conf) + "\n")
+        self.proc = subprocess.Popen([self.binary, os.path.join(self.dir, "redis.conf")],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            if self.ping():
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("redis-server did not start on %s\n%s" % (self.address,
+                                                                      self.log_tail()))
+
+    def cli(self, *args):
+        cmd = ["redis-cli", "--no-auth-warning"]
+        cmd += ["-s", self.socket] if self.socket else ["-p", str(self.port)]
+        if self.password:
+            cmd += ["-a", self.password]
+        p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=10)
+        return p.stdout.strip()
+
+    def ping(self):
+        try:
+            return self.cli("PING") == "PONG"
+        except (subprocess.TimeoutExpired, OSError):
+            return False
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, n=20):
+        try:
+            with open(os.path.join(self.dir, "redis.log"), errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def auth_file(self, path, text):
+        """A Redis auth file as the module wants it: 0600, one line."""
+        with open(path, "w") as f:
+            f.write(text + "\n")
+        os.chmod(path, 0o600)
+        return path
