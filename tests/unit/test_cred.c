@@ -248,6 +248,48 @@ static void test_mac_matches_hmac_of_encoding(apr_pool_t *p)
     CHECK(memcmp(k1, k2, 32) != 0);
 }
 
+/* A credential short enough to be gathered into one buffer and one too
+ * long for it give the same MAC as the encoding's HMAC, on each side of
+ * the boundary, for each field; so does the user id. */
+static void test_mac_at_every_length(apr_pool_t *p)
+{
+    authn_hmac_secret_t *pep = pepper(p, 9);
+    authn_hmac_mac_t *m;
+    unsigned char k[32], want[32], sub[32], usub[32];
+    char s[600];
+    size_t wl = 0, n;
+    buf_t b;
+
+    memset(s, 'x', sizeof(s));
+    s[sizeof(s) - 1] = '\0';
+    CHECK(authn_hmac_mac_create(&m, pep, p) == APR_SUCCESS);
+    openssl_subkey(pep, AUTHN_HMAC_LABEL_ENTRY, sub);
+    openssl_subkey(pep, AUTHN_HMAC_LABEL_USER, usub);
+    for (n = 0; n < 300; n++) {
+        const char *f = s + sizeof(s) - 1 - n; /* n bytes */
+        int field;
+
+        for (field = 0; field < 4; field++) {
+            const char *sc = field == 0 ? f : "/s", *u = field == 1 ? f : "u",
+                       *pw = field == 2 ? f : "pw", *h = field == 3 ? f : "h";
+
+            b = enc(sc, u, strlen(u), pw, strlen(pw), h);
+            authn_hmac_mac_compute(m, sc, strlen(sc), u, strlen(u), pw,
+                                   strlen(pw), h, strlen(h), k);
+            CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, sub,
+                            sizeof(sub), b.buf, b.len, want, sizeof(want),
+                            &wl) != NULL);
+            CHECK(memcmp(k, want, 32) == 0);
+        }
+        b = enc("/s", f, n, "", 0, "");
+        b.len -= 8; /* version, scope and user only */
+        authn_hmac_user_id(m, "/s", 2, f, n, k);
+        CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, usub, sizeof(usub),
+                        b.buf, b.len, want, sizeof(want), &wl) != NULL);
+        CHECK(memcmp(k, want, 32) == 0);
+    }
+}
+
 /* The user id is HMAC(user subkey, version | scope | user), and the pepper
  * itself is never the key of any MAC. Peppers longer than SHA-256's block
  * go through HKDF like any other. */
@@ -460,6 +502,7 @@ int main(void)
     RUN(test_hkdf_rfc5869, p);
     RUN(test_subkey_vectors, p);
     RUN(test_mac_matches_hmac_of_encoding, p);
+    RUN(test_mac_at_every_length, p);
     RUN(test_user_id_and_long_pepper, p);
     RUN(test_value_tag, p);
     RUN(test_entries_newest_kept, p);
