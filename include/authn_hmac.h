@@ -252,6 +252,17 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         authn_hmac_badline_fn bad, void *baton,
                                         apr_pool_t *p);
 
+/* As authn_hmac_userfile_lookup; on APR_SUCCESS, id is also the user's id
+ * for scope under mac (authn_hmac_user_id), worked out on the user's first
+ * lookup in this reading of the file and kept with its entry: a hit then
+ * makes one MAC, not two. An id kept for another MAC or scope is not
+ * used. */
+apr_status_t authn_hmac_userfile_lookup_id(
+    authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
+    const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
+    unsigned char id[AUTHN_HMAC_KEY_LEN], authn_hmac_badline_fn bad,
+    void *baton, apr_pool_t *p);
+
 /* How many times this process has read the file (for tests). */
 unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
 
@@ -739,6 +750,9 @@ typedef struct {
     const char *dummy_hash;
     size_t dummy_hash_len;
     const char *client; /* the client's address, for its share of the queue */
+    /* The user's id (authn_hmac_user_id of scope and user under the
+     * engine's MAC) if the caller has it, else NULL: it is worked out. */
+    const unsigned char *uid;
 } authn_hmac_cred_t;
 
 /* The request path: shared memory, then Redis, then the verifier; stores

@@ -615,8 +615,11 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         authn_hmac_mac_compute(e->mac, c->scope, c->scope_len, c->user,
                                c->user_len, c->password, c->password_len,
                                c->hash, c->hash_len, key);
-        authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
-                           uid);
+        if (c->uid)
+            memcpy(uid, c->uid, sizeof(uid));
+        else
+            authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user,
+                               c->user_len, uid);
         if (authn_hmac_table_lookup(e->table, key, uid, t0, pol->ttl,
                                     pol->max_age, &stored, &expires)) {
             /* NB: no lock and no write unless half the TTL has passed

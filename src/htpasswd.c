@@ -30,9 +30,19 @@ struct authn_hmac_htpasswd {
     size_t typical_len;
 };
 
+/* A user's id, worked out on the user's first lookup with a MAC and kept
+ * with the entry for the life of the index (see lookup_id). */
+typedef struct {
+    const authn_hmac_mac_t *mac;
+    size_t scope_len;
+    unsigned char id[AUTHN_HMAC_KEY_LEN];
+    char scope[]; /* the scope it was made for */
+} memo_t;
+
 typedef struct {
     const char *hash;
     size_t len;
+    memo_t *memo; /* set once, atomically; freed with the index */
 } entry_t;
 
 /* One line, read as mod_authn_file reads it: trimmed as ap_cfg_getline
@@ -76,6 +86,7 @@ static const char *parse_line(apr_hash_t *users, char *l, size_t len,
     e = apr_palloc(p, sizeof(*e));
     e->hash = hash;
     e->len = (size_t)(hash_end - hash);
+    e->memo = NULL;
     apr_hash_set(users, l, (apr_ssize_t)(colon - l), e);
     return why;
 }
@@ -181,6 +192,16 @@ static size_t next_line(char **pos, char *end, char **line, unsigned *lineno,
     return (size_t)(w - *line);
 }
 
+static apr_status_t free_memos(void *data)
+{
+    authn_hmac_htpasswd_t *idx = data;
+    apr_hash_index_t *hi;
+
+    for (hi = apr_hash_first(NULL, idx->users); hi; hi = apr_hash_next(hi))
+        free(((entry_t *)apr_hash_this_val(hi))->memo);
+    return APR_SUCCESS;
+}
+
 apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
                                        size_t len, authn_hmac_badline_fn bad,
                                        void *baton, apr_pool_t *p)
@@ -190,6 +211,7 @@ apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
     unsigned lineno = 0;
 
     idx->users = apr_hash_make(p);
+    apr_pool_cleanup_register(p, idx, free_memos, apr_pool_cleanup_null);
     while (pos < end) {
         unsigned first = lineno + 1;
         char *line;
@@ -681,29 +703,67 @@ static int fresh(const generation_t *g, const apr_finfo_t *now)
            !(g->racy && apr_time_now() - changed(now) >= RACY_WINDOW);
 }
 
-/* The user's hash (a copy in p), or the file's typical one and
- * APR_NOTFOUND. */
-static apr_status_t answer(const generation_t *g, const char *user,
-                           const char **hash, size_t *hash_len, apr_pool_t *p)
-{
-    size_t hl = 0;
-    const char *h = authn_hmac_htpasswd_get(g->idx, user, &hl);
-    apr_status_t rv = APR_SUCCESS;
+/* What a lookup asks for and gets. */
+typedef struct {
+    const char *user;
+    const authn_hmac_mac_t *mac; /* NULL: no id wanted */
+    const char *scope;
+    size_t scope_len;
+    const char **hash;
+    size_t *hash_len;
+    unsigned char *id;
+} ask_t;
 
-    if (!h) {
-        rv = APR_NOTFOUND;
-        h = authn_hmac_htpasswd_typical(g->idx, &hl);
+/* The user's id: the memo's, if made for this MAC and scope; else worked
+ * out, and kept if the entry has none yet (of threads that race, the first
+ * to publish keeps it). NB: the memo is whole before it is published, and
+ * never changed after: readers take no lock. */
+static void user_id(entry_t *e, const ask_t *a)
+{
+    memo_t *m = __atomic_load_n(&e->memo, __ATOMIC_ACQUIRE), *n, *none = NULL;
+
+    if (m && m->mac == a->mac && m->scope_len == a->scope_len &&
+        memcmp(m->scope, a->scope, a->scope_len) == 0) {
+        memcpy(a->id, m->id, AUTHN_HMAC_KEY_LEN);
+        return;
     }
-    *hash = h ? apr_pstrmemdup(p, h, hl) : NULL;
-    *hash_len = h ? hl : 0;
-    return rv;
+    authn_hmac_user_id(a->mac, a->scope, a->scope_len, a->user, strlen(a->user),
+                       a->id);
+    if (m || !(n = malloc(sizeof(*n) + a->scope_len)))
+        return;
+    n->mac = a->mac;
+    n->scope_len = a->scope_len;
+    memcpy(n->id, a->id, AUTHN_HMAC_KEY_LEN);
+    memcpy(n->scope, a->scope, a->scope_len);
+    if (!__atomic_compare_exchange_n(&e->memo, &none, n, 0, __ATOMIC_RELEASE,
+                                     __ATOMIC_RELAXED))
+        free(n);
 }
 
-apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
-                                        const char *user, const char **hash,
-                                        size_t *hash_len,
-                                        authn_hmac_badline_fn bad, void *baton,
-                                        apr_pool_t *p)
+/* The user's hash (a copy in p) and id, or the file's typical hash and
+ * APR_NOTFOUND. */
+static apr_status_t answer(const generation_t *g, const ask_t *a, apr_pool_t *p)
+{
+    entry_t *e = apr_hash_get(g->idx->users, a->user, APR_HASH_KEY_STRING);
+    size_t hl = 0;
+    const char *h;
+
+    if (!e) {
+        h = authn_hmac_htpasswd_typical(g->idx, &hl);
+        *a->hash = h ? apr_pstrmemdup(p, h, hl) : NULL;
+        *a->hash_len = h ? hl : 0;
+        return APR_NOTFOUND;
+    }
+    *a->hash = apr_pstrmemdup(p, e->hash, e->len);
+    *a->hash_len = e->len;
+    if (a->mac)
+        user_id(e, a);
+    return APR_SUCCESS;
+}
+
+static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
+                           authn_hmac_badline_fn bad, void *baton,
+                           apr_pool_t *p)
 {
     apr_finfo_t now;
     generation_t *g;
@@ -721,7 +781,7 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
         g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
         if (g && !g->racy &&
             __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events) {
-            rv = answer(g, user, hash, hash_len, p);
+            rv = answer(g, a, p);
             done = 1;
         }
         __atomic_sub_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
@@ -741,7 +801,7 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
     __atomic_add_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
     g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
     if (fresh(g, &now)) {
-        rv = answer(g, user, hash, hash_len, p);
+        rv = answer(g, a, p);
         /* NB: the count was read before the stat(): what happened after
          * it is in the queue, and moves the count on. */
         if (events)
@@ -756,11 +816,33 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
     if (!fresh(uf->current, &now))
         rv = rebuild(uf, bad, baton, events);
     if (rv == APR_SUCCESS && uf->current)
-        rv = answer(uf->current, user, hash, hash_len, p);
+        rv = answer(uf->current, a, p);
     else if (rv == APR_SUCCESS)
         rv = APR_EGENERAL;
     apr_thread_mutex_unlock(uf->lock);
     return rv;
+}
+
+apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
+                                        const char *user, const char **hash,
+                                        size_t *hash_len,
+                                        authn_hmac_badline_fn bad, void *baton,
+                                        apr_pool_t *p)
+{
+    ask_t a = {user, NULL, NULL, 0, hash, hash_len, NULL};
+
+    return lookup(uf, &a, bad, baton, p);
+}
+
+apr_status_t authn_hmac_userfile_lookup_id(
+    authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
+    const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
+    unsigned char id[AUTHN_HMAC_KEY_LEN], authn_hmac_badline_fn bad,
+    void *baton, apr_pool_t *p)
+{
+    ask_t a = {user, mac, scope, scope_len, hash, hash_len, id};
+
+    return lookup(uf, &a, bad, baton, p);
 }
 
 unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf)

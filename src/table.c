@@ -274,14 +274,20 @@ static int lookup_in(const region_t *r, const unsigned char *key,
                      apr_interval_time_t ttl, apr_interval_time_t max_age,
                      apr_time_t *stored, apr_time_t *expires)
 {
+    uint64_t user = user_word(uid);
     slot_t *set, copy;
     int i, found = 0;
 
     if (r->nsets == 0)
         return 0;
-    set = set_for(r, user_word(uid));
+    set = set_for(r, user);
     for (i = 0; i < WAYS; i++) {
-        if (!slot_read(&set[i], &copy) || copy.stored == 0)
+        /* NB: the key covers the user, so another user's slot cannot hold
+         * it: such a slot is passed over without a copy or a compare. One
+         * taken over for this user just now may be missed, as if this
+         * lookup had come a moment earlier. */
+        if (__atomic_load_n(&set[i].user, __ATOMIC_RELAXED) != user ||
+            !slot_read(&set[i], &copy) || copy.stored == 0)
             continue;
         if (CRYPTO_memcmp(copy.key, key, AUTHN_HMAC_KEY_LEN) == 0 &&
             live(copy.stored, copy.expires, now, ttl, max_age)) {

@@ -586,8 +586,69 @@ static void test_typical_hash(apr_pool_t *p)
  * again (as htpasswd does: a new file renamed over it): each answer is one
  * of the two contents, whole; none is missing, none is torn, and no index
  * is freed under a reader (ASan and valgrind run this too). */
+static int id_is(authn_hmac_userfile_t *uf, const char *user,
+                 const authn_hmac_mac_t *mac, const char *scope, apr_pool_t *p)
+{
+    unsigned char id[AUTHN_HMAC_KEY_LEN], want[AUTHN_HMAC_KEY_LEN];
+    const char *hash = NULL;
+    size_t len = 0;
+
+    authn_hmac_user_id(mac, scope, strlen(scope), user, strlen(user), want);
+    return authn_hmac_userfile_lookup_id(uf, user, mac, scope, strlen(scope),
+                                         &hash, &len, id, NULL, NULL,
+                                         p) == APR_SUCCESS &&
+           memcmp(id, want, sizeof(id)) == 0;
+}
+
+/* The user's id comes with the hash, kept after the first lookup: right
+ * for each MAC and scope asked with, kept or not, and through a change of
+ * the file; an unknown user gets none. */
+static void test_user_id_is_kept(apr_pool_t *p)
+{
+    char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
+    authn_hmac_secret_t *pep1 = NULL, *pep2 = NULL;
+    authn_hmac_mac_t *m1, *m2;
+    authn_hmac_userfile_t *uf;
+    unsigned char id[AUTHN_HMAC_KEY_LEN], none[AUTHN_HMAC_KEY_LEN];
+    const char *path, *hash = NULL;
+    size_t len = 0;
+    int round;
+
+    CHECK(authn_hmac_secret_random(&pep1, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_secret_random(&pep2, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&m1, pep1, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&m2, pep2, p) == APR_SUCCESS);
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:AAAA\nbob:BBBB\n");
+    uf = authn_hmac_userfile_make(path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    for (round = 0; round < 2; round++) {
+        CHECK(id_is(uf, "alice", m1, "/s1", p));
+        CHECK(id_is(uf, "alice", m1, "/s1", p)); /* kept */
+        CHECK(id_is(uf, "alice", m1, "/s2", p));
+        CHECK(id_is(uf, "alice", m1, "/s1x", p));
+        CHECK(id_is(uf, "alice", m1, "/s", p));
+        CHECK(id_is(uf, "alice", m2, "/s1", p));
+        CHECK(id_is(uf, "alice", m1, "/s1", p));
+        CHECK(id_is(uf, "bob", m2, "/s1", p));
+        CHECK(id_is(uf, "bob", m1, "/s1", p));
+        memset(id, 0xa5, sizeof(id));
+        memcpy(none, id, sizeof(id));
+        CHECK(authn_hmac_userfile_lookup_id(uf, "carol", m1, "/s1", 3, &hash,
+                                            &len, id, NULL, NULL,
+                                            p) == APR_NOTFOUND);
+        CHECK(memcmp(id, none, sizeof(id)) == 0);
+        sleep(1); /* a change within the same second is seen too, later */
+        write_text(path, "bob:BBBB\nalice:CCCC\n");
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 typedef struct {
     authn_hmac_userfile_t *uf;
+    const authn_hmac_mac_t *mac; /* NULL: no id asked for */
     int lookups, bad;
 } reader_t;
 
@@ -603,12 +664,21 @@ static void *reader(void *arg)
     for (i = 0; i < 20000 || replacing; i++) {
         const char *hash = NULL;
         size_t len = 0;
-        apr_status_t rv = authn_hmac_userfile_lookup(r->uf, "alice", &hash,
-                                                     &len, NULL, NULL, p);
+        unsigned char id[AUTHN_HMAC_KEY_LEN], want[AUTHN_HMAC_KEY_LEN];
+        apr_status_t rv =
+            r->mac
+                ? authn_hmac_userfile_lookup_id(r->uf, "alice", r->mac, "/s", 2,
+                                                &hash, &len, id, NULL, NULL, p)
+                : authn_hmac_userfile_lookup(r->uf, "alice", &hash, &len, NULL,
+                                             NULL, p);
 
         if (rv != APR_SUCCESS ||
             (strcmp(hash, "AAAA") != 0 && strcmp(hash, "BBBBBBBB") != 0))
             r->bad++;
+        if (r->mac && rv == APR_SUCCESS) {
+            authn_hmac_user_id(r->mac, "/s", 2, "alice", 5, want);
+            r->bad += memcmp(id, want, sizeof(id)) != 0;
+        }
         r->lookups++;
         if (i % 256 == 0)
             apr_pool_clear(p);
@@ -624,6 +694,8 @@ static void test_lookups_without_lock_while_replaced(apr_pool_t *p)
     authn_hmac_userfile_t *uf;
     reader_t r[4];
     pthread_t th[4];
+    authn_hmac_secret_t *pep = NULL;
+    authn_hmac_mac_t *mac;
     unsigned before;
     int i;
 
@@ -635,8 +707,11 @@ static void test_lookups_without_lock_while_replaced(apr_pool_t *p)
     CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
     before = authn_hmac_userfile_reads(uf);
     replacing = 1;
+    CHECK(authn_hmac_secret_random(&pep, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&mac, pep, p) == APR_SUCCESS);
     for (i = 0; i < 4; i++) {
         r[i].uf = uf;
+        r[i].mac = i % 2 ? mac : NULL; /* half ask for the id, kept or made */
         r[i].lookups = r[i].bad = 0;
         CHECK(pthread_create(&th[i], NULL, reader, &r[i]) == 0);
     }
@@ -671,6 +746,7 @@ int main(void)
     RUN(test_continuation_and_nul, p);
     RUN(test_typical_hash, p);
     RUN(test_not_a_regular_file, p);
+    RUN(test_user_id_is_kept, p);
     RUN(test_lookups_without_lock_while_replaced, p);
     RUN(test_watched_file_follows_every_change, p);
     RUN(test_forked_child_stats, p);
