@@ -333,7 +333,8 @@ static struct {
     uint64_t id;     /* this instance, or 0: none in this process */
     uint64_t ids;    /* instances made, in this process and its parents */
     int broken;      /* every lookup stat()s */
-    uint64_t events; /* moved on before and after each drain; never 0 */
+    uint64_t events; /* moved on before and after each drain: even while
+                        one is under way; never 0 */
     int dirs[WATCH_DIRS], files[WATCH_FILES];
     int ndirs, nfiles, atfork;
 } w = {PTHREAD_MUTEX_INITIALIZER, -1, 0, 0, 0, 1, {0}, {0}, 0, 0, 0};
@@ -352,6 +353,7 @@ static void watch_forked(void)
     w.id = 0;
     w.broken = 0;
     w.ndirs = w.nfiles = 0;
+    w.events |= 1; /* forked in the middle of a drain */
 }
 
 /* Where wd is in list, or -1. */
@@ -449,6 +451,7 @@ static int watched(const authn_hmac_userfile_t *uf)
  * against; 0 when lookups must stat(). */
 static uint64_t watch_events(void)
 {
+    uint64_t events;
     int n = 0;
 
     if (ioctl(w.fd, FIONREAD, &n) != 0)
@@ -457,17 +460,16 @@ static uint64_t watch_events(void)
         drain();
     if (__atomic_load_n(&w.broken, __ATOMIC_SEQ_CST))
         return 0;
-    return __atomic_load_n(&w.events, __ATOMIC_SEQ_CST);
+    events = __atomic_load_n(&w.events, __ATOMIC_SEQ_CST);
+    /* NB: even while another thread drains: the queue it emptied may have
+     * held a change that a generation checked at this count predates. */
+    return events % 2 ? events : 0;
 }
 
-/* Whether inotify sees every change made on the file system of dir. */
-static int local_fs(const char *dir)
+/* Whether inotify sees every change made on the file system of fs. */
+static int local_fs(const struct statfs *fs)
 {
-    struct statfs fs;
-
-    if (statfs(dir, &fs) != 0)
-        return 0;
-    switch ((unsigned long)fs.f_type) {
+    switch ((unsigned long)fs->f_type) {
     case 0xEF53UL:     /* ext2, ext3, ext4 */
     case 0x58465342UL: /* xfs */
     case 0x9123683EUL: /* btrfs */
@@ -481,6 +483,7 @@ static int local_fs(const char *dir)
 int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
 {
     char *real = realpath(uf->path, NULL), *slash;
+    struct statfs fs;
     int ok = 0;
 
     /* NB: a symbolic link anywhere on the path could be changed without an
@@ -489,7 +492,7 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
         slash == real)
         goto out;
     *slash = '\0';
-    if (!local_fs(real))
+    if (statfs(real, &fs) != 0 || !local_fs(&fs))
         goto out;
     pthread_mutex_lock(&w.lock);
     if (!w.atfork && pthread_atfork(NULL, NULL, watch_forked) == 0)
@@ -521,16 +524,20 @@ out:
 /* Watches the file that a rebuild opened, before it is read: the very
  * inode open, through /proc, never one put at the path since (a watch by
  * path could miss later writes through another name of the inode read).
- * A view that cannot is left to stat(). */
+ * A view that cannot is left to stat(), as is one whose file is on a file
+ * system of its own that inotify does not fully see (a file bind-mounted
+ * from NFS into a local directory). */
 static void rewatch(authn_hmac_userfile_t *uf, apr_file_t *f)
 {
     apr_os_file_t fd = -1;
+    struct statfs fs;
     char proc[64];
     int ok = 0;
 
     if (!watched(uf))
         return;
-    if (apr_os_file_get(&fd, f) == APR_SUCCESS && fd >= 0) {
+    if (apr_os_file_get(&fd, f) == APR_SUCCESS && fd >= 0 &&
+        fstatfs(fd, &fs) == 0 && local_fs(&fs)) {
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
         pthread_mutex_lock(&w.lock);
         ok = watch_file(proc);
@@ -651,14 +658,15 @@ static apr_status_t rebuild(authn_hmac_userfile_t *uf,
     rv = apr_file_open(&f, uf->path, APR_FOPEN_READ | APR_FOPEN_NONBLOCK,
                        APR_OS_DEFAULT, np);
     if (rv == APR_SUCCESS) {
+        /* NB: watched before its fstat(): a write made between the two
+         * through a name not watched is in the size read, or queued. */
+        rewatch(uf, f);
         rv = apr_file_info_get(&st, USERFILE_WANTED, f);
         if (rv == APR_INCOMPLETE)
             rv = APR_SUCCESS;
     }
     if (rv == APR_SUCCESS && st.filetype != APR_REG)
         rv = APR_EBADF;
-    if (rv == APR_SUCCESS)
-        rewatch(uf, f);
     if (rv == APR_SUCCESS && st.size > uf->max_size)
         rv = APR_ENOSPC;
     if (rv != APR_SUCCESS)
@@ -789,8 +797,18 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
             return rv;
     }
     /* NB: the file is stat()ed before the index is read: a change that
-     * this request saw is never answered from the index of before. */
-    rv = apr_stat(&now, uf->path, USERFILE_WANTED, p);
+     * this request saw is never answered from the index of before. A
+     * watched path is not followed: one that has become a symbolic link
+     * (whose target, and the links and directories on the way to it, are
+     * not watched) is stat()ed from now on. */
+    rv = apr_stat(&now, uf->path,
+                  USERFILE_WANTED | (events ? APR_FINFO_LINK : 0), p);
+    if ((rv == APR_SUCCESS || rv == APR_INCOMPLETE) && events &&
+        now.filetype == APR_LNK) {
+        __atomic_store_n(&uf->watch, 0, __ATOMIC_RELEASE);
+        events = 0;
+        rv = apr_stat(&now, uf->path, USERFILE_WANTED, p);
+    }
     if (rv == APR_INCOMPLETE)
         rv = APR_SUCCESS;
     if (rv != APR_SUCCESS)

@@ -3,10 +3,12 @@
 #include "unit.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/vfs.h>
@@ -431,6 +433,98 @@ static void test_symlinked_path_is_not_watched(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* A watched path that becomes a symbolic link is stat()ed from then on:
+ * the link's target, and a link on the way to it (a release directory
+ * swapped with ln -sfn), could change without an event on what is
+ * watched. */
+static void test_path_becoming_a_symlink_is_stated(apr_pool_t *p)
+{
+    char *dir = watchable_dir(p);
+    authn_hmac_userfile_t *uf;
+    const char *path, *hash = NULL;
+    size_t len = 0;
+    int status = -1;
+    pid_t pid;
+
+    if (!dir)
+        return;
+    /* NB: the links are in a directory above the file's: one watched
+     * only for being moved or removed. */
+    path = apr_pstrcat(p, dir, "/conf/users", NULL);
+    CHECK(mkdir(apr_pstrcat(p, dir, "/conf", NULL), 0700) == 0 &&
+          mkdir(apr_pstrcat(p, dir, "/v1", NULL), 0700) == 0 &&
+          mkdir(apr_pstrcat(p, dir, "/v2", NULL), 0700) == 0);
+    write_text(path, "alice:AAAA\n");
+    write_text(apr_pstrcat(p, dir, "/v1/users", NULL), "alice:BBBB\n");
+    write_text(apr_pstrcat(p, dir, "/v2/users", NULL), "bob:CCCC\n");
+    CHECK(symlink("v1", apr_pstrcat(p, dir, "/current", NULL)) == 0);
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        unit_failures = 0;
+        uf = settled_view(path, "AAAA", p);
+        CHECK(symlink("../current/users",
+                      apr_pstrcat(p, dir, "/conf/tmp", NULL)) == 0);
+        CHECK(rename(apr_pstrcat(p, dir, "/conf/tmp", NULL), path) == 0);
+        CHECK(alice_is(uf, "BBBB", p));
+        usleep(1100 * 1000);
+        CHECK(alice_is(uf, "BBBB", p));
+        CHECK(alice_is(uf, "BBBB", p));
+        /* Release v2, without alice: ln -sfn v2 current. */
+        CHECK(symlink("v2", apr_pstrcat(p, dir, "/next", NULL)) == 0);
+        CHECK(rename(apr_pstrcat(p, dir, "/next", NULL),
+                     apr_pstrcat(p, dir, "/current", NULL)) == 0);
+        CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, NULL, NULL,
+                                         p) == APR_NOTFOUND);
+        _exit(unit_failures ? 1 : 0);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    CHECK(system(apr_pstrcat(p, "rm -rf ", dir, NULL)) == 0);
+}
+
+/* A file on a file system of its own, mounted on the path in a watched
+ * directory, is watched only if inotify sees every change made there:
+ * here an overlay (as a file bind-mounted from NFS would be), changed
+ * through its upper layer. Needs root; skipped without it. */
+static void test_file_mounted_from_elsewhere_is_stated(apr_pool_t *p)
+{
+    char *dir = watchable_dir(p);
+    int status = -1;
+    pid_t pid;
+
+    if (!dir)
+        return;
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        const char *ov = apr_psprintf(p,
+                                      "lowerdir=%s/lo,upperdir=%s/up,"
+                                      "workdir=%s/wk",
+                                      dir, dir, dir);
+        const char *path = apr_pstrcat(p, dir, "/conf/users", NULL);
+        authn_hmac_userfile_t *uf;
+
+        unit_failures = 0;
+        CHECK(system(apr_psprintf(p, "cd %s && mkdir lo up wk ov conf", dir)) ==
+              0);
+        write_text(apr_pstrcat(p, dir, "/up/users", NULL), "alice:AAAA\n");
+        write_text(path, "");
+        if (unshare(CLONE_NEWNS) != 0 ||
+            mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("overlay", apr_pstrcat(p, dir, "/ov", NULL), "overlay", 0,
+                  ov) != 0 ||
+            mount(apr_pstrcat(p, dir, "/ov/users", NULL), path, NULL, MS_BIND,
+                  NULL) != 0) {
+            printf("  skipped: cannot mount (%s)\n", strerror(errno));
+            _exit(unit_failures ? 1 : 0);
+        }
+        uf = settled_view(path, "AAAA", p);
+        write_text(apr_pstrcat(p, dir, "/up/users", NULL), "alice:BBBB\n");
+        CHECK(alice_is(uf, "BBBB", p));
+        _exit(unit_failures ? 1 : 0);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    CHECK(system(apr_pstrcat(p, "rm -rf ", dir, NULL)) == 0);
+}
+
 /* Status of a lookup of alice. */
 static apr_status_t alice_rv(authn_hmac_userfile_t *uf, apr_pool_t *p)
 {
@@ -751,6 +845,8 @@ int main(void)
     RUN(test_watched_file_follows_every_change, p);
     RUN(test_forked_child_stats, p);
     RUN(test_symlinked_path_is_not_watched, p);
+    RUN(test_path_becoming_a_symlink_is_stated, p);
+    RUN(test_file_mounted_from_elsewhere_is_stated, p);
     RUN(test_size_limit_and_budget, p);
     return unit_end();
 }
