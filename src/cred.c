@@ -209,7 +209,7 @@ static void sha_sink(void *baton, const void *data, size_t len)
 /* A usual credential is gathered into one buffer and hashed in one call,
  * which saves a quarter of the MAC's time (hitbench); a longer one is
  * streamed. */
-#define GATHER (4 * SHA256_BLOCK)
+#define GATHER ((size_t)4 * SHA256_BLOCK)
 
 typedef struct {
     unsigned char *at;
