@@ -93,6 +93,7 @@ static authn_hmac_cred_t cred(const char *user, const char *password,
 {
     authn_hmac_cred_t c;
 
+    memset(&c, 0, sizeof(c)); /* no user id given: the engine makes it */
     c.scope = "/etc/apache2/users";
     c.scope_len = strlen(c.scope);
     c.user = user;
@@ -123,6 +124,33 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e, int ttl_sec,
     pol.negative_ttl = negative_ttl_us;
     pol.hide_unknown = hide_unknown;
     return authn_hmac_check(e, &pol, &c, NULL, p);
+}
+
+/* A user id given with the credential (as the htpasswd index keeps it)
+ * finds what the engine's own made; it only says where to look: a wrong
+ * one finds nothing and grants nothing. */
+static void test_given_user_id(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us, 0, 0};
+    authn_hmac_cred_t c = cred("alice", "right", "H-right");
+    unsigned char id[AUTHN_HMAC_KEY_LEN], other[AUTHN_HMAC_KEY_LEN];
+
+    authn_hmac_user_id(e.mac, c.scope, c.scope_len, "alice", 5, id);
+    authn_hmac_user_id(e.mac, c.scope, c.scope_len, "bob", 3, other);
+    *calls = 0;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    c.uid = id;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_HIT);
+    CHECK(*calls == 1);
+    c.uid = other;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    c.password = "wrong";
+    c.password_len = 5;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_DENIED);
+    c.uid = id;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_DENIED);
+    CHECK(*calls == 4);
 }
 
 static void test_outcomes(apr_pool_t *p)
@@ -755,6 +783,7 @@ int main(void)
     running_max = calls + 2;
     nice_seen = calls + 3;
     RUN(test_outcomes, p);
+    RUN(test_given_user_id, p);
     RUN(test_forked_processes, p);
     RUN(test_negative_cache, p);
     RUN(test_idle_timeout_and_max_age, p);
