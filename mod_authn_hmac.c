@@ -763,7 +763,7 @@ static authn_status check_password(request_rec *r, const char *user,
     authn_hmac_outcome o;
     const char *hash = NULL;
     size_t hash_len = 0;
-    unsigned char uid[AUTHN_HMAC_KEY_LEN];
+    unsigned char uid[AUTHN_HMAC_KEY_LEN], digest[AUTHN_HMAC_DIGEST_LEN];
     apr_status_t rv;
 
     if (!c->uf || !g.table) {
@@ -773,7 +773,7 @@ static authn_status check_password(request_rec *r, const char *user,
     }
     rv = authn_hmac_userfile_lookup_id(c->uf, user, g.mac, c->scope,
                                        c->scope_len, &hash, &hash_len, uid,
-                                       log_bad_line, r, r->pool);
+                                       digest, log_bad_line, r, r->pool);
     if (rv == APR_ENOSPC) {
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_ERRORS, 1);
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
@@ -802,6 +802,7 @@ static authn_status check_password(request_rec *r, const char *user,
     cred.dummy_hash_len = rv == APR_SUCCESS ? 0 : hash_len;
     cred.client = r->useragent_ip;
     cred.uid = rv == APR_SUCCESS ? uid : NULL;
+    cred.digest = rv == APR_SUCCESS ? digest : NULL;
     /* NB: no entry outlives its max age, whatever the idle timeout. */
     pol.ttl = c->ttl < c->max_age ? c->ttl : c->max_age;
     pol.max_age = c->max_age;

@@ -58,9 +58,10 @@ void authn_hmac_secret_wipe(authn_hmac_secret_t *secret);
 /* --------------------------------------------------------- credential MAC */
 
 #define AUTHN_HMAC_KEY_LEN 32 /* HMAC-SHA256 output */
-/* The version of the encodings below, of the Redis values and of the labels
- * of the subkeys: a cache written by another version never matches. */
-#define AUTHN_HMAC_ENCODING_VERSION 2
+/* The version of the encodings below (in the input of every MAC) and of
+ * the Redis values: a cache written by another version never matches. The
+ * labels of the subkeys name their purpose, and keep "v2". */
+#define AUTHN_HMAC_ENCODING_VERSION 3
 
 /* HKDF-SHA256 info labels of the three subkeys of the pepper. */
 #define AUTHN_HMAC_LABEL_ENTRY    "authn_hmac v2 entry"    /* credential MAC */
@@ -71,14 +72,21 @@ void authn_hmac_secret_wipe(authn_hmac_secret_t *secret);
 /* Receives the encoding piece by piece. */
 typedef void (*authn_hmac_sink_fn)(void *baton, const void *data, size_t len);
 
-/* Length-prefixed encoding of (version, scope, user, password, stored hash):
- * a 4-byte big-endian version, then each field as a 4-byte big-endian length
+/* Length-prefixed encoding of (version, scope, user, stored hash): a 4-byte
+ * big-endian version, then each field as a 4-byte big-endian length
  * followed by its bytes. Returns the number of bytes sent to sink. */
 size_t authn_hmac_encode(authn_hmac_sink_fn sink, void *baton,
                          const char *scope, size_t scope_len, const char *user,
-                         size_t user_len, const char *password,
-                         size_t password_len, const char *hash,
-                         size_t hash_len);
+                         size_t user_len, const char *hash, size_t hash_len);
+
+#define AUTHN_HMAC_DIGEST_LEN 32 /* SHA-256 output */
+
+/* digest = SHA-256(encode(scope, user, hash)): what a credential's MACs
+ * cover besides its password. No secret: the index of the file keeps it. */
+void authn_hmac_cred_digest(const char *scope, size_t scope_len,
+                            const char *user, size_t user_len, const char *hash,
+                            size_t hash_len,
+                            unsigned char digest[AUTHN_HMAC_DIGEST_LEN]);
 
 /* HKDF-SHA256 (RFC 5869): out_len (at most 255 * 32) bytes. */
 void authn_hmac_hkdf(const unsigned char *salt, size_t salt_len,
@@ -103,7 +111,21 @@ apr_status_t authn_hmac_mac_create(authn_hmac_mac_t **out,
 /* Locks the states' page again (in each child). */
 void authn_hmac_mac_relock(const authn_hmac_mac_t *mac);
 
-/* key = HMAC-SHA256(entry subkey, encode(...)). Thread-safe. */
+/* key = HMAC-SHA256(entry subkey, digest | password): the digest has a
+ * fixed length, so no two credentials share an input. Thread-safe. */
+void authn_hmac_cred_mac(const authn_hmac_mac_t *mac,
+                         const unsigned char digest[AUTHN_HMAC_DIGEST_LEN],
+                         const char *password, size_t password_len,
+                         unsigned char key[AUTHN_HMAC_KEY_LEN]);
+
+/* nkey = HMAC-SHA256(negative subkey, digest | password): names a refused
+ * credential in the negative region. Thread-safe. */
+void authn_hmac_cred_negative(const authn_hmac_mac_t *mac,
+                              const unsigned char digest[AUTHN_HMAC_DIGEST_LEN],
+                              const char *password, size_t password_len,
+                              unsigned char nkey[AUTHN_HMAC_KEY_LEN]);
+
+/* authn_hmac_cred_mac of the credential's digest. */
 apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
                                     const char *scope, size_t scope_len,
                                     const char *user, size_t user_len,
@@ -111,8 +133,7 @@ apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
                                     const char *hash, size_t hash_len,
                                     unsigned char key[AUTHN_HMAC_KEY_LEN]);
 
-/* nkey = HMAC-SHA256(negative subkey, encode(...)): names a refused
- * credential in the negative region. Thread-safe. */
+/* authn_hmac_cred_negative of the credential's digest. */
 void authn_hmac_negative_key(const authn_hmac_mac_t *mac, const char *scope,
                              size_t scope_len, const char *user,
                              size_t user_len, const char *password,
@@ -253,14 +274,16 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         apr_pool_t *p);
 
 /* As authn_hmac_userfile_lookup; on APR_SUCCESS, id is also the user's id
- * for scope under mac (authn_hmac_user_id), worked out on the user's first
+ * for scope under mac (authn_hmac_user_id) and digest the digest of scope,
+ * user and hash (authn_hmac_cred_digest), worked out on the user's first
  * lookup in this reading of the file and kept with its entry: a hit then
- * makes one MAC, not two. An id kept for another MAC or scope is not
+ * makes one short MAC. What was kept for another MAC or scope is not
  * used. */
 apr_status_t authn_hmac_userfile_lookup_id(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
-    unsigned char id[AUTHN_HMAC_KEY_LEN], authn_hmac_badline_fn bad,
+    unsigned char id[AUTHN_HMAC_KEY_LEN],
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
     void *baton, apr_pool_t *p);
 
 /* How many times this process has read the file (for tests). */
@@ -751,8 +774,11 @@ typedef struct {
     size_t dummy_hash_len;
     const char *client; /* the client's address, for its share of the queue */
     /* The user's id (authn_hmac_user_id of scope and user under the
-     * engine's MAC) if the caller has it, else NULL: it is worked out. */
+     * engine's MAC) and the credential's digest (authn_hmac_cred_digest of
+     * scope, user and hash) if the caller has them, else NULL: they are
+     * worked out. */
     const unsigned char *uid;
+    const unsigned char *digest;
 } authn_hmac_cred_t;
 
 /* The request path: shared memory, then Redis, then the verifier; stores

@@ -588,7 +588,7 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                                     apr_pool_t *p)
 {
     unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
-    unsigned char nkey[AUTHN_HMAC_KEY_LEN];
+    unsigned char nkey[AUTHN_HMAC_KEY_LEN], d[AUTHN_HMAC_DIGEST_LEN];
     apr_time_t t0, t1, m0, m1, stored = 0, expires = 0;
     redis_req rq;
     int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
@@ -612,9 +612,12 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     }
     t0 = apr_time_now();
     if (cache) {
-        authn_hmac_mac_compute(e->mac, c->scope, c->scope_len, c->user,
-                               c->user_len, c->password, c->password_len,
-                               c->hash, c->hash_len, key);
+        if (c->digest)
+            memcpy(d, c->digest, sizeof(d));
+        else
+            authn_hmac_cred_digest(c->scope, c->scope_len, c->user, c->user_len,
+                                   c->hash, c->hash_len, d);
+        authn_hmac_cred_mac(e->mac, d, c->password, c->password_len, key);
         if (c->uid)
             memcpy(uid, c->uid, sizeof(uid));
         else
@@ -645,9 +648,8 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         return AUTHN_HMAC_REDIS_HIT;
     }
     if (negative) {
-        authn_hmac_negative_key(e->mac, c->scope, c->scope_len, c->user,
-                                c->user_len, c->password, c->password_len,
-                                c->hash, c->hash_len, nkey);
+        /* NB: negative implies cache: d was made above. */
+        authn_hmac_cred_negative(e->mac, d, c->password, c->password_len, nkey);
         if (authn_hmac_negative_lookup(e->table, nkey, uid, t0)) {
             explicit_bzero(key, sizeof(key));
             count(e, AUTHN_HMAC_C_NEGATIVE_HITS, 1);

@@ -30,13 +30,14 @@ struct authn_hmac_htpasswd {
     size_t typical_len;
 };
 
-/* A user's id, worked out on the user's first lookup with a MAC and kept
- * with the entry for the life of the index (see lookup_id). */
+/* A user's id and digest, worked out on the user's first lookup with a MAC
+ * and kept with the entry for the life of the index (see lookup_id). */
 typedef struct {
     const authn_hmac_mac_t *mac;
     size_t scope_len;
     unsigned char id[AUTHN_HMAC_KEY_LEN];
-    char scope[]; /* the scope it was made for */
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN];
+    char scope[]; /* the scope they were made for */
 } memo_t;
 
 typedef struct {
@@ -720,28 +721,33 @@ typedef struct {
     const char **hash;
     size_t *hash_len;
     unsigned char *id;
+    unsigned char *digest;
 } ask_t;
 
-/* The user's id: the memo's, if made for this MAC and scope; else worked
- * out, and kept if the entry has none yet (of threads that race, the first
- * to publish keeps it). NB: the memo is whole before it is published, and
- * never changed after: readers take no lock. */
+/* The user's id and digest: the memo's, if made for this MAC and scope;
+ * else worked out, and kept if the entry has none yet (of threads that
+ * race, the first to publish keeps it). NB: the memo is whole before it is
+ * published, and never changed after: readers take no lock. */
 static void user_id(entry_t *e, const ask_t *a)
 {
     memo_t *m = __atomic_load_n(&e->memo, __ATOMIC_ACQUIRE), *n, *none = NULL;
+    size_t ul = strlen(a->user);
 
     if (m && m->mac == a->mac && m->scope_len == a->scope_len &&
         memcmp(m->scope, a->scope, a->scope_len) == 0) {
         memcpy(a->id, m->id, AUTHN_HMAC_KEY_LEN);
+        memcpy(a->digest, m->digest, AUTHN_HMAC_DIGEST_LEN);
         return;
     }
-    authn_hmac_user_id(a->mac, a->scope, a->scope_len, a->user, strlen(a->user),
-                       a->id);
+    authn_hmac_user_id(a->mac, a->scope, a->scope_len, a->user, ul, a->id);
+    authn_hmac_cred_digest(a->scope, a->scope_len, a->user, ul, e->hash, e->len,
+                           a->digest);
     if (m || !(n = malloc(sizeof(*n) + a->scope_len)))
         return;
     n->mac = a->mac;
     n->scope_len = a->scope_len;
     memcpy(n->id, a->id, AUTHN_HMAC_KEY_LEN);
+    memcpy(n->digest, a->digest, AUTHN_HMAC_DIGEST_LEN);
     memcpy(n->scope, a->scope, a->scope_len);
     if (!__atomic_compare_exchange_n(&e->memo, &none, n, 0, __ATOMIC_RELEASE,
                                      __ATOMIC_RELAXED))
@@ -847,7 +853,7 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         authn_hmac_badline_fn bad, void *baton,
                                         apr_pool_t *p)
 {
-    ask_t a = {user, NULL, NULL, 0, hash, hash_len, NULL};
+    ask_t a = {user, NULL, NULL, 0, hash, hash_len, NULL, NULL};
 
     return lookup(uf, &a, bad, baton, p);
 }
@@ -855,10 +861,11 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
 apr_status_t authn_hmac_userfile_lookup_id(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
-    unsigned char id[AUTHN_HMAC_KEY_LEN], authn_hmac_badline_fn bad,
+    unsigned char id[AUTHN_HMAC_KEY_LEN],
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
     void *baton, apr_pool_t *p)
 {
-    ask_t a = {user, mac, scope, scope_len, hash, hash_len, id};
+    ask_t a = {user, mac, scope, scope_len, hash, hash_len, id, digest};
 
     return lookup(uf, &a, bad, baton, p);
 }

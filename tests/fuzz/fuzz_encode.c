@@ -1,6 +1,7 @@
 /* libFuzzer target: the credential encoding and its MAC. The input is cut
- * into (scope, user, password, hash); the encoding must decode back to the
- * same fields, so that no two inputs can share it. */
+ * into (scope, user, password, hash); the encoding of scope, user and hash
+ * must decode back to the same fields, so that no two inputs can share it,
+ * and the MAC made from its digest must be the MAC of the whole. */
 #include "authn_hmac.h"
 
 #include <stdlib.h>
@@ -43,7 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static authn_hmac_mac_t *mac;
     const char *f[4];
     size_t fl[4], cut[3], i, pos = 0, n;
-    unsigned char key[AUTHN_HMAC_KEY_LEN];
+    unsigned char key[AUTHN_HMAC_KEY_LEN], key2[AUTHN_HMAC_KEY_LEN];
+    unsigned char d[AUTHN_HMAC_DIGEST_LEN];
+    static const int encoded[3] = {0, 1, 3}; /* the password is not */
     out_t o;
 
     if (!root) {
@@ -71,22 +74,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fl[i] = end - pos;
         pos = end;
     }
-    o.cap = size + 4 + 4 * 4;
+    o.cap = size + 4 + 3 * 4;
     o.buf = malloc(o.cap);
     o.len = 0;
-    n = authn_hmac_encode(sink, &o, f[0], fl[0], f[1], fl[1], f[2], fl[2], f[3],
-                          fl[3]);
-    if (n != o.len || n != size + 20)
+    n = authn_hmac_encode(sink, &o, f[0], fl[0], f[1], fl[1], f[3], fl[3]);
+    if (n != o.len || n != size - fl[2] + 16)
         abort();
-    /* Decode: version, then four length-prefixed fields, nothing left. */
+    /* Decode: version, then three length-prefixed fields, nothing left. */
     if (get_u32(o.buf) != AUTHN_HMAC_ENCODING_VERSION)
         abort();
     pos = 4;
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < 3; i++) {
         uint32_t l = get_u32(o.buf + pos);
 
         pos += 4;
-        if (l != fl[i] || memcmp(o.buf + pos, f[i], l) != 0)
+        if (l != fl[encoded[i]] || memcmp(o.buf + pos, f[encoded[i]], l) != 0)
             abort();
         pos += l;
     }
@@ -95,6 +97,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(o.buf);
     if (authn_hmac_mac_compute(mac, f[0], fl[0], f[1], fl[1], f[2], fl[2], f[3],
                                fl[3], key) != APR_SUCCESS)
+        abort();
+    authn_hmac_cred_digest(f[0], fl[0], f[1], fl[1], f[3], fl[3], d);
+    authn_hmac_cred_mac(mac, d, f[2], fl[2], key2);
+    if (memcmp(key, key2, sizeof(key)) != 0)
         abort();
     return 0;
 }

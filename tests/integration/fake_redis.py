@@ -78,8 +78,8 @@ class FakeRedis:
             # for a grant of any password.
             b"%d" % int(time.time() * 1e6),
             # A well-formed value with entries and a tag of random bytes.
-            b"2:" + os.urandom(48).hex().encode() + b":" + os.urandom(32).hex().encode(),
-            b"2:" + os.urandom(48).hex().encode() + b":" + os.urandom(48).hex().encode()
+            b"3:" + os.urandom(48).hex().encode() + b":" + os.urandom(32).hex().encode(),
+            b"3:" + os.urandom(48).hex().encode() + b":" + os.urandom(48).hex().encode()
             + b":" + os.urandom(32).hex().encode(),
         ]
         # A real value written for another user, replayed under this key.

@@ -30,14 +30,32 @@ static void to_buf(void *baton, const void *data, size_t len)
     b->len += len;
 }
 
+/* What a credential MAC is made of: SHA-256(encode(scope, user, hash)),
+ * then the password. */
 static buf_t enc(const char *scope, const char *u, size_t ul, const char *pw,
                  size_t pl, const char *h)
+{
+    buf_t e, b;
+    unsigned int dl = 0;
+
+    e.len = 0;
+    authn_hmac_encode(to_buf, &e, scope, strlen(scope), u, ul, h, strlen(h));
+    CHECK(e.len <= sizeof(e.buf) && pl <= sizeof(b.buf) - 32);
+    CHECK(EVP_Digest(e.buf, e.len, b.buf, &dl, EVP_sha256(), NULL) == 1);
+    CHECK(dl == 32);
+    memcpy(b.buf + 32, pw, pl);
+    b.len = 32 + pl;
+    return b;
+}
+
+/* What a user id is made of: version, scope, user. */
+static buf_t head(const char *scope, const char *u, size_t ul)
 {
     buf_t b;
 
     b.len = 0;
-    authn_hmac_encode(to_buf, &b, scope, strlen(scope), u, ul, pw, pl, h,
-                      strlen(h));
+    authn_hmac_encode(to_buf, &b, scope, strlen(scope), u, ul, "", 0);
+    b.len -= 4; /* the empty hash's length */
     return b;
 }
 
@@ -48,14 +66,20 @@ static int same(const buf_t *a, const buf_t *b)
 
 static void test_encoding_layout(apr_pool_t *p)
 {
-    buf_t b = enc("S", "ab", 2, "c", 1, "H");
-    static const unsigned char want[] = {0, 0,   0, 2, 0,   0,   0,  1, 'S',
-                                         0, 0,   0, 2, 'a', 'b', 0,  0, 0,
-                                         1, 'c', 0, 0, 0,   1,   'H'};
+    static const unsigned char want[] = {0, 0, 0, 3,   0,   0, 0, 1, 'S', 0,
+                                         0, 0, 2, 'a', 'b', 0, 0, 0, 1,   'H'};
+    buf_t b, m = enc("S", "ab", 2, "c", 1, "H");
+    unsigned char d[32];
 
     (void)p;
+    b.len = 0;
+    CHECK(authn_hmac_encode(to_buf, &b, "S", 1, "ab", 2, "H", 1) ==
+          sizeof(want));
     CHECK(b.len == sizeof(want));
     CHECK(memcmp(b.buf, want, sizeof(want)) == 0);
+    /* The digest is the SHA-256 of that, and comes first in a MAC's input. */
+    authn_hmac_cred_digest("S", 1, "ab", 2, "H", 1, d);
+    CHECK(m.len == 33 && memcmp(m.buf, d, 32) == 0 && m.buf[32] == 'c');
 }
 
 static void test_split_points_differ(apr_pool_t *p)
@@ -248,14 +272,16 @@ static void test_mac_matches_hmac_of_encoding(apr_pool_t *p)
     CHECK(memcmp(k1, k2, 32) != 0);
 }
 
-/* A credential short enough to be gathered into one buffer and one too
- * long for it give the same MAC as the encoding's HMAC, on each side of
- * the boundary, for each field; so does the user id. */
+/* At each length of each field, across SHA-256's block boundaries: the
+ * credential MAC is HMAC(entry subkey, digest | password), whether the
+ * digest is worked out or given (as the index keeps it); the negative key
+ * is the same under the negative subkey; the user id is HMAC(user subkey,
+ * version | scope | user). */
 static void test_mac_at_every_length(apr_pool_t *p)
 {
     authn_hmac_secret_t *pep = pepper(p, 9);
     authn_hmac_mac_t *m;
-    unsigned char k[32], want[32], sub[32], usub[32];
+    unsigned char k[32], want[32], sub[32], usub[32], nsub[32], d[32];
     char s[600];
     size_t wl = 0, n;
     buf_t b;
@@ -265,6 +291,7 @@ static void test_mac_at_every_length(apr_pool_t *p)
     CHECK(authn_hmac_mac_create(&m, pep, p) == APR_SUCCESS);
     openssl_subkey(pep, AUTHN_HMAC_LABEL_ENTRY, sub);
     openssl_subkey(pep, AUTHN_HMAC_LABEL_USER, usub);
+    openssl_subkey(pep, AUTHN_HMAC_LABEL_NEGATIVE, nsub);
     for (n = 0; n < 300; n++) {
         const char *f = s + sizeof(s) - 1 - n; /* n bytes */
         int field;
@@ -280,9 +307,22 @@ static void test_mac_at_every_length(apr_pool_t *p)
                             sizeof(sub), b.buf, b.len, want, sizeof(want),
                             &wl) != NULL);
             CHECK(memcmp(k, want, 32) == 0);
+            authn_hmac_cred_digest(sc, strlen(sc), u, strlen(u), h, strlen(h),
+                                   d);
+            memset(k, 0, sizeof(k));
+            authn_hmac_cred_mac(m, d, pw, strlen(pw), k);
+            CHECK(memcmp(k, want, 32) == 0);
+            CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, nsub,
+                            sizeof(nsub), b.buf, b.len, want, sizeof(want),
+                            &wl) != NULL);
+            authn_hmac_negative_key(m, sc, strlen(sc), u, strlen(u), pw,
+                                    strlen(pw), h, strlen(h), k);
+            CHECK(memcmp(k, want, 32) == 0);
+            memset(k, 0, sizeof(k));
+            authn_hmac_cred_negative(m, d, pw, strlen(pw), k);
+            CHECK(memcmp(k, want, 32) == 0);
         }
-        b = enc("/s", f, n, "", 0, "");
-        b.len -= 8; /* version, scope and user only */
+        b = head("/s", f, n);
         authn_hmac_user_id(m, "/s", 2, f, n, k);
         CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, usub, sizeof(usub),
                         b.buf, b.len, want, sizeof(want), &wl) != NULL);
@@ -306,8 +346,7 @@ static void test_user_id_and_long_pepper(apr_pool_t *p)
         pep->data[i] = (unsigned char)i;
     CHECK(authn_hmac_mac_create(&m, pep, p) == APR_SUCCESS);
     authn_hmac_user_id(m, "/s", 2, "u", 1, id);
-    b = enc("/s", "u", 1, "", 0, "");
-    b.len -= 8; /* version, scope and user only */
+    b = head("/s", "u", 1);
     openssl_subkey(pep, AUTHN_HMAC_LABEL_USER, sub);
     CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, sub, sizeof(sub), b.buf,
                     b.len, want, sizeof(want), &wl) != NULL);
@@ -342,7 +381,7 @@ static void test_value_tag(apr_pool_t *p)
     authn_hmac_entries_add(&es, k2, now, now + apr_time_from_sec(60), now);
     CHECK(es.n == 2);
     len = authn_hmac_value_encode(m, uid, &es, v);
-    CHECK(len == strlen(v) && len < AUTHN_HMAC_VALUE_MAX && v[0] == '2');
+    CHECK(len == strlen(v) && len < AUTHN_HMAC_VALUE_MAX && v[0] == '3');
     CHECK(authn_hmac_value_decode(m, uid, v, len, &got) && got.n == 2);
     CHECK(authn_hmac_entries_find(&got, k1, now, WEEK, apr_time_from_sec(300),
                                   &st, &ex));

@@ -153,6 +153,36 @@ static void test_given_user_id(apr_pool_t *p)
     CHECK(*calls == 4);
 }
 
+/* The credential's digest, given as the index keeps it, finds what the
+ * engine's own made; the digest of another hash (the user's hash before a
+ * change) names another credential: the right password for the new hash
+ * is verified again, and the negative cache keeps them apart too. */
+static void test_given_digest(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us,
+                               apr_time_from_sec(30), 0};
+    authn_hmac_cred_t c = cred("alice", "right", "H-right");
+    unsigned char d[AUTHN_HMAC_DIGEST_LEN], old[AUTHN_HMAC_DIGEST_LEN];
+
+    authn_hmac_cred_digest(c.scope, c.scope_len, "alice", 5, "H-right", 7, d);
+    authn_hmac_cred_digest(c.scope, c.scope_len, "alice", 5, "H-old", 5, old);
+    *calls = 0;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    c.digest = d;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_HIT);
+    CHECK(*calls == 1);
+    c.digest = old;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    c.password = "wrong";
+    c.password_len = 5;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_DENIED);
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_NEGATIVE_HIT);
+    c.digest = d;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_DENIED);
+    CHECK(*calls == 4);
+}
+
 static void test_outcomes(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
@@ -784,6 +814,7 @@ int main(void)
     nice_seen = calls + 3;
     RUN(test_outcomes, p);
     RUN(test_given_user_id, p);
+    RUN(test_given_digest, p);
     RUN(test_forked_processes, p);
     RUN(test_negative_cache, p);
     RUN(test_idle_timeout_and_max_age, p);

@@ -684,19 +684,25 @@ static int id_is(authn_hmac_userfile_t *uf, const char *user,
                  const authn_hmac_mac_t *mac, const char *scope, apr_pool_t *p)
 {
     unsigned char id[AUTHN_HMAC_KEY_LEN], want[AUTHN_HMAC_KEY_LEN];
+    unsigned char d[AUTHN_HMAC_DIGEST_LEN], dwant[AUTHN_HMAC_DIGEST_LEN];
     const char *hash = NULL;
     size_t len = 0;
 
     authn_hmac_user_id(mac, scope, strlen(scope), user, strlen(user), want);
-    return authn_hmac_userfile_lookup_id(uf, user, mac, scope, strlen(scope),
-                                         &hash, &len, id, NULL, NULL,
-                                         p) == APR_SUCCESS &&
-           memcmp(id, want, sizeof(id)) == 0;
+    if (authn_hmac_userfile_lookup_id(uf, user, mac, scope, strlen(scope),
+                                      &hash, &len, id, d, NULL, NULL,
+                                      p) != APR_SUCCESS)
+        return 0;
+    authn_hmac_cred_digest(scope, strlen(scope), user, strlen(user), hash, len,
+                           dwant);
+    return memcmp(id, want, sizeof(id)) == 0 &&
+           memcmp(d, dwant, sizeof(d)) == 0;
 }
 
-/* The user's id comes with the hash, kept after the first lookup: right
- * for each MAC and scope asked with, kept or not, and through a change of
- * the file; an unknown user gets none. */
+/* The user's id and the digest come with the hash, kept after the first
+ * lookup: right for each MAC and scope asked with, kept or not, and
+ * through a change of the file (alice's hash changes); an unknown user
+ * gets none. */
 static void test_user_id_is_kept(apr_pool_t *p)
 {
     char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
@@ -704,6 +710,7 @@ static void test_user_id_is_kept(apr_pool_t *p)
     authn_hmac_mac_t *m1, *m2;
     authn_hmac_userfile_t *uf;
     unsigned char id[AUTHN_HMAC_KEY_LEN], none[AUTHN_HMAC_KEY_LEN];
+    unsigned char d[AUTHN_HMAC_DIGEST_LEN];
     const char *path, *hash = NULL;
     size_t len = 0;
     int round;
@@ -730,7 +737,7 @@ static void test_user_id_is_kept(apr_pool_t *p)
         memset(id, 0xa5, sizeof(id));
         memcpy(none, id, sizeof(id));
         CHECK(authn_hmac_userfile_lookup_id(uf, "carol", m1, "/s1", 3, &hash,
-                                            &len, id, NULL, NULL,
+                                            &len, id, d, NULL, NULL,
                                             p) == APR_NOTFOUND);
         CHECK(memcmp(id, none, sizeof(id)) == 0);
         sleep(1); /* a change within the same second is seen too, later */
@@ -759,12 +766,13 @@ static void *reader(void *arg)
         const char *hash = NULL;
         size_t len = 0;
         unsigned char id[AUTHN_HMAC_KEY_LEN], want[AUTHN_HMAC_KEY_LEN];
+        unsigned char d[AUTHN_HMAC_DIGEST_LEN], dwant[AUTHN_HMAC_DIGEST_LEN];
         apr_status_t rv =
-            r->mac
-                ? authn_hmac_userfile_lookup_id(r->uf, "alice", r->mac, "/s", 2,
-                                                &hash, &len, id, NULL, NULL, p)
-                : authn_hmac_userfile_lookup(r->uf, "alice", &hash, &len, NULL,
-                                             NULL, p);
+            r->mac ? authn_hmac_userfile_lookup_id(r->uf, "alice", r->mac, "/s",
+                                                   2, &hash, &len, id, d, NULL,
+                                                   NULL, p)
+                   : authn_hmac_userfile_lookup(r->uf, "alice", &hash, &len,
+                                                NULL, NULL, p);
 
         if (rv != APR_SUCCESS ||
             (strcmp(hash, "AAAA") != 0 && strcmp(hash, "BBBBBBBB") != 0))
@@ -772,6 +780,9 @@ static void *reader(void *arg)
         if (r->mac && rv == APR_SUCCESS) {
             authn_hmac_user_id(r->mac, "/s", 2, "alice", 5, want);
             r->bad += memcmp(id, want, sizeof(id)) != 0;
+            /* NB: the digest of the very hash answered with. */
+            authn_hmac_cred_digest("/s", 2, "alice", 5, hash, len, dwant);
+            r->bad += memcmp(d, dwant, sizeof(d)) != 0;
         }
         r->lookups++;
         if (i % 256 == 0)
