@@ -288,20 +288,29 @@ typedef struct {
     uint64_t checked; /* the watcher's events when a stat() found it fresh */
 } generation_t;
 
-/* Lookups take no lock: they count themselves in readers[epoch & 1] and
- * read the current generation. A rebuild (under lock, one at a time)
- * publishes a new one, moves to the next epoch, and frees the old one
- * once the lookups counted under the old epoch are done: a lookup that
- * counted itself after that saw the new one. */
+/* Lookups take no lock: they count themselves under epoch & 1, in the
+ * stripe of the CPU they run on, and read the current generation. A
+ * rebuild (under lock, one at a time) publishes a new one, moves to the
+ * next epoch, and frees the old one once every stripe's count under the
+ * old epoch has been seen at 0: a lookup that counted itself after its
+ * stripe was seen saw the new one. The stripes keep threads on different
+ * CPUs from writing one line (hitbench, 2 threads). */
+#define STRIPES 8
+
+typedef struct {
+    uint64_t n[2]; /* lookups inside, by epoch & 1 */
+    char pad[64 - 2 * sizeof(uint64_t)];
+} stripe_t;
+
 struct authn_hmac_userfile {
     const char *path;
     apr_pool_t *pool;         /* per process; parent of each generation */
     apr_thread_mutex_t *lock; /* rebuilds */
     generation_t *current;    /* NULL: not read yet, or unreadable */
     uint64_t epoch;
-    uint64_t readers[2];
-    unsigned reads; /* times the file was read; under lock */
-    uint64_t watch; /* the watcher instance that watches it, or 0 */
+    stripe_t *stripes; /* STRIPES, each on a line of its own */
+    unsigned reads;    /* times the file was read; under lock */
+    uint64_t watch;    /* the watcher instance that watches it, or 0 */
     apr_off_t max_size;
     authn_hmac_budget_t *budget; /* holds current's size, or NULL */
 };
@@ -554,6 +563,10 @@ authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path, apr_pool_t *p)
 
     uf->path = apr_pstrdup(p, path);
     uf->max_size = (apr_off_t)1 << 30; /* 1 GiB of users is not htpasswd */
+    uf->stripes = (stripe_t *)(((uintptr_t)apr_pcalloc(
+                                    p, STRIPES * sizeof(stripe_t) + 63) +
+                                63) &
+                               ~(uintptr_t)63);
     return uf;
 }
 
@@ -618,11 +631,14 @@ static void publish(authn_hmac_userfile_t *uf, generation_t *g)
     generation_t *old = uf->current;
     uint64_t was = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) & 1;
 
+    int i;
+
     __atomic_store_n(&uf->current, g, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&uf->epoch, 1, __ATOMIC_SEQ_CST);
     /* NB: a lookup holds it for a hash-table probe and a copy. */
-    while (__atomic_load_n(&uf->readers[was], __ATOMIC_SEQ_CST) != 0)
-        sched_yield();
+    for (i = 0; i < STRIPES; i++)
+        while (__atomic_load_n(&uf->stripes[i].n[was], __ATOMIC_SEQ_CST) != 0)
+            sched_yield();
     if (old)
         apr_pool_destroy(old->pool);
 }
@@ -775,12 +791,25 @@ static apr_status_t answer(const generation_t *g, const ask_t *a, apr_pool_t *p)
     return APR_SUCCESS;
 }
 
+/* Counts a lookup in, under the epoch it saw (*e), in the stripe returned;
+ * it leaves by taking 1 from that stripe's count under *e. */
+static stripe_t *enter(authn_hmac_userfile_t *uf, uint64_t *e)
+{
+    int cpu = sched_getcpu();
+    stripe_t *st = &uf->stripes[cpu > 0 ? (unsigned)cpu % STRIPES : 0];
+
+    *e = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) & 1;
+    __atomic_add_fetch(&st->n[*e], 1, __ATOMIC_SEQ_CST);
+    return st;
+}
+
 static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
                            authn_hmac_badline_fn bad, void *baton,
                            apr_pool_t *p)
 {
     apr_finfo_t now;
     generation_t *g;
+    stripe_t *st;
     uint64_t e, events = 0;
     apr_status_t rv;
     int done = 0;
@@ -790,15 +819,14 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
     /* The common case, without a lock: a watched file that nothing has
      * happened to since a stat() found its generation fresh. */
     if (watched(uf) && (events = watch_events()) != 0) {
-        e = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) & 1;
-        __atomic_add_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
+        st = enter(uf, &e);
         g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
         if (g && !g->racy &&
             __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events) {
             rv = answer(g, a, p);
             done = 1;
         }
-        __atomic_sub_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
+        __atomic_sub_fetch(&st->n[e], 1, __ATOMIC_SEQ_CST);
         if (done)
             return rv;
     }
@@ -821,8 +849,7 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
         return rv;
     if (now.filetype != APR_REG)
         return APR_EBADF; /* a FIFO, device or directory is never opened */
-    e = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) & 1;
-    __atomic_add_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
+    st = enter(uf, &e);
     g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
     if (fresh(g, &now)) {
         rv = answer(g, a, p);
@@ -832,7 +859,7 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
             __atomic_store_n(&g->checked, events, __ATOMIC_SEQ_CST);
         done = 1;
     }
-    __atomic_sub_fetch(&uf->readers[e], 1, __ATOMIC_SEQ_CST);
+    __atomic_sub_fetch(&st->n[e], 1, __ATOMIC_SEQ_CST);
     if (done)
         return rv;
     /* The file changed (or was never read): one rebuild, under the lock. */
