@@ -139,7 +139,7 @@ struct authn_hmac_table {
 };
 
 typedef char slot_is_64_bytes[sizeof(slot_t) == 64 ? 1 : -1];
-typedef char set_is_9_lines[sizeof(set_t) == 9 * 64 ? 1 : -1];
+typedef char set_is_9_lines[sizeof(set_t) == (size_t)9 * 64 ? 1 : -1];
 
 /* NB: the flights and the queue, both fixed, after the header. */
 #define FLIGHTS_SIZE                                                           \
