@@ -791,15 +791,31 @@ static apr_status_t answer(const generation_t *g, const ask_t *a, apr_pool_t *p)
     return APR_SUCCESS;
 }
 
-/* Counts a lookup in, under the epoch it saw (*e), in the stripe returned;
- * it leaves by taking 1 from that stripe's count under *e. */
+#ifndef PAUSE_POINT
+#define PAUSE_POINT(n) /* where a test stops a lookup (test_watch.c) */
+#endif
+
+/* Counts a lookup in, under the epoch it saw (*e & 1), in the stripe
+ * returned; it leaves by taking 1 from that stripe's count under *e. NB:
+ * counted only under an epoch still current after the count: a rebuild
+ * that moves on from it then waits for the count. A lookup that read the
+ * epoch before a rebuild went by, and counted itself after, would be
+ * counted where the next rebuild does not look, and have the generation
+ * it reads freed under it: it counts itself again. */
 static stripe_t *enter(authn_hmac_userfile_t *uf, uint64_t *e)
 {
     int cpu = sched_getcpu();
     stripe_t *st = &uf->stripes[cpu > 0 ? (unsigned)cpu % STRIPES : 0];
 
-    *e = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) & 1;
-    __atomic_add_fetch(&st->n[*e], 1, __ATOMIC_SEQ_CST);
+    for (;;) {
+        *e = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST);
+        PAUSE_POINT(1);
+        __atomic_add_fetch(&st->n[*e & 1], 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) == *e)
+            break;
+        __atomic_sub_fetch(&st->n[*e & 1], 1, __ATOMIC_SEQ_CST);
+    }
+    *e &= 1;
     return st;
 }
 
@@ -821,6 +837,7 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
     if (watched(uf) && (events = watch_events()) != 0) {
         st = enter(uf, &e);
         g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
+        PAUSE_POINT(2);
         if (g && !g->racy &&
             __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events) {
             rv = answer(g, a, p);
@@ -851,6 +868,7 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
         return APR_EBADF; /* a FIFO, device or directory is never opened */
     st = enter(uf, &e);
     g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
+    PAUSE_POINT(2);
     if (fresh(g, &now)) {
         rv = answer(g, a, p);
         /* NB: the count was read before the stat(): what happened after

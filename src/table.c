@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -36,6 +37,7 @@
 #define FLIGHTS     64 /* verifications in flight, per server */
 #define WAYS        8  /* slots per set */
 #define READ_TRIES  64 /* then treat the slot as a miss */
+#define HIT_STRIPES 8
 
 typedef struct {
     uint32_t seq; /* odd while a writer is inside */
@@ -119,6 +121,9 @@ typedef struct {
     char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
     uint64_t counter[AUTHN_HMAC_C_COUNT];
     char pad1[64 - (AUTHN_HMAC_C_COUNT * 8) % 64];
+    /* NB: hits, the counter every hit adds to, by CPU, a line for each: a
+     * line that both cores add to costs two threads 0.1 µs a hit. */
+    uint64_t hits[HIT_STRIPES][8];
 } header_t;
 
 #define HEADER_SIZE ((sizeof(header_t) + 63) & ~(size_t)63)
@@ -139,6 +144,7 @@ struct authn_hmac_table {
 };
 
 typedef char slot_is_64_bytes[sizeof(slot_t) == 64 ? 1 : -1];
+typedef char hits_on_lines[offsetof(header_t, hits) % 64 == 0 ? 1 : -1];
 typedef char set_is_9_lines[sizeof(set_t) == (size_t)9 * 64 ? 1 : -1];
 
 /* NB: the flights and the queue, both fixed, after the header. */
@@ -502,13 +508,29 @@ void authn_hmac_table_tear(authn_hmac_table_t *t,
 void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
                             uint64_t delta)
 {
-    __atomic_fetch_add(&t->hdr->counter[c], delta, __ATOMIC_RELAXED);
+    int cpu;
+
+    if (c != AUTHN_HMAC_C_HITS) {
+        __atomic_fetch_add(&t->hdr->counter[c], delta, __ATOMIC_RELAXED);
+        return;
+    }
+    cpu = sched_getcpu();
+    __atomic_fetch_add(
+        &t->hdr->hits[cpu > 0 ? (unsigned)cpu % HIT_STRIPES : 0][0], delta,
+        __ATOMIC_RELAXED);
 }
 
 uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,
                                   enum authn_hmac_counter c)
 {
-    return __atomic_load_n(&t->hdr->counter[c], __ATOMIC_RELAXED);
+    uint64_t n = 0;
+    int i;
+
+    if (c != AUTHN_HMAC_C_HITS)
+        return __atomic_load_n(&t->hdr->counter[c], __ATOMIC_RELAXED);
+    for (i = 0; i < HIT_STRIPES; i++)
+        n += __atomic_load_n(&t->hdr->hits[i][0], __ATOMIC_RELAXED);
+    return n;
 }
 
 authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t)
@@ -525,7 +547,7 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
     memset(out, 0, sizeof(*out));
     for (c = 0; c < AUTHN_HMAC_C_COUNT; c++)
         out->counter[c] =
-            __atomic_load_n(&t->hdr->counter[c], __ATOMIC_RELAXED);
+            authn_hmac_table_counter(t, (enum authn_hmac_counter)c);
     /* NB: O(1): the count is kept as slots fill, never by a scan. */
     out->entries = __atomic_load_n(t->region[POSITIVE].used, __ATOMIC_RELAXED);
     out->negative_entries =

@@ -1,5 +1,8 @@
-/* Unit tests of the watcher's inner workings, with the source included
- * so that a test can stand where another thread would. */
+/* Unit tests of the watcher's and the index's inner workings, with the
+ * source included so that a test can stand where another thread would,
+ * or stop a lookup where a thread can be preempted. */
+static void pause_point(int n);
+#define PAUSE_POINT(n) pause_point(n)
 #include "../../src/htpasswd.c"
 #include "unit.h"
 
@@ -45,6 +48,111 @@ static void *late_lookup(void *arg)
  * from the count the drain has not moved on yet: the queue it took may
  * have held a change (here a rename) that a generation found fresh at
  * that count predates. This test drains by hand, as that thread would. */
+/* One thread's lookups stop once at each point asked for (see
+ * PAUSE_POINT in src/htpasswd.c) until released. */
+static pthread_mutex_t pause_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pause_cv = PTHREAD_COND_INITIALIZER;
+static pthread_t paused;
+static int pausing, pause_at[3], stopped_at;
+
+static void pause_point(int n)
+{
+    pthread_mutex_lock(&pause_mu);
+    if (pausing && pthread_equal(pthread_self(), paused) && pause_at[n]) {
+        pause_at[n] = 0;
+        stopped_at = n;
+        pthread_cond_broadcast(&pause_cv);
+        while (stopped_at == n)
+            pthread_cond_wait(&pause_cv, &pause_mu);
+    }
+    pthread_mutex_unlock(&pause_mu);
+}
+
+static void wait_stopped(int n)
+{
+    pthread_mutex_lock(&pause_mu);
+    while (stopped_at != n)
+        pthread_cond_wait(&pause_cv, &pause_mu);
+    pthread_mutex_unlock(&pause_mu);
+}
+
+static void resume(int then_at)
+{
+    pthread_mutex_lock(&pause_mu);
+    pause_at[then_at] = 1;
+    stopped_at = 0;
+    pthread_cond_broadcast(&pause_cv);
+    pthread_mutex_unlock(&pause_mu);
+}
+
+typedef struct {
+    authn_hmac_userfile_t *uf;
+    const char *want; /* NULL: any hash */
+    int ok, done;
+} looker_t;
+
+static void *look(void *arg)
+{
+    looker_t *l = arg;
+    apr_pool_t *p;
+    const char *hash = NULL;
+    size_t len = 0;
+
+    pthread_mutex_lock(&pause_mu);
+    if (!l->want)
+        paused = pthread_self();
+    pthread_mutex_unlock(&pause_mu);
+    if (apr_pool_create_unmanaged(&p) != APR_SUCCESS)
+        abort();
+    l->ok = authn_hmac_userfile_lookup(l->uf, "alice", &hash, &len, NULL, NULL,
+                                       p) == APR_SUCCESS &&
+            (!l->want || strcmp(hash, l->want) == 0);
+    apr_pool_destroy(p);
+    __atomic_store_n(&l->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* A lookup that read the epoch, and was preempted while a rebuild went by,
+ * then reads the rebuild's generation: the next rebuild must wait for it
+ * before it frees that generation (it once freed it under the lookup,
+ * which had counted itself under the parity that rebuild does not look
+ * at). */
+static void test_lookup_across_two_rebuilds(apr_pool_t *p)
+{
+    char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
+    const char *path;
+    authn_hmac_userfile_t *uf;
+    looker_t r = {NULL, NULL, 0, 0}, t2 = {NULL, "CCCCCCCC", 0, 0};
+    pthread_t rt, tt;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:AAAA\n");
+    uf = authn_hmac_userfile_make(path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    CHECK(alice_is(uf, "AAAA", p));
+    r.uf = t2.uf = uf;
+    pausing = 1;
+    pause_at[1] = 1;
+    pthread_create(&rt, NULL, look, &r);
+    wait_stopped(1); /* r read the epoch, and is not counted yet */
+    write_text(path, "alice:BBBBBB\n");
+    CHECK(alice_is(uf, "BBBBBB", p)); /* rebuild 1 */
+    resume(2);
+    wait_stopped(2); /* r counted and holds rebuild 1's generation */
+    write_text(path, "alice:CCCCCCCC\n");
+    pthread_create(&tt, NULL, look, &t2); /* rebuild 2 */
+    usleep(300 * 1000);
+    CHECK(!__atomic_load_n(&t2.done, __ATOMIC_SEQ_CST));
+    resume(0);
+    pthread_join(rt, NULL);
+    pthread_join(tt, NULL);
+    pausing = 0;
+    CHECK(r.ok && t2.ok);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_lookup_during_drain(apr_pool_t *p)
 {
     const char *bases[] = {"/tmp", "/dev/shm"};
@@ -107,5 +215,6 @@ int main(void)
     apr_pool_t *p = unit_start();
 
     RUN(test_lookup_during_drain, p);
+    RUN(test_lookup_across_two_rebuilds, p);
     return unit_end();
 }
