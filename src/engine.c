@@ -6,12 +6,12 @@
  *      AuthHMACCacheTTL is an idle timeout: a hit once half of it has
  *      passed extends the entry, in shared memory and Redis, up to
  *      AuthHMACCacheMaxAge from its verification);
- *   2. Redis, when configured: the user's entry, whose tag must verify
- *      (redis-hit; a value that does not verify is a miss, counted and
- *      logged once);
- *   3. the negative region of shared memory: the same wrong password seen
+ *   2. the negative region of shared memory: the same wrong password seen
  *      within the negative TTL is denied again without the verifier
  *      (negative-hit);
+ *   3. Redis, when configured: the user's entry, whose tag must verify
+ *      (redis-hit; a value that does not verify is a miss, counted and
+ *      logged once);
  *   4. the verifier (apr_password_validate in the module): verified, then
  *      stored in shared memory and Redis; or denied, and remembered in the
  *      negative region. Concurrent misses of the same credential, in any
@@ -643,10 +643,10 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     rq.baton = baton;
     rq.p = p;
     rq.off = !e->redis || !cache;
-    if (cache && redis_lookup(&rq, key, uid, t0, pol)) {
-        explicit_bzero(key, sizeof(key));
-        return AUTHN_HMAC_REDIS_HIT;
-    }
+    /* NB: the negative region before Redis: a password the verifier
+     * refused for this very hash has nothing to find there, and an unknown
+     * user's repeat (dummy_verify) never asks Redis either, so a Redis
+     * round trip would tell the names apart. */
     if (negative) {
         /* NB: negative implies cache: d was made above. */
         authn_hmac_cred_negative(e->mac, d, c->password, c->password_len, nkey);
@@ -655,6 +655,10 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
             count(e, AUTHN_HMAC_C_NEGATIVE_HITS, 1);
             return AUTHN_HMAC_NEGATIVE_HIT;
         }
+    }
+    if (cache && redis_lookup(&rq, key, uid, t0, pol)) {
+        explicit_bzero(key, sizeof(key));
+        return AUTHN_HMAC_REDIS_HIT;
     }
 
     if (cache) {

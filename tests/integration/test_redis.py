@@ -84,6 +84,22 @@ def farm():
     assert not problems, "\n".join(problems)
 
 
+def test_a_refused_password_again_never_asks_redis(farm):
+    """A repeat of a refused password is a negative hit before Redis is
+    asked: an unknown user's repeat never asks it either, so a round trip
+    there would tell the names apart."""
+    shared, redis, a, b = farm
+    htpasswd(shared.users, "rita", "rita's farm pass")
+    assert a.status_code("/w/", "rita", "rita guessed wrong") == 401
+    assert note_of_last(a, "rita") == "denied"
+    before = a.status()
+    assert a.status_code("/w/", "rita", "rita guessed wrong") == 401
+    assert note_of_last(a, "rita") == "negative-hit"
+    d = delta(a, before)
+    assert d["redis_misses"] == 0 and d["redis_hits"] == 0, d
+    assert d["verifications"] == 0, d
+
+
 def test_verified_on_one_server_is_a_hit_on_the_other(farm):
     shared, redis, a, b = farm
     htpasswd(shared.users, "sam", "sam's farm pass")
@@ -330,9 +346,15 @@ def test_wrong_secret_or_database_falls_back(shared, what):
             assert srv.status_code("/w/", "alice", "alice farm pass") == 200
             assert srv.status_code("/w/", "alice", "wrong") == 401
         st = srv.status()
-        assert st["redis_errors"] >= 1 and st["redis_hits"] == 0
-        # 1 right (then shm hits), 1 wrong (then the negative cache).
+        assert st["redis_errors"] == 2 and st["redis_hits"] == 0
+        # 1 right (then shm hits), 1 wrong (then the negative cache, before
+        # Redis is asked).
         assert st["verifications"] == 2 and st["negative_hits"] == 2
+        # A third failure within the window opens the breaker and logs it.
+        for i in range(2):
+            assert srv.status_code("/w/", "alice", "wrong %d" % i) == 401
+        st = srv.status()
+        assert st["redis_errors"] == 3 and st["redis_skipped"] >= 1
         log = srv.error_log()
         warnings = re.findall(OUTAGE + ".*", log)
         assert len(warnings) == 1, warnings
