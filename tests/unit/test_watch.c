@@ -8,6 +8,7 @@ static void pause_point(int n);
 
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 
 static void write_text(const char *path, const char *text)
 {
@@ -210,11 +211,86 @@ static void test_lookup_during_drain(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* Runs the calling thread on one CPU (of those online, in turn). */
+static void run_on(int i)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+
+    CPU_ZERO(&set);
+    CPU_SET(cpus > 0 ? i % cpus : 0, &set);
+    CHECK(sched_setaffinity(0, sizeof(set), &set) == 0);
+}
+
+/* Each change is seen by the very next lookup without a stat(), from
+ * whichever CPU it is made: through the epoll instance of that CPU while
+ * another CPU's instance, or a drain from it, took the event in (or, with
+ * the instances closed as if they could not be made, through FIONREAD).
+ * Each change is settled (read again once past the racy second) before
+ * the next, so that the lookup after it is on the path without stat(). */
+static void test_each_cpu_sees_each_change(apr_pool_t *p, int polls)
+{
+    char dir[] = "/dev/shm/authn_hmac_unit.XXXXXX";
+    const char *path;
+    char want[16];
+    authn_hmac_userfile_t *uf;
+    int status = -1, i, r;
+    pid_t pid;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:A\n");
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        unit_failures = 0;
+        uf = authn_hmac_userfile_make(path, p);
+        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        CHECK(authn_hmac_userfile_watch(uf) == 1);
+        CHECK(w.npolls >= 1 && w.polls[0] >= 0);
+        if (!polls)
+            for (i = 0; i < WATCH_POLLS; i++) {
+                if (w.polls[i] >= 0)
+                    close(w.polls[i]);
+                w.polls[i] = -1;
+            }
+        for (r = 0; r < 4; r++) {
+            usleep(1100 * 1000);
+            run_on(r + 1);
+            CHECK(alice_is(uf, r ? want : "A", p));
+            run_on(r);
+            CHECK(alice_is(uf, r ? want : "A", p));
+            /* Settled: the answer came from the count, without stat(). */
+            CHECK(uf->current && !uf->current->racy &&
+                  uf->current->checked == watch_events());
+            snprintf(want, sizeof(want), "B%d", r);
+            write_text(path, apr_pstrcat(p, "alice:", want, "\n", NULL));
+            run_on(r + 1);
+            CHECK(alice_is(uf, want, p));
+        }
+        _exit(unit_failures ? 1 : 0);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_each_cpu_sees_each_change_epoll(apr_pool_t *p)
+{
+    test_each_cpu_sees_each_change(p, 1);
+}
+
+static void test_each_cpu_sees_each_change_fionread(apr_pool_t *p)
+{
+    test_each_cpu_sees_each_change(p, 0);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
 
     RUN(test_lookup_during_drain, p);
     RUN(test_lookup_across_two_rebuilds, p);
+    RUN(test_each_cpu_sees_each_change_epoll, p);
+    RUN(test_each_cpu_sees_each_change_fionread, p);
     return unit_end();
 }
