@@ -333,9 +333,19 @@ struct authn_hmac_userfile {
  * a hit with two threads, hitbench). A lookup asks instead one of a few
  * epoll instances, by CPU, that watch it: the event is put on every
  * instance's ready list within the same system call that queues it, and an
- * instance reports it for as long as it is in the queue. */
+ * instance reports it for as long as it is in the queue. One lookup at a
+ * time per instance (the others use FIONREAD): a lookup that checks the
+ * ready list while another empties it onto a list of its own, before the
+ * kernel marks the instance as being scanned, finds nothing, though the
+ * event is still queued and the count not moved on. */
 #define WATCH_DIRS  64 /* per process */
 #define WATCH_POLLS 8
+
+typedef struct {
+    int fd;   /* an epoll instance on the inotify file, or -1 */
+    int busy; /* a lookup is in it */
+    char pad[64 - 2 * sizeof(int)];
+} poll_t;
 #define WATCH_FILES 64
 #define FILE_MASK                                                              \
     (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF |  \
@@ -349,9 +359,9 @@ struct authn_hmac_userfile {
 static struct {
     pthread_mutex_t lock; /* watches and drains */
     int fd;
-    int polls[WATCH_POLLS]; /* epoll instances on fd, or -1: FIONREAD */
-    int npolls;             /* one per CPU online, up to WATCH_POLLS */
-    uint64_t id;            /* this instance, or 0: none in this process */
+    poll_t polls[WATCH_POLLS] __attribute__((aligned(64)));
+    int npolls;      /* one per CPU online, up to WATCH_POLLS; 0: FIONREAD */
+    uint64_t id;     /* this instance, or 0: none in this process */
     uint64_t ids;    /* instances made, in this process and its parents */
     int broken;      /* every lookup stat()s */
     uint64_t events; /* moved on before and after each drain: even while
@@ -360,8 +370,8 @@ static struct {
     int ndirs, nfiles, atfork;
 } w = {PTHREAD_MUTEX_INITIALIZER,
        -1,
-       {-1, -1, -1, -1, -1, -1, -1, -1},
-       1,
+       {{0, 0, {0}}},
+       0,
        0,
        0,
        0,
@@ -382,11 +392,11 @@ static void watch_forked(void)
 
     /* NB: an inherited epoll instance is the parent's: it reports the
      * parent's queue. */
-    for (i = 0; i < WATCH_POLLS; i++) {
-        if (w.polls[i] >= 0)
-            close(w.polls[i]);
-        w.polls[i] = -1;
-    }
+    for (i = 0; i < w.npolls; i++)
+        if (w.polls[i].fd >= 0)
+            close(w.polls[i].fd);
+    memset(w.polls, 0, sizeof(w.polls));
+    w.npolls = 0;
     if (w.fd >= 0)
         close(w.fd);
     w.lock = fresh;
@@ -492,20 +502,27 @@ static int watched(const authn_hmac_userfile_t *uf)
  * against; 0 when lookups must stat(). */
 static uint64_t watch_events(void)
 {
-    int cpu = sched_getcpu();
-    int ep = w.polls[cpu > 0 ? cpu % w.npolls : 0];
+    int cpu = sched_getcpu(), np = w.npolls;
+    poll_t *pl = np > 0 ? &w.polls[cpu > 0 ? cpu % np : 0] : NULL;
     struct epoll_event ev;
     uint64_t events;
     int n = 0;
 
-    if (ep >= 0) {
+    if (pl &&
+        (pl->fd < 0 || __atomic_exchange_n(&pl->busy, 1, __ATOMIC_ACQUIRE)))
+        pl = NULL; /* none, or another lookup is in it */
+    if (pl) {
         /* NB: not epoll_wait(), a cancellation point whose bookkeeping
          * costs a tenth of a hit; SYS_epoll_pwait is on every arch. */
-        if ((n = (int)syscall(SYS_epoll_pwait, ep, &ev, 1, 0, NULL, 0)) < 0)
+        n = (int)syscall(SYS_epoll_pwait, pl->fd, &ev, 1, 0, NULL, 0);
+        __atomic_store_n(&pl->busy, 0, __ATOMIC_RELEASE);
+        if (n < 0)
             return 0;
         /* NB: the ready list was read without a lock: the count below
-         * must not be read before it (a drain on another CPU emptied the
-         * queue, and a poll there the list, after moving the count on). */
+         * must not be read before it. An empty list was emptied by an
+         * earlier lookup in this instance (busy orders them), whose poll
+         * came after any drain that took the event, and so after that
+         * drain moved the count on. */
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
     }
     else if (ioctl(w.fd, FIONREAD, &n) != 0)
@@ -572,9 +589,11 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
         int i;
 
         w.id = ++w.ids;
-        w.npolls = cpus < 1 ? 1 : cpus > WATCH_POLLS ? WATCH_POLLS : (int)cpus;
-        for (i = 0; i < w.npolls; i++)
-            w.polls[i] = poll_on(w.fd);
+        int np = cpus < 1 ? 1 : cpus > WATCH_POLLS ? WATCH_POLLS : (int)cpus;
+
+        for (i = 0; i < np; i++)
+            w.polls[i].fd = poll_on(w.fd);
+        w.npolls = np;
         /* NB: past any count a view inherited from a parent holds. */
         __atomic_add_fetch(&w.events, 2, __ATOMIC_SEQ_CST);
     }

@@ -224,8 +224,9 @@ static void run_on(int i)
 
 /* Each change is seen by the very next lookup without a stat(), from
  * whichever CPU it is made: through the epoll instance of that CPU while
- * another CPU's instance, or a drain from it, took the event in (or, with
- * the instances closed as if they could not be made, through FIONREAD).
+ * another CPU's instance, or a drain from it, took the event in; or,
+ * through FIONREAD, with the instances closed as if they could not be made
+ * (polls 0), or each held by another lookup (polls 2).
  * Each change is settled (read again once past the racy second) before
  * the next, so that the lookup after it is on the path without stat(). */
 static void test_each_cpu_sees_each_change(apr_pool_t *p, int polls)
@@ -246,13 +247,14 @@ static void test_each_cpu_sees_each_change(apr_pool_t *p, int polls)
         uf = authn_hmac_userfile_make(path, p);
         CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
         CHECK(authn_hmac_userfile_watch(uf) == 1);
-        CHECK(w.npolls >= 1 && w.polls[0] >= 0);
-        if (!polls)
-            for (i = 0; i < WATCH_POLLS; i++) {
-                if (w.polls[i] >= 0)
-                    close(w.polls[i]);
-                w.polls[i] = -1;
-            }
+        CHECK(w.npolls >= 1 && w.polls[0].fd >= 0);
+        for (i = 0; i < w.npolls && polls != 1; i++)
+            if (polls == 2)
+                w.polls[i].busy = 1;
+            else
+                close(w.polls[i].fd);
+        if (polls == 0)
+            w.npolls = 0;
         for (r = 0; r < 4; r++) {
             usleep(1100 * 1000);
             run_on(r + 1);
@@ -284,6 +286,11 @@ static void test_each_cpu_sees_each_change_fionread(apr_pool_t *p)
     test_each_cpu_sees_each_change(p, 0);
 }
 
+static void test_each_cpu_sees_each_change_busy(apr_pool_t *p)
+{
+    test_each_cpu_sees_each_change(p, 2);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -292,5 +299,6 @@ int main(void)
     RUN(test_lookup_across_two_rebuilds, p);
     RUN(test_each_cpu_sees_each_change_epoll, p);
     RUN(test_each_cpu_sees_each_change_fionread, p);
+    RUN(test_each_cpu_sees_each_change_busy, p);
     return unit_end();
 }
