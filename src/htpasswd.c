@@ -337,7 +337,8 @@ struct authn_hmac_userfile {
  * time per instance (the others use FIONREAD): a lookup that checks the
  * ready list while another empties it onto a list of its own, before the
  * kernel marks the instance as being scanned, finds nothing, though the
- * event is still queued and the count not moved on. */
+ * event is still queued and the count not moved on (ep_events_available's
+ * false negative, which later kernels close with a seqcount). */
 #define WATCH_DIRS  64 /* per process */
 #define WATCH_POLLS 8
 
