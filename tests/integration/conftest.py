@@ -28,16 +28,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: timing- or load-bound; skipped under valgrind")
 
 # /a/ and /b/ use two different htpasswd files (two scopes); /short/ uses
-# the file of /a/ with a 2-second TTL; /idle/ with a 6-second TTL, and
-# /maxage/ with a 10-second max age as well; /gone/ points at a file the
+# the file of /a/ with a 2-second TTL; /idle/ with a 3-second TTL, and
+# /maxage/ with a 6-second max age as well; /gone/ points at a file the
 # tests remove and restore; /nocache/ verifies every time.
 def body(d):
     a = d + "/a.htpasswd"
     locations = [("/a/", a, "a"),
                  ("/b/", d + "/b.htpasswd", "b", "AuthHMACCacheTTL 5m"),
                  ("/short/", a, "a", "AuthHMACCacheTTL 2"),
-                 ("/idle/", a, "a", "AuthHMACCacheTTL 6"),
-                 ("/maxage/", a, "a", "AuthHMACCacheTTL 6", "AuthHMACCacheMaxAge 10"),
+                 ("/idle/", a, "a", "AuthHMACCacheTTL 3"),
+                 ("/maxage/", a, "a", "AuthHMACCacheTTL 3", "AuthHMACCacheMaxAge 6"),
                  ("/gone/", d + "/gone.htpasswd", "gone"),
                  ("/noneg/", a, "a", "AuthHMACNegativeTTL 0"),
                  ("/showunknown/", a, "a", "AuthHMACHideUnknownUsers Off"),
