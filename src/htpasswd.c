@@ -23,6 +23,8 @@
 #include <apr_portable.h>
 #include <apr_strings.h>
 
+#include <openssl/evp.h>
+
 #define MAX_BAD_REPORTS 10u /* malformed lines logged one by one */
 
 struct authn_hmac_htpasswd {
@@ -288,6 +290,8 @@ typedef struct {
     apr_finfo_t st; /* the file as it was when idx was read */
     int racy;
     uint64_t checked; /* the watcher's events when a stat() found it fresh */
+    unsigned char sum[32]; /* SHA-256 of what was read, if summed */
+    int summed;
 } generation_t;
 
 /* Lookups take no lock: they count themselves under epoch & 1, in the
@@ -357,6 +361,15 @@ typedef struct {
      IN_ONLYDIR | IN_MASK_ADD)
 #define UP_MASK (IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
 
+#define NO_POLL                                                                \
+    {                                                                          \
+        -1, 0,                                                                 \
+        {                                                                      \
+            0                                                                  \
+        }                                                                      \
+    }
+typedef char watch_polls_listed[WATCH_POLLS == 8 ? 1 : -1];
+
 static struct {
     pthread_mutex_t lock; /* watches and drains */
     int fd;
@@ -371,7 +384,7 @@ static struct {
     int ndirs, nfiles, atfork;
 } w = {PTHREAD_MUTEX_INITIALIZER,
        -1,
-       {{0, 0, {0}}},
+       {NO_POLL, NO_POLL, NO_POLL, NO_POLL, NO_POLL, NO_POLL, NO_POLL, NO_POLL},
        0,
        0,
        0,
@@ -392,11 +405,14 @@ static void watch_forked(void)
     int i;
 
     /* NB: an inherited epoll instance is the parent's: it reports the
-     * parent's queue. */
-    for (i = 0; i < w.npolls; i++)
+     * parent's queue. Every slot, not only the first npolls: a fork while
+     * another thread makes the instances comes before npolls is set. */
+    for (i = 0; i < WATCH_POLLS; i++) {
         if (w.polls[i].fd >= 0)
             close(w.polls[i].fd);
-    memset(w.polls, 0, sizeof(w.polls));
+        w.polls[i].fd = -1;
+        w.polls[i].busy = 0;
+    }
     w.npolls = 0;
     if (w.fd >= 0)
         close(w.fd);
@@ -786,6 +802,12 @@ static apr_status_t rebuild(authn_hmac_userfile_t *uf,
     if (rv != APR_SUCCESS)
         goto done;
     buf[got] = '\0';
+    /* NB: the same bytes as the reading before (a racy file read again)
+     * had their bad lines told then. */
+    g->summed = EVP_Digest(buf, got, g->sum, NULL, EVP_sha256(), NULL) == 1;
+    if (g->summed && uf->current && uf->current->summed &&
+        memcmp(uf->current->sum, g->sum, sizeof(g->sum)) == 0)
+        bad = NULL;
     rv = authn_hmac_htpasswd_parse(&g->idx, buf, got, bad, baton, np);
     if (rv != APR_SUCCESS)
         goto done;
@@ -806,11 +828,22 @@ done:
     return rv;
 }
 
-/* Whether g answers for the file as now stat()ed. */
-static int fresh(const generation_t *g, const apr_finfo_t *now)
+/* Whether g answers for the file as now stat()ed, with the watcher's
+ * count of events (0: not watched). A generation read within a second of
+ * a change is racy: a further change in the same timestamp tick, of the
+ * same size, looks the same to stat() (on kernels and file systems without
+ * fine-grained timestamps). Only inotify can vouch for it, by no event
+ * since it was read; unwatched, it is read again on every lookup until the
+ * second is over, as mod_authn_file reads it. Past the second it is read
+ * once more, to a generation that is not racy. */
+static int fresh(const generation_t *g, const apr_finfo_t *now, uint64_t events)
 {
-    return g && same_file(&g->st, now) &&
-           !(g->racy && apr_time_now() - changed(now) >= RACY_WINDOW);
+    if (!g || !same_file(&g->st, now))
+        return 0;
+    if (!g->racy)
+        return 1;
+    return apr_time_now() - changed(now) < RACY_WINDOW && events != 0 &&
+           __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events;
 }
 
 /* What a lookup asks for and gets. */
@@ -954,7 +987,7 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
     st = enter(uf, &e);
     g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
     PAUSE_POINT(2);
-    if (fresh(g, &now)) {
+    if (fresh(g, &now, events)) {
         rv = answer(g, a, p);
         /* NB: the count was read before the stat(): what happened after
          * it is in the queue, and moves the count on. */
@@ -967,7 +1000,7 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
         return rv;
     /* The file changed (or was never read): one rebuild, under the lock. */
     apr_thread_mutex_lock(uf->lock);
-    if (!fresh(uf->current, &now))
+    if (!fresh(uf->current, &now, events))
         rv = rebuild(uf, bad, baton, events);
     if (rv == APR_SUCCESS && uf->current)
         rv = answer(uf->current, a, p);

@@ -1,14 +1,44 @@
 /* Unit tests of the watcher's and the index's inner workings, with the
  * source included so that a test can stand where another thread would,
  * or stop a lookup where a thread can be preempted. */
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 static void pause_point(int n);
 #define PAUSE_POINT(n) pause_point(n)
+
+/* epoll_create1 as the watcher calls it: when asked, a fork from within
+ * its nth call, where another thread of httpd's could fork while the
+ * instances are being made. The child says whether the first instance is
+ * still open in it (it must not be: it reports the parent's queue). */
+static int fork_in_call, epoll_calls, first_epoll = -1, leaked = -1;
+
+static int epoll_create1_hook(int flags)
+{
+    int ep = (epoll_create1)(flags), status = -1;
+    pid_t pid;
+
+    if (!fork_in_call)
+        return ep;
+    if (++epoll_calls == 1)
+        first_epoll = ep;
+    else if (epoll_calls == fork_in_call) {
+        if ((pid = fork()) == 0)
+            _exit(fcntl(first_epoll, F_GETFD) != -1 ? 3 : 0);
+        leaked = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)
+                     ? WEXITSTATUS(status) == 3
+                     : -1;
+    }
+    return ep;
+}
+#define epoll_create1(flags) epoll_create1_hook(flags)
 #include "../../src/htpasswd.c"
 #include "unit.h"
 
 #include <sys/stat.h>
 #include <sys/vfs.h>
-#include <sys/wait.h>
 
 static void write_text(const char *path, const char *text)
 {
@@ -211,14 +241,22 @@ static void test_lookup_during_drain(apr_pool_t *p)
     rmdir(dir);
 }
 
-/* Runs the calling thread on one CPU (of those online, in turn). */
+/* The CPUs this test may run on (a container may allow only some). */
+static cpu_set_t allowed;
+
+/* Runs the calling thread on one CPU (of those allowed, in turn). */
 static void run_on(int i)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = CPU_COUNT(&allowed), c;
     cpu_set_t set;
 
+    CHECK(n > 0);
+    i = n > 0 ? i % n : 0;
+    for (c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed) && i-- == 0)
+            break;
     CPU_ZERO(&set);
-    CPU_SET(cpus > 0 ? i % cpus : 0, &set);
+    CPU_SET(c < CPU_SETSIZE ? c : 0, &set);
     CHECK(sched_setaffinity(0, sizeof(set), &set) == 0);
 }
 
@@ -291,14 +329,105 @@ static void test_each_cpu_sees_each_change_busy(apr_pool_t *p)
     test_each_cpu_sees_each_change(p, 2);
 }
 
+/* A file read within a second of a change (racy) and changed again within
+ * the same timestamp tick, to the same size, looks the same to stat() on
+ * kernels and file systems without fine-grained timestamps. The next
+ * lookup must still answer from the new file. The test gives the
+ * generation the new file's stat(), as such a kernel would show it.
+ * Unwatched, a racy generation is read again by every lookup until its
+ * second is over; watched, only after an event. */
+static void test_racy_change(apr_pool_t *p, int watch)
+{
+    char dir[] = "/dev/shm/authn_hmac_unit.XXXXXX";
+    const char *path;
+    authn_hmac_userfile_t *uf;
+    apr_finfo_t st;
+    unsigned reads;
+    int status = -1;
+    pid_t pid;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:AAAA\n");
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        unit_failures = 0;
+        uf = authn_hmac_userfile_make(path, p);
+        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        CHECK(!watch || authn_hmac_userfile_watch(uf) == 1);
+        CHECK(alice_is(uf, "AAAA", p));
+        CHECK(uf->current && uf->current->racy);
+        reads = uf->reads;
+        CHECK(alice_is(uf, "AAAA", p));
+        /* Watched and nothing happened since: no need to read it. */
+        CHECK(uf->reads == reads + (watch ? 0 : 1));
+        write_text(path, "alice:BBBB\n");
+        CHECK(apr_stat(&st, path, USERFILE_WANTED, p) == APR_SUCCESS);
+        uf->current->st = st;
+        CHECK(alice_is(uf, "BBBB", p));
+        _exit(unit_failures ? 1 : 0);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_racy_change_unwatched(apr_pool_t *p)
+{
+    test_racy_change(p, 0);
+}
+
+static void test_racy_change_watched(apr_pool_t *p)
+{
+    test_racy_change(p, 1);
+}
+
+/* A fork while another thread makes the epoll instances (before npolls is
+ * set) leaves none of them open in the child. */
+static void test_fork_while_instances_are_made(apr_pool_t *p)
+{
+    char dir[] = "/dev/shm/authn_hmac_unit.XXXXXX";
+    const char *path;
+    authn_hmac_userfile_t *uf;
+    int status = -1;
+    pid_t pid;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:A\n");
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        unit_failures = 0;
+        uf = authn_hmac_userfile_make(path, p);
+        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        fork_in_call = 2;
+        CHECK(authn_hmac_userfile_watch(uf) == 1);
+        fork_in_call = 0;
+        if (w.npolls < 2)
+            printf("     (one CPU online: no window to fork in)\n");
+        else
+            CHECK(leaked == 0);
+        CHECK(alice_is(uf, "A", p));
+        _exit(unit_failures ? 1 : 0);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
+
+    CHECK(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
 
     RUN(test_lookup_during_drain, p);
     RUN(test_lookup_across_two_rebuilds, p);
     RUN(test_each_cpu_sees_each_change_epoll, p);
     RUN(test_each_cpu_sees_each_change_fionread, p);
     RUN(test_each_cpu_sees_each_change_busy, p);
+    RUN(test_racy_change_unwatched, p);
+    RUN(test_racy_change_watched, p);
+    RUN(test_fork_while_instances_are_made, p);
     return unit_end();
 }
