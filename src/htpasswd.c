@@ -361,15 +361,6 @@ typedef struct {
      IN_ONLYDIR | IN_MASK_ADD)
 #define UP_MASK (IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
 
-#define NO_POLL                                                                \
-    {                                                                          \
-        -1, 0,                                                                 \
-        {                                                                      \
-            0                                                                  \
-        }                                                                      \
-    }
-typedef char watch_polls_listed[WATCH_POLLS == 8 ? 1 : -1];
-
 static struct {
     pthread_mutex_t lock; /* watches and drains */
     int fd;
@@ -384,7 +375,7 @@ static struct {
     int ndirs, nfiles, atfork;
 } w = {PTHREAD_MUTEX_INITIALIZER,
        -1,
-       {NO_POLL, NO_POLL, NO_POLL, NO_POLL, NO_POLL, NO_POLL, NO_POLL, NO_POLL},
+       {[0 ... WATCH_POLLS - 1] = {-1, 0, {0}}}, /* no instance: -1 */
        0,
        0,
        0,

@@ -420,6 +420,9 @@ int main(void)
     apr_pool_t *p = unit_start();
 
     CHECK(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+    /* Before any watch, every slot says "no instance" (-1, never fd 0). */
+    for (int i = 0; i < WATCH_POLLS; i++)
+        CHECK(w.polls[i].fd == -1 && w.polls[i].busy == 0);
 
     RUN(test_lookup_during_drain, p);
     RUN(test_lookup_across_two_rebuilds, p);
