@@ -18,6 +18,7 @@
 #include "util_mutex.h"
 #include "ap_mpm.h"
 #include "mod_status.h"
+#include "mod_core.h"
 
 #include "apr_md5.h"
 #include "apr_shm.h"
@@ -752,6 +753,27 @@ static authn_status status_of(authn_hmac_outcome o)
     }
 }
 
+/* mod_auth_basic answers a provider's error with a 500, which busy_error
+ * and busy_redirect turn into a 503. Its body is what the admin set with
+ * ErrorDocument 503 (a text, a local document or a URL, as for any 503),
+ * else ours: set here as the 500's, since that is the one httpd looks up.
+ * NB: the admin's goes in as httpd keeps it (a text with its leading '"'):
+ * ap_custom_response would take a text such as "Sorry: busy" or "/ is
+ * down" for a URL or a document. */
+static void busy_document(request_rec *r)
+{
+    const char *doc = ap_response_code_string(
+        r, ap_index_of_response(HTTP_SERVICE_UNAVAILABLE));
+    core_request_config *rc;
+
+    ap_custom_response(r, HTTP_INTERNAL_SERVER_ERROR, BUSY_BODY);
+    if (!doc)
+        return;
+    rc = ap_get_core_module_config(r->request_config);
+    rc->response_code_strings[ap_index_of_response(
+        HTTP_INTERNAL_SERVER_ERROR)] = apr_pstrdup(r->pool, doc);
+}
+
 /* The provider: finds the user's stored hash, and lets the engine (src/
  * engine.c) do the rest. */
 static authn_status check_password(request_rec *r, const char *user,
@@ -811,19 +833,16 @@ static authn_status check_password(request_rec *r, const char *user,
     o = authn_hmac_check(&g.engine, &pol, &cred, r, r->pool);
     if (o == AUTHN_HMAC_BUSY) {
         log_busy(r);
-        /* NB: mod_auth_basic answers an error with a 500; busy_error makes
-         * it a 503, and this is its body. */
-        ap_custom_response(r, HTTP_INTERNAL_SERVER_ERROR, BUSY_BODY);
+        busy_document(r);
     }
     return done(r, authn_hmac_outcome_name(o), status_of(o));
 }
 
-/* A request refused for want of a turn to verify is a 503 with
- * Retry-After, not mod_auth_basic's 500: the error response is made from
- * r->status, which is set before this runs. */
-static void busy_error(request_rec *r)
+/* Makes the 500 of a request refused for want of a turn to verify (the
+ * note of req says so) a 503 with Retry-After. */
+static void make_busy(request_rec *r, const request_rec *req)
 {
-    const char *note = apr_table_get(r->notes, NOTE);
+    const char *note = apr_table_get(req->notes, NOTE);
 
     if (r->status != HTTP_INTERNAL_SERVER_ERROR || !note ||
         strcmp(note, "busy") != 0)
@@ -832,6 +851,27 @@ static void busy_error(request_rec *r)
     r->status_line = NULL;
     apr_table_setn(r->err_headers_out, "Retry-After",
                    apr_itoa(r->pool, authn_hmac_retry_after(&g.engine)));
+}
+
+/* httpd's own error page, or an ErrorDocument text: the response is made
+ * from r->status, which is set before this runs. */
+static void busy_error(request_rec *r)
+{
+    make_busy(r, r);
+}
+
+/* An ErrorDocument 503 that is a local document: httpd redirects to it
+ * with the 500, as it would for ErrorDocument 500, and this runs before
+ * its handler. The note goes along, for the access log's final request. */
+static void busy_redirect(request_rec *r)
+{
+    if (!r->prev)
+        return;
+    make_busy(r, r->prev);
+    if (r->status == HTTP_SERVICE_UNAVAILABLE) {
+        apr_table_setn(r->notes, NOTE, "busy");
+        apr_table_setn(r->subprocess_env, "REDIRECT_STATUS", "503");
+    }
 }
 
 static const authn_provider provider = {check_password, NULL};
@@ -903,6 +943,7 @@ static void register_hooks(apr_pool_t *p)
     ap_hook_child_init(child_init, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_handler(status_handler, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_insert_error_filter(busy_error, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_insert_filter(busy_redirect, NULL, NULL, APR_HOOK_MIDDLE);
     APR_OPTIONAL_HOOK(ap, status_hook, status_hook, NULL, NULL,
                       APR_HOOK_MIDDLE);
 }

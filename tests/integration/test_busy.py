@@ -1,0 +1,106 @@
+"""The answer to a login that finds no turn to verify: a 503 with
+Retry-After, whose body is the admin's ErrorDocument 503 when there is one
+(a text, a local document, or a URL, which httpd answers with a redirect),
+as for any other 503, and never the ErrorDocument 500 that mod_auth_basic's
+error would otherwise get."""
+import os
+import threading
+import time
+
+import pytest
+
+from harness import Httpd, basic, get, hmac_location, htpasswd
+
+SITE = """
+Alias /errors/ "{d}/errors/"
+Alias /plain/ "{d}/htdocs/"
+Alias /text/ "{d}/htdocs/"
+Alias /doc/ "{d}/htdocs/"
+Alias /url/ "{d}/htdocs/"
+"""
+TEXT = "Sorry: too busy / try again"  # read as a URL, then a path, if unquoted
+DOC = "<html><body>the admin's own busy page</body></html>\n"
+URL = "http://elsewhere.example/busy"
+OURS = b"Too many logins are being checked right now."
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mpm", ["prefork", "event"])
+def test_busy_answer_uses_error_document_503(mpm):
+    # One verification at a time and no place to wait: while a slow one
+    # runs, every other miss is refused at once.
+    srv = Httpd(mpm=mpm, name="busy_" + mpm,
+                global_conf="AuthHMACMaxVerifications 1\nAuthHMACVerifyBacklog 0")
+    users = srv.path("users.htpasswd")
+    srv.body = SITE.format(d=srv.dir) + "".join([
+        hmac_location("/plain/", users, "r", 'ErrorDocument 500 "a server error"'),
+        hmac_location("/text/", users, "r", 'ErrorDocument 503 "%s"' % TEXT),
+        hmac_location("/doc/", users, "r", "ErrorDocument 503 /errors/busy.html"),
+        hmac_location("/url/", users, "r", "ErrorDocument 503 " + URL),
+    ])
+    srv.write_config()
+    srv.expect_log(r"AHMAC0007")
+    os.makedirs(srv.path("errors"))
+    for name, text in (("htdocs/index.html", "hello\n"), ("errors/busy.html", DOC)):
+        with open(srv.path(name), "w") as f:
+            f.write(text)
+    htpasswd(users, "alice", "correct horse", create=True)
+    htpasswd(users, "slow", "slow pass", cost=16)  # about 4 s of bcrypt
+    slow = {}
+
+    def hold():
+        slow["r"], _ = get(srv.port, "/plain/", basic("slow", "not the slow pass"))
+
+    try:
+        srv.start()
+        holder = threading.Thread(target=hold)
+        holder.start()
+        for _ in range(300):
+            if srv.status()["verifying"] == 1:
+                break
+            time.sleep(0.01)
+        answers = {}
+        for i, loc in enumerate(("/plain/", "/text/", "/doc/", "/url/")):
+            answers[loc], conn = get(srv.port, loc, basic("alice", "wrong %d" % i))
+            if conn:
+                conn.close()
+        still = srv.status()["verifying"]
+        holder.join()
+        for _ in range(100):  # the access log is written after the response
+            log = {l[3]: l[:3] for l in map(str.split, srv.access_log())
+                   if l[3] in answers and l[0] != "slow"}
+            if len(log) == 4:
+                break
+            time.sleep(0.02)
+        print({loc: (r.status, r.getheader("Retry-After"), r.body[:60])
+               for loc, r in answers.items()})
+        # The probes ran while the slow verification held the only turn.
+        assert still == 1 and slow["r"].status == 401, (still, slow["r"].status)
+
+        plain, text, doc, url = (answers[k] for k in ("/plain/", "/text/", "/doc/", "/url/"))
+        for r in (plain, text, doc):
+            assert r.status == 503, (r.status, r.body)
+            retry = r.getheader("Retry-After")
+            assert retry and retry.isdigit() and 1 <= int(retry) <= 60, retry
+        # No ErrorDocument 503: our page, not the location's ErrorDocument 500.
+        assert OURS in plain.body and b"a server error" not in plain.body, plain.body
+        # A text, as httpd keeps it, even one that looks like a URL or a path.
+        assert text.body.decode() == TEXT, text.body
+        # A local document, with the 503 and not the 500 httpd redirected with.
+        assert doc.body.decode() == DOC, doc.body
+        # A URL: httpd's answer to any ErrorDocument URL, a redirect.
+        assert url.status == 302 and url.getheader("Location") == URL, \
+            (url.status, url.getheader("Location"))
+        # The access log tells the admin the final status and the note. The
+        # local document's request has no user: alice was never verified.
+        assert log == {"/plain/": ["alice", "503", "busy"], "/text/": ["alice", "503", "busy"],
+                       "/doc/": ["-", "503", "busy"], "/url/": ["alice", "302", "busy"]}, log
+        # Afterwards the queue is free: the right password verifies.
+        srv.sent["alice"] = 3  # lines with her name: not the document's
+        assert srv.status_code("/doc/", "alice", "correct horse") == 200
+        assert srv.notes("alice")[-1] == "verified"
+        problems = srv.log_problems()
+        assert not problems, problems
+    finally:
+        srv.cleanup()
+
