@@ -839,39 +839,46 @@ static authn_status check_password(request_rec *r, const char *user,
 }
 
 /* Makes the 500 of a request refused for want of a turn to verify (the
- * note of req says so) a 503 with Retry-After. */
-static void make_busy(request_rec *r, const request_rec *req)
+ * note of req says so) a 503 with Retry-After. Returns whether it did. */
+static int make_busy(request_rec *r, const request_rec *req)
 {
     const char *note = apr_table_get(req->notes, NOTE);
 
     if (r->status != HTTP_INTERNAL_SERVER_ERROR || !note ||
         strcmp(note, "busy") != 0)
-        return;
+        return 0;
     r->status = HTTP_SERVICE_UNAVAILABLE;
     r->status_line = NULL;
     apr_table_setn(r->err_headers_out, "Retry-After",
                    apr_itoa(r->pool, authn_hmac_retry_after(&g.engine)));
+    return 1;
 }
 
 /* httpd's own error page, or an ErrorDocument text: the response is made
  * from r->status, which is set before this runs. */
 static void busy_error(request_rec *r)
 {
-    make_busy(r, r);
+    (void)make_busy(r, r);
 }
 
 /* An ErrorDocument 503 that is a local document: httpd redirects to it
- * with the 500, as it would for ErrorDocument 500, and this runs before
- * its handler. The note goes along, for the access log's final request. */
-static void busy_redirect(request_rec *r)
+ * with the 500, as it would for ErrorDocument 500, and this runs first
+ * among the hooks that follow the check of the user (which the redirect
+ * skips under the same configuration). The note goes along, for the
+ * access log's final request. NB: the user's name does not. mod_auth_basic
+ * set it before asking us, and httpd gives it to a redirect under the same
+ * configuration without checking it again: a document there (or a
+ * RequestHeader, RewriteCond or script using REMOTE_USER) would act for a
+ * user whose password nobody checked. */
+static int busy_redirect(request_rec *r)
 {
-    if (!r->prev)
-        return;
-    make_busy(r, r->prev);
-    if (r->status == HTTP_SERVICE_UNAVAILABLE) {
-        apr_table_setn(r->notes, NOTE, "busy");
-        apr_table_setn(r->subprocess_env, "REDIRECT_STATUS", "503");
-    }
+    if (!r->prev || !make_busy(r, r->prev))
+        return DECLINED;
+    if (r->user == r->prev->user)
+        r->user = NULL;
+    apr_table_setn(r->notes, NOTE, "busy");
+    apr_table_setn(r->subprocess_env, "REDIRECT_STATUS", "503");
+    return DECLINED;
 }
 
 static const authn_provider provider = {check_password, NULL};
@@ -943,7 +950,7 @@ static void register_hooks(apr_pool_t *p)
     ap_hook_child_init(child_init, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_handler(status_handler, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_insert_error_filter(busy_error, NULL, NULL, APR_HOOK_MIDDLE);
-    ap_hook_insert_filter(busy_redirect, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_type_checker(busy_redirect, NULL, NULL, APR_HOOK_REALLY_FIRST);
     APR_OPTIONAL_HOOK(ap, status_hook, status_hook, NULL, NULL,
                       APR_HOOK_MIDDLE);
 }

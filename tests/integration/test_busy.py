@@ -2,7 +2,9 @@
 Retry-After, whose body is the admin's ErrorDocument 503 when there is one
 (a text, a local document, or a URL, which httpd answers with a redirect),
 as for any other 503, and never the ErrorDocument 500 that mod_auth_basic's
-error would otherwise get."""
+error would otherwise get. A local document under the same configuration
+(which httpd serves without checking the user again) does not run as the
+user whose password was never checked."""
 import os
 import threading
 import time
@@ -17,10 +19,22 @@ Alias /plain/ "{d}/htdocs/"
 Alias /text/ "{d}/htdocs/"
 Alias /doc/ "{d}/htdocs/"
 Alias /url/ "{d}/htdocs/"
+Alias /same/ "{d}/same/"
+<Directory "{d}/same">
+    Options +Includes
+</Directory>
+AddOutputFilter INCLUDES .shtml
+RewriteEngine On
+RewriteRule ^/down - [R=503]
+<Location /down>
+    ErrorDocument 503 /errors/busy.html
+</Location>
 """
 TEXT = "Sorry: too busy / try again"  # read as a URL, then a path, if unquoted
 DOC = "<html><body>the admin's own busy page</body></html>\n"
 URL = "http://elsewhere.example/busy"
+SSI = 'user=[<!--#echo var="REMOTE_USER" -->]\n'
+LOCS = ("/plain/", "/text/", "/doc/", "/url/", "/same/")
 OURS = b"Too many logins are being checked right now."
 
 
@@ -29,7 +43,7 @@ OURS = b"Too many logins are being checked right now."
 def test_busy_answer_uses_error_document_503(mpm):
     # One verification at a time and no place to wait: while a slow one
     # runs, every other miss is refused at once.
-    srv = Httpd(mpm=mpm, name="busy_" + mpm,
+    srv = Httpd(mpm=mpm, name="busy_" + mpm, modules=["include", "rewrite"],
                 global_conf="AuthHMACMaxVerifications 1\nAuthHMACVerifyBacklog 0")
     users = srv.path("users.htpasswd")
     srv.body = SITE.format(d=srv.dir) + "".join([
@@ -37,11 +51,14 @@ def test_busy_answer_uses_error_document_503(mpm):
         hmac_location("/text/", users, "r", 'ErrorDocument 503 "%s"' % TEXT),
         hmac_location("/doc/", users, "r", "ErrorDocument 503 /errors/busy.html"),
         hmac_location("/url/", users, "r", "ErrorDocument 503 " + URL),
+        hmac_location("/same/", users, "r", "ErrorDocument 503 /same/busy.shtml"),
     ])
     srv.write_config()
     srv.expect_log(r"AHMAC0007")
     os.makedirs(srv.path("errors"))
-    for name, text in (("htdocs/index.html", "hello\n"), ("errors/busy.html", DOC)):
+    os.makedirs(srv.path("same"))
+    for name, text in (("htdocs/index.html", "hello\n"), ("errors/busy.html", DOC),
+                       ("same/index.html", "hello\n"), ("same/busy.shtml", SSI)):
         with open(srv.path(name), "w") as f:
             f.write(text)
     htpasswd(users, "alice", "correct horse", create=True)
@@ -60,7 +77,7 @@ def test_busy_answer_uses_error_document_503(mpm):
                 break
             time.sleep(0.01)
         answers = {}
-        for i, loc in enumerate(("/plain/", "/text/", "/doc/", "/url/")):
+        for i, loc in enumerate(LOCS):
             answers[loc], conn = get(srv.port, loc, basic("alice", "wrong %d" % i))
             if conn:
                 conn.close()
@@ -69,7 +86,7 @@ def test_busy_answer_uses_error_document_503(mpm):
         for _ in range(100):  # the access log is written after the response
             log = {l[3]: l[:3] for l in map(str.split, srv.access_log())
                    if l[3] in answers and l[0] != "slow"}
-            if len(log) == 4:
+            if len(log) == len(LOCS):
                 break
             time.sleep(0.02)
         print({loc: (r.status, r.getheader("Retry-After"), r.body[:60])
@@ -77,8 +94,8 @@ def test_busy_answer_uses_error_document_503(mpm):
         # The probes ran while the slow verification held the only turn.
         assert still == 1 and slow["r"].status == 401, (still, slow["r"].status)
 
-        plain, text, doc, url = (answers[k] for k in ("/plain/", "/text/", "/doc/", "/url/"))
-        for r in (plain, text, doc):
+        plain, text, doc, url, same = (answers[k] for k in LOCS)
+        for r in (plain, text, doc, same):
             assert r.status == 503, (r.status, r.body)
             retry = r.getheader("Retry-After")
             assert retry and retry.isdigit() and 1 <= int(retry) <= 60, retry
@@ -91,10 +108,26 @@ def test_busy_answer_uses_error_document_503(mpm):
         # A URL: httpd's answer to any ErrorDocument URL, a redirect.
         assert url.status == 302 and url.getheader("Location") == URL, \
             (url.status, url.getheader("Location"))
-        # The access log tells the admin the final status and the note. The
-        # local document's request has no user: alice was never verified.
+        # A document under the same configuration: httpd hands it the name
+        # mod_auth_basic set before asking, but alice was never verified.
+        assert same.body.decode() == "user=[(none)]\n", same.body
+        # The access log tells the admin the final status and the note. A
+        # local document's request has no user.
         assert log == {"/plain/": ["alice", "503", "busy"], "/text/": ["alice", "503", "busy"],
-                       "/doc/": ["-", "503", "busy"], "/url/": ["alice", "302", "busy"]}, log
+                       "/doc/": ["-", "503", "busy"], "/url/": ["alice", "302", "busy"],
+                       "/same/": ["-", "503", "busy"]}, log
+        # Another module's 503, with a local document, is not made busy.
+        r, conn = get(srv.port, "/down")
+        if conn:
+            conn.close()
+        assert r.status == 503 and r.getheader("Retry-After") is None, r.status
+        assert r.body.decode() == DOC, r.body
+        for _ in range(100):
+            down = [l.split() for l in srv.access_log() if l.split()[3] == "/down"]
+            if down:
+                break
+            time.sleep(0.02)
+        assert down == [["-", "503", "-", "/down"]], down
         # Afterwards the queue is free: the right password verifies.
         srv.sent["alice"] = 3  # lines with her name: not the document's
         assert srv.status_code("/doc/", "alice", "correct horse") == 200
