@@ -38,6 +38,17 @@ LOCS = ("/plain/", "/text/", "/doc/", "/url/", "/same/")
 OURS = b"Too many logins are being checked right now."
 
 
+def logged(srv, paths):
+    """The access log's lines (split) for paths, once there is one for each:
+    the log is written after the response."""
+    for _ in range(100):
+        lines = [l for l in map(str.split, srv.access_log()) if l[3] in paths]
+        if {l[3] for l in lines} >= set(paths):
+            break
+        time.sleep(0.02)
+    return lines
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mpm", ["prefork", "event"])
 def test_busy_answer_uses_error_document_503(mpm):
@@ -83,12 +94,7 @@ def test_busy_answer_uses_error_document_503(mpm):
                 conn.close()
         still = srv.status()["verifying"]
         holder.join()
-        for _ in range(100):  # the access log is written after the response
-            log = {l[3]: l[:3] for l in map(str.split, srv.access_log())
-                   if l[3] in answers and l[0] != "slow"}
-            if len(log) == len(LOCS):
-                break
-            time.sleep(0.02)
+        log = {l[3]: l[:3] for l in logged(srv, LOCS) if l[0] != "slow"}
         print({loc: (r.status, r.getheader("Retry-After"), r.body[:60])
                for loc, r in answers.items()})
         # The probes ran while the slow verification held the only turn.
@@ -122,11 +128,7 @@ def test_busy_answer_uses_error_document_503(mpm):
             conn.close()
         assert r.status == 503 and r.getheader("Retry-After") is None, r.status
         assert r.body.decode() == DOC, r.body
-        for _ in range(100):
-            down = [l.split() for l in srv.access_log() if l.split()[3] == "/down"]
-            if down:
-                break
-            time.sleep(0.02)
+        down = logged(srv, ["/down"])
         assert down == [["-", "503", "-", "/down"]], down
         # Afterwards the queue is free: the right password verifies.
         srv.sent["alice"] = 3  # lines with her name: not the document's
