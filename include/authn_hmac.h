@@ -68,6 +68,7 @@ void authn_hmac_secret_wipe(authn_hmac_secret_t *secret);
 #define AUTHN_HMAC_LABEL_USER     "authn_hmac v2 user"     /* user id */
 #define AUTHN_HMAC_LABEL_VALUE    "authn_hmac v2 value"    /* Redis value tag */
 #define AUTHN_HMAC_LABEL_NEGATIVE "authn_hmac v2 negative" /* refused creds */
+#define AUTHN_HMAC_LABEL_DUMMY    "authn_hmac v2 dummy"    /* dummy hashes */
 
 /* Receives the encoding piece by piece. */
 typedef void (*authn_hmac_sink_fn)(void *baton, const void *data, size_t len);
@@ -140,6 +141,19 @@ void authn_hmac_negative_key(const authn_hmac_mac_t *mac, const char *scope,
                              size_t password_len, const char *hash,
                              size_t hash_len,
                              unsigned char nkey[AUTHN_HMAC_KEY_LEN]);
+
+/* The hash an unknown user, or a locked line, is checked against, so that
+ * either costs what a known user's wrong password costs: tmpl's scheme and
+ * cost (its text up to its last '$', or "{SHA}"), then characters of that
+ * scheme's alphabet drawn from HMAC(dummy subkey, that prefix), the same in
+ * every process and server that shares the pepper. Its last character is
+ * one that scheme never writes there (a bcrypt, MD5-crypt, SHA-crypt or
+ * {SHA} digest ends in padding bits that are always 0), so no password can
+ * ever match it, not even tmpl's own. Returns its length, or 0 if tmpl is
+ * empty, too long or all prefix. */
+#define AUTHN_HMAC_DUMMY_MAX 256
+size_t authn_hmac_dummy_hash(const authn_hmac_mac_t *mac, const char *tmpl,
+                             size_t len, char out[AUTHN_HMAC_DUMMY_MAX]);
 
 /* id = HMAC-SHA256(user subkey, version, scope, user), length-prefixed. */
 void authn_hmac_user_id(const authn_hmac_mac_t *mac, const char *scope,
@@ -226,8 +240,13 @@ const char *authn_hmac_htpasswd_get(const authn_hmac_htpasswd_t *idx,
 
 unsigned authn_hmac_htpasswd_count(const authn_hmac_htpasswd_t *idx);
 
+/* Whether a line's hash locks its user out: empty ("carol:"), or starting
+ * with '!' or '*' ("dave:!", as in /etc/shadow), which no scheme writes. */
+int authn_hmac_hash_locked(const char *hash, size_t len);
+
 /* A hash of the file's typical cost (one of its own, at the median bcrypt
- * cost), that unknown users are checked against; NULL in an empty file. */
+ * cost; never a locked one), the template of the dummy hash that unknown
+ * and locked users are checked against; NULL in a file without one. */
 const char *authn_hmac_htpasswd_typical(const authn_hmac_htpasswd_t *idx,
                                         size_t *len);
 unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx);
@@ -264,8 +283,9 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf);
 
 /* Looks user up, first rebuilding the index if the file's dev, inode, size,
  * mtime or ctime changed. Returns APR_SUCCESS and a copy of the hash in p;
- * APR_NOTFOUND for an unknown user, with a copy of the file's typical hash
- * (NULL in an empty file); or the error that kept the file from being read
+ * APR_NOTFOUND for an unknown user, and APR_EACCES for a locked one
+ * (authn_hmac_hash_locked), each with a copy of the file's typical hash
+ * (NULL in a file without one); or the error that kept the file from being read
  * (the index is then dropped: nothing stale can be used). */
 apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         const char *user, const char **hash,
@@ -759,8 +779,9 @@ typedef struct {
 } authn_hmac_policy_t;
 
 /* One credential, with the user's stored hash from the htpasswd file
- * (hash NULL: no such user; dummy_hash is then the file's typical hash, or
- * NULL). password and the hashes are C strings. */
+ * (hash NULL: no such user, or a locked one; dummy_hash is then the file's
+ * typical hash, or NULL: the template of the dummy). password and the
+ * hashes are C strings. */
 typedef struct {
     const char *scope;
     size_t scope_len;
@@ -772,6 +793,7 @@ typedef struct {
     size_t hash_len;
     const char *dummy_hash;
     size_t dummy_hash_len;
+    int locked; /* hash NULL: the user is in the file, locked out */
     const char *client; /* the client's address, for its share of the queue */
     /* The user's id (authn_hmac_user_id of scope and user under the
      * engine's MAC) and the credential's digest (authn_hmac_cred_digest of

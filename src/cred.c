@@ -35,7 +35,7 @@ typedef struct {
 } hmac_key_t;
 
 struct authn_hmac_mac {
-    hmac_key_t entry, user, value, negative;
+    hmac_key_t entry, user, value, negative, dummy;
     authn_hmac_secret_t *page; /* where this structure lives */
 };
 
@@ -192,6 +192,7 @@ apr_status_t authn_hmac_mac_create(authn_hmac_mac_t **out,
     derive(&m->user, pepper, AUTHN_HMAC_LABEL_USER);
     derive(&m->value, pepper, AUTHN_HMAC_LABEL_VALUE);
     derive(&m->negative, pepper, AUTHN_HMAC_LABEL_NEGATIVE);
+    derive(&m->dummy, pepper, AUTHN_HMAC_LABEL_DUMMY);
     m->page = page;
     *out = m;
     return APR_SUCCESS;
@@ -289,6 +290,64 @@ void authn_hmac_user_id(const authn_hmac_mac_t *mac, const char *scope,
     put_field(sha_sink, &ctx, scope, scope_len);
     put_field(sha_sink, &ctx, user, user_len);
     hmac_finish(&mac->user, &ctx, id);
+}
+
+size_t authn_hmac_dummy_hash(const authn_hmac_mac_t *mac, const char *tmpl,
+                             size_t len, char out[AUTHN_HMAC_DUMMY_MAX])
+{
+    static const char itoa64[] = /* MD5-crypt, SHA-crypt, DES */
+        "./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    static const char bf64[] = /* bcrypt */
+        "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    static const char b64[] = /* {SHA} */
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const char *alpha = itoa64, *last;
+    unsigned char r[AUTHN_HMAC_KEY_LEN];
+    size_t keep = 0, n, pad = 0, i;
+    int bcrypt = 0;
+
+    if (len == 0 || len >= AUTHN_HMAC_DUMMY_MAX)
+        return 0;
+    if (len > 5 && memcmp(tmpl, "{SHA}", 5) == 0) {
+        keep = 5;
+        alpha = b64;
+        while (pad < len - keep && tmpl[len - 1 - pad] == '=')
+            pad++;
+    }
+    else if (tmpl[0] == '$') {
+        for (last = tmpl + len - 1; *last != '$';)
+            last--;
+        keep = (size_t)(last - tmpl) + 1;
+        bcrypt = keep == 7 && tmpl[1] == '2';
+        if (bcrypt)
+            alpha = bf64;
+    }
+    n = len - keep - pad;
+    if (n == 0)
+        return 0;
+    memcpy(out, tmpl, keep);
+    for (i = 0; i < n; i++) {
+        if (i % sizeof(r) == 0) {
+            SHA256_CTX ctx = mac->dummy.inner;
+
+            put_field(sha_sink, &ctx, tmpl, keep);
+            put_u32(sha_sink, &ctx, (uint32_t)n);
+            put_u32(sha_sink, &ctx, (uint32_t)(i / sizeof(r)));
+            hmac_finish(&mac->dummy, &ctx, r);
+        }
+        out[keep + i] = alpha[r[i % sizeof(r)] & 63];
+    }
+    /* NB: bcrypt's salt (22 characters) ends in 4 padding bits, kept 0 here
+     * (a salt is decoded before any work is done); its digest, as the
+     * others', ends in the padding bits that are never 1 in what the scheme
+     * writes: the last character here has them all set. */
+    if (bcrypt && n > 21)
+        out[keep + 21] = alpha[(r[21 % sizeof(r)] & 3) << 4];
+    out[keep + n - 1] = alpha[63];
+    memcpy(out + keep + n, tmpl + len - pad, pad);
+    out[len] = '\0';
+    explicit_bzero(r, sizeof(r));
+    return len;
 }
 
 void authn_hmac_value_tag(const authn_hmac_mac_t *mac,

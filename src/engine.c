@@ -25,6 +25,9 @@
  *      hits keep the CPU. Across a farm, a marker in Redis makes one
  *      server verify a credential and the others wait for its result (at
  *      most 3 s, then they verify by themselves).
+ * An unknown user, or a locked line, takes the same path against a dummy
+ * hash that no password matches (authn_hmac_dummy_hash), and is refused
+ * (see authn_hmac_check at the end).
  * Each Redis operation waits at most the configured timeout, and a
  * request's first Redis failure ends its use of Redis (but for clearing its
  * farm marker).
@@ -159,7 +162,7 @@ static authn_hmac_redis_conn_t *redis_begin(redis_req *rq, apr_time_t *deadline)
  * does not verify is a miss, whoever wrote it. */
 static int redis_lookup(redis_req *rq, const unsigned char *key,
                         const unsigned char *uid, apr_time_t now,
-                        const authn_hmac_policy_t *pol)
+                        const authn_hmac_policy_t *pol, int never)
 {
     const authn_hmac_engine_t *e = rq->e;
     apr_time_t deadline = 0, stored = 0, expires = 0;
@@ -190,7 +193,7 @@ static int redis_lookup(redis_req *rq, const unsigned char *key,
               "miss. Is %s the farm's Redis?",
               e->redis_name);
     }
-    found = st == AUTHN_HMAC_VALUE_VALID &&
+    found = st == AUTHN_HMAC_VALUE_VALID && !never &&
             authn_hmac_entries_find(&rq->es, key, now, pol->ttl, pol->max_age,
                                     &stored, &expires);
     count(e, found ? AUTHN_HMAC_C_REDIS_HITS : AUTHN_HMAC_C_REDIS_MISSES, 1);
@@ -523,69 +526,15 @@ static apr_status_t verify(const authn_hmac_engine_t *e, const char *password,
     return j.rv;
 }
 
-/* An unknown user costs what a known user with a wrong password costs: one
- * verification against a hash of the file's typical cost, through the same
- * queue and negative cache. Its result never grants; 0 when busy. */
-static int dummy_verify(const authn_hmac_engine_t *e,
-                        const authn_hmac_policy_t *pol,
-                        const authn_hmac_cred_t *c)
-{
-    unsigned char uid[AUTHN_HMAC_KEY_LEN], nkey[AUTHN_HMAC_KEY_LEN];
-    int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
-    authn_hmac_flight_rc flight = AUTHN_HMAC_FLIGHT_NONE;
-    apr_time_t now = apr_time_now();
-    apr_status_t rv;
-    authn_hmac_turn_t turn;
-    int slot = -1;
-
-    authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
-                       uid);
-    authn_hmac_negative_key(e->mac, c->scope, c->scope_len, c->user,
-                            c->user_len, c->password, c->password_len,
-                            c->dummy_hash, c->dummy_hash_len, nkey);
-    if (negative && authn_hmac_negative_lookup(e->table, nkey, uid, now)) {
-        count(e, AUTHN_HMAC_C_NEGATIVE_HITS, 1);
-        return 1;
-    }
-    /* NB: concurrent guesses coalesce as a known user's do, so that the
-     * queue (and its 503) does not tell unknown names either. The flight
-     * is keyed by the negative MAC, never a positive one. */
-    if (cache) {
-        apr_time_t mono = authn_hmac_monotonic();
-        apr_interval_time_t wait = flight_time(e);
-
-        flight = authn_hmac_flight_begin(e->table, nkey, mono, wait, &slot);
-        if (flight == AUTHN_HMAC_FLIGHT_WAIT &&
-            authn_hmac_flight_wait(e->table, slot, nkey, mono + wait) >= 0) {
-            count(e, AUTHN_HMAC_C_COALESCED, 1);
-            return 1;
-        }
-    }
-    if (!take_turn(e, c, &turn)) {
-        if (flight == AUTHN_HMAC_FLIGHT_RUN)
-            authn_hmac_flight_end(e->table, slot, nkey, -1,
-                                  authn_hmac_monotonic());
-        return 0;
-    }
-    count(e, AUTHN_HMAC_C_DUMMY_VERIFICATIONS, 1);
-    rv = verify(e, c->password, c->dummy_hash);
-    authn_hmac_queue_leave(e->table, &turn);
-    /* NB: a mismatch only: were the user added with that very hash, the
-     * password that matched it must not be refused. */
-    if (negative && rv == APR_EMISMATCH)
-        authn_hmac_negative_store(e->table, nkey, uid, apr_time_now(),
-                                  apr_time_now() + pol->negative_ttl);
-    if (flight == AUTHN_HMAC_FLIGHT_RUN)
-        authn_hmac_flight_end(e->table, slot, nkey,
-                              rv == APR_EMISMATCH ? 0 : -1,
-                              authn_hmac_monotonic());
-    return 1;
-}
-
-authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
-                                    const authn_hmac_policy_t *pol,
-                                    const authn_hmac_cred_t *c, void *baton,
-                                    apr_pool_t *p)
+/* The path of one credential, from shared memory to the verifier, against
+ * hash. never: hash is a dummy (an unknown or locked user's), which no
+ * password matches; the path is a known user's, Redis calls and all, but
+ * nothing on it grants or is stored as granted. */
+static authn_hmac_outcome check(const authn_hmac_engine_t *e,
+                                const authn_hmac_policy_t *pol,
+                                const authn_hmac_cred_t *c, const char *hash,
+                                size_t hash_len, int never, void *baton,
+                                apr_pool_t *p)
 {
     unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
     unsigned char nkey[AUTHN_HMAC_KEY_LEN], d[AUTHN_HMAC_DIGEST_LEN];
@@ -598,25 +547,13 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     int slot = -1, farm = -1;
     apr_status_t rv;
 
-    if (!c->hash) {
-        count(e, AUTHN_HMAC_C_UNKNOWN_USER, 1);
-        if (pol->hide_unknown && c->dummy_hash && c->dummy_hash_len &&
-            !dummy_verify(e, pol, c))
-            return AUTHN_HMAC_BUSY;
-        return AUTHN_HMAC_UNKNOWN_USER;
-    }
-    if (c->hash_len == 0) {
-        /* A line without a hash: its user can never log in. */
-        count(e, AUTHN_HMAC_C_DENIED, 1);
-        return AUTHN_HMAC_DENIED;
-    }
     t0 = apr_time_now();
     if (cache) {
-        if (c->digest)
+        if (c->digest && !never)
             memcpy(d, c->digest, sizeof(d));
         else
             authn_hmac_cred_digest(c->scope, c->scope_len, c->user, c->user_len,
-                                   c->hash, c->hash_len, d);
+                                   hash, hash_len, d);
         authn_hmac_cred_mac(e->mac, d, c->password, c->password_len, key);
         if (c->uid)
             memcpy(uid, c->uid, sizeof(uid));
@@ -624,7 +561,8 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
             authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user,
                                c->user_len, uid);
         if (authn_hmac_table_lookup(e->table, key, uid, t0, pol->ttl,
-                                    pol->max_age, &stored, &expires)) {
+                                    pol->max_age, &stored, &expires) &&
+            !never) {
             /* NB: no lock and no write unless half the TTL has passed
              * since the entry's last refresh. */
             if (authn_hmac_table_refresh(e->table, key, uid, t0, pol->ttl,
@@ -656,7 +594,7 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
             return AUTHN_HMAC_NEGATIVE_HIT;
         }
     }
-    if (cache && redis_lookup(&rq, key, uid, t0, pol)) {
+    if (cache && redis_lookup(&rq, key, uid, t0, pol, never)) {
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_REDIS_HIT;
     }
@@ -670,9 +608,10 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
         if (flight == AUTHN_HMAC_FLIGHT_WAIT &&
             (got = authn_hmac_flight_wait(e->table, slot, key, mono + wait)) >=
                 0) {
+            got = got && !never;
             explicit_bzero(key, sizeof(key));
             count(e, AUTHN_HMAC_C_COALESCED, 1);
-            if (!got)
+            if (!got && !never)
                 count(e, AUTHN_HMAC_C_DENIED, 1);
             return got ? AUTHN_HMAC_COALESCED : AUTHN_HMAC_DENIED;
         }
@@ -684,6 +623,7 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                              authn_hmac_monotonic() + farm_time(e))) >= 0) {
             apr_time_t now = apr_time_now();
 
+            got = got && !never;
             if (got)
                 authn_hmac_table_store(e->table, key, uid, now, now,
                                        now + pol->ttl);
@@ -695,7 +635,7 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                                       authn_hmac_monotonic());
             explicit_bzero(key, sizeof(key));
             count(e, AUTHN_HMAC_C_COALESCED, 1);
-            if (!got)
+            if (!got && !never)
                 count(e, AUTHN_HMAC_C_DENIED, 1);
             return got ? AUTHN_HMAC_COALESCED : AUTHN_HMAC_DENIED;
         }
@@ -713,14 +653,23 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     /* NB: the duration on the monotonic clock: a step of the wall clock
      * must not make the usual time, and so every wait, unbounded. */
     m0 = authn_hmac_monotonic();
-    rv = verify(e, c->password, c->hash);
+    rv = verify(e, c->password, hash);
     m1 = authn_hmac_monotonic();
     authn_hmac_queue_leave(e->table, &turn);
     t1 = apr_time_now();
-    count(e, AUTHN_HMAC_C_VERIFICATIONS, 1);
-    count(e, AUTHN_HMAC_C_VERIFY_USEC, (uint64_t)(m1 - m0));
+    if (never) {
+        count(e, AUTHN_HMAC_C_DUMMY_VERIFICATIONS, 1);
+        /* NB: cannot be (see authn_hmac_dummy_hash); and never a grant. */
+        if (rv == APR_SUCCESS)
+            rv = APR_EGENERAL;
+    }
+    else {
+        count(e, AUTHN_HMAC_C_VERIFICATIONS, 1);
+        count(e, AUTHN_HMAC_C_VERIFY_USEC, (uint64_t)(m1 - m0));
+    }
     if (rv != APR_SUCCESS) {
-        count(e, AUTHN_HMAC_C_DENIED, 1);
+        if (!never)
+            count(e, AUTHN_HMAC_C_DENIED, 1);
         /* NB: only a mismatch is remembered, and shared with waiters: the
          * same input gives it again. Any other failure (out of memory) may
          * not: the waiters verify by themselves. So do the farm's when this
@@ -750,4 +699,35 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
     logf_(e, baton, AUTHN_HMAC_LOG_DEBUG, p,
           "verified in %" APR_TIME_T_FMT " us, cached", m1 - m0);
     return AUTHN_HMAC_VERIFIED;
+}
+
+authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
+                                    const authn_hmac_policy_t *pol,
+                                    const authn_hmac_cred_t *c, void *baton,
+                                    apr_pool_t *p)
+{
+    authn_hmac_outcome refused, o;
+    char dummy[AUTHN_HMAC_DUMMY_MAX];
+    size_t len;
+
+    if (c->hash && !authn_hmac_hash_locked(c->hash, c->hash_len))
+        return check(e, pol, c, c->hash, c->hash_len, 0, baton, p);
+    /* An unknown user, or a locked line ("carol:", "dave:!"): a known
+     * user's wrong password, against a dummy hash of the file's typical
+     * scheme and cost that no password matches. The same shared-memory,
+     * negative-cache and Redis calls, the same farm marker, the same queue
+     * and verification: neither the time nor the Redis traffic of a first
+     * try or a repeat tells the names apart, and no password is told from
+     * another (the dummy is no user's hash). */
+    refused = c->hash || c->locked ? AUTHN_HMAC_DENIED : AUTHN_HMAC_UNKNOWN_USER;
+    count(e,
+          refused == AUTHN_HMAC_DENIED ? AUTHN_HMAC_C_DENIED
+                                       : AUTHN_HMAC_C_UNKNOWN_USER,
+          1);
+    if (!pol->hide_unknown || !c->dummy_hash ||
+        !(len = authn_hmac_dummy_hash(e->mac, c->dummy_hash, c->dummy_hash_len,
+                                      dummy)))
+        return refused;
+    o = check(e, pol, c, dummy, len, 1, baton, p);
+    return o == AUTHN_HMAC_BUSY ? o : refused;
 }

@@ -110,9 +110,15 @@ static int by_value(const void *a, const void *b)
     return *(const int *)a - *(const int *)b;
 }
 
-/* The hash that unknown users are checked against, so that they cost what
- * known users cost: one of the file's own, at the median bcrypt cost (or
- * any, in a file without bcrypt). */
+int authn_hmac_hash_locked(const char *hash, size_t len)
+{
+    return len == 0 || hash[0] == '!' || hash[0] == '*';
+}
+
+/* The template of the hash that unknown and locked users are checked
+ * against (authn_hmac_dummy_hash), so that they cost what known users
+ * cost: one of the file's own, at the median bcrypt cost (or any, in a file
+ * without bcrypt), never a locked one. */
 static void choose_typical(authn_hmac_htpasswd_t *idx, apr_pool_t *p)
 {
     unsigned n = apr_hash_count(idx->users), nb = 0;
@@ -127,7 +133,9 @@ static void choose_typical(authn_hmac_htpasswd_t *idx, apr_pool_t *p)
         const entry_t *e = apr_hash_this_val(hi);
         int cost = bcrypt_cost(e->hash, e->len);
 
-        if (e->len && !pick)
+        if (authn_hmac_hash_locked(e->hash, e->len))
+            continue;
+        if (!pick)
             pick = e;
         if (cost >= 0)
             costs[nb++] = cost;
@@ -879,19 +887,19 @@ static void user_id(entry_t *e, const ask_t *a)
         free(n);
 }
 
-/* The user's hash (a copy in p) and id, or the file's typical hash and
- * APR_NOTFOUND. */
+/* The user's hash (a copy in p) and id; or the file's typical hash and
+ * APR_NOTFOUND (no such user) or APR_EACCES (a locked line). */
 static apr_status_t answer(const generation_t *g, const ask_t *a, apr_pool_t *p)
 {
     entry_t *e = apr_hash_get(g->idx->users, a->user, APR_HASH_KEY_STRING);
     size_t hl = 0;
     const char *h;
 
-    if (!e) {
+    if (!e || authn_hmac_hash_locked(e->hash, e->len)) {
         h = authn_hmac_htpasswd_typical(g->idx, &hl);
         *a->hash = h ? apr_pstrmemdup(p, h, hl) : NULL;
         *a->hash_len = h ? hl : 0;
-        return APR_NOTFOUND;
+        return e ? APR_EACCES : APR_NOTFOUND;
     }
     *a->hash = apr_pstrmemdup(p, e->hash, e->len);
     *a->hash_len = e->len;

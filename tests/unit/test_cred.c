@@ -7,7 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <apr_md5.h>
+#include <apr_sha1.h>
 #include <apr_strings.h>
+#include <apr_time.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
@@ -530,6 +533,102 @@ static void test_secret_file_checks(apr_pool_t *p)
     CHECK(system(apr_pstrcat(p, "rm -rf ", dir, NULL)) == 0);
 }
 
+static apr_interval_time_t time_check(const char *password, const char *hash,
+                                      apr_status_t *rv)
+{
+    apr_time_t t0 = apr_time_now();
+
+    *rv = apr_password_validate(password, hash);
+    return apr_time_now() - t0;
+}
+
+static int by_time(const void *a, const void *b)
+{
+    apr_interval_time_t x = *(const apr_interval_time_t *)a;
+    apr_interval_time_t y = *(const apr_interval_time_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* The dummy hash: the template's scheme and cost, the same under one
+ * pepper and another under another, and matched by no password, not even
+ * the template's own (the dummy was a user's own hash, an oracle for its
+ * password). Each scheme the verifier knows, by apr_password_validate. A
+ * bcrypt dummy costs what its template costs: medians of 5 checks each, in
+ * turns. */
+static void test_dummy_hash(apr_pool_t *p)
+{
+    static const unsigned char salt[16] = "0123456789abcdef";
+    char bc[64], bc4[64], md5[64], sha[64];
+    const char *tmpl[9];
+    authn_hmac_secret_t *pep = NULL, *pep2 = NULL;
+    authn_hmac_mac_t *mac = NULL, *mac2 = NULL;
+    char d[AUTHN_HMAC_DUMMY_MAX], d2[AUTHN_HMAC_DUMMY_MAX];
+    apr_interval_time_t td[5], tt[5];
+    apr_status_t rv;
+    size_t i, n;
+
+    CHECK(authn_hmac_secret_random(&pep, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_secret_random(&pep2, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&mac, pep, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&mac2, pep2, p) == APR_SUCCESS);
+    CHECK(apr_bcrypt_encode("secret", 8, salt, sizeof(salt), bc, sizeof(bc)) ==
+          APR_SUCCESS);
+    CHECK(apr_bcrypt_encode("secret", 4, salt, sizeof(salt), bc4,
+                            sizeof(bc4)) == APR_SUCCESS);
+    CHECK(apr_md5_encode("secret", "$apr1$abcdefgh$", md5, sizeof(md5)) ==
+          APR_SUCCESS);
+    apr_sha1_base64("secret", 6, sha);
+    tmpl[0] = bc;
+    tmpl[1] = bc4;
+    tmpl[2] = md5;
+    tmpl[3] = sha;
+    /* glibc's crypt(3), as Python's crypt.crypt("secret", salt) wrote. */
+    tmpl[4] = "$6$abcdefghijklmnop$J/AWykHqo2Tx5UtavGnFc3ytI33la50JpzLTarSWVhkIX"
+              "K6wOjNwwZjsrIw2UgmrER2EKrSHCeQyAINEEXAk1/";
+    tmpl[5] = "$5$abcdefghijklmnop$i7zHaTeYqXlesRXJ8dXj6o.MEFQdzfIJpJpcWAtszs6";
+    tmpl[6] = "$6$rounds=20000$abcdefgh$y0G/BDQHO.jY7VjD9./AAFQmNb1Ovdf17iiMzLKb"
+              "vrzipJpL63kWQVUpkzEScr8D.45iKzhY./gHQ79P3Xexr.";
+    tmpl[7] = "$1$abcdefgh$cHJi5PXp/ki/ktXzqlk6I1";
+    tmpl[8] = "abNANd1rDfiNc"; /* DES */
+    for (i = 0; i < sizeof(tmpl) / sizeof(tmpl[0]); i++) {
+        const char *cut = strrchr(tmpl[i], '$');
+        size_t keep = tmpl[i][0] == '$' ? (size_t)(cut - tmpl[i]) + 1
+                      : tmpl[i][0] == '{' ? 5
+                                          : 0;
+
+        CHECK(apr_password_validate("secret", tmpl[i]) == APR_SUCCESS);
+        n = authn_hmac_dummy_hash(mac, tmpl[i], strlen(tmpl[i]), d);
+        CHECK(n == strlen(tmpl[i]) && strlen(d) == n);
+        CHECK(strncmp(d, tmpl[i], keep) == 0); /* scheme and cost */
+        CHECK(strcmp(d, tmpl[i]) != 0);
+        CHECK(apr_password_validate("secret", d) == APR_EMISMATCH);
+        CHECK(apr_password_validate("", d) == APR_EMISMATCH);
+        CHECK(authn_hmac_dummy_hash(mac, tmpl[i], strlen(tmpl[i]), d2) == n &&
+              strcmp(d, d2) == 0);
+        CHECK(authn_hmac_dummy_hash(mac2, tmpl[i], strlen(tmpl[i]), d2) == n &&
+              strcmp(d, d2) != 0);
+    }
+    /* The salt part of bcrypt's dummy is not the template's. */
+    n = authn_hmac_dummy_hash(mac, bc, strlen(bc), d);
+    CHECK(strncmp(d + 7, bc + 7, 22) != 0);
+    for (i = 0; i < 5; i++) {
+        td[i] = time_check("guess", d, &rv);
+        CHECK(rv == APR_EMISMATCH);
+        tt[i] = time_check("guess", bc, &rv);
+        CHECK(rv == APR_EMISMATCH);
+    }
+    qsort(td, 5, sizeof(td[0]), by_time);
+    qsort(tt, 5, sizeof(tt[0]), by_time);
+    printf("  bcrypt cost 8: dummy %" APR_TIME_T_FMT " us, template %" APR_TIME_T_FMT
+           " us (medians)\n",
+           td[2], tt[2]);
+    CHECK(td[2] * 2 > tt[2] && tt[2] * 2 > td[2]);
+    CHECK(authn_hmac_dummy_hash(mac, "", 0, d) == 0);
+    CHECK(authn_hmac_dummy_hash(mac, "$2y$05$", 7, d) == 0);
+    CHECK(authn_hmac_dummy_hash(mac, "{SHA}=", 6, d) == 0);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -548,5 +647,6 @@ int main(void)
     RUN(test_entries_idle_timeout, p);
     RUN(test_mac_depends_on_pepper, p);
     RUN(test_secret_file_checks, p);
+    RUN(test_dummy_hash, p);
     return unit_end();
 }

@@ -18,6 +18,7 @@
  * at once and the nice value of the thread it ran in. */
 static uint64_t *calls, *running, *running_max, *nice_seen, *policy_seen;
 static int slow_ms;
+static char hash_seen[AUTHN_HMAC_DUMMY_MAX]; /* the last one given */
 static void *table_base;
 static apr_global_mutex_t *table_mutex;
 
@@ -37,6 +38,7 @@ static apr_status_t fake_verify(const char *password, const char *hash)
     __atomic_store_n(policy_seen, (uint64_t)sched_getscheduler(0),
                      __ATOMIC_RELAXED);
     __atomic_add_fetch(calls, 1, __ATOMIC_RELAXED);
+    snprintf(hash_seen, sizeof(hash_seen), "%s", hash);
     if (slow_ms)
         usleep((useconds_t)slow_ms * 1000);
     __atomic_sub_fetch(running, 1, __ATOMIC_RELAXED);
@@ -102,8 +104,8 @@ static authn_hmac_cred_t cred(const char *user, const char *password,
     c.password_len = strlen(password);
     c.hash = hash;
     c.hash_len = hash ? strlen(hash) : 0;
-    c.dummy_hash = hash ? NULL : "H-typical";
-    c.dummy_hash_len = hash ? 0 : 9;
+    c.dummy_hash = hash && *hash != '!' && *hash ? NULL : "H-typical";
+    c.dummy_hash_len = c.dummy_hash ? 9 : 0;
     c.client = client_addr;
     return c;
 }
@@ -537,9 +539,11 @@ static void test_runner_dies_or_is_late(apr_pool_t *p)
     CHECK(*calls == 2);
 }
 
-/* An unknown user costs one verification, as a known user with a wrong
- * password does, through the same negative cache; never a grant, even with
- * the typical hash's own password. */
+/* An unknown user, and a locked line, cost one verification, as a known
+ * user with a wrong password does, through the same negative cache; never a
+ * grant, and never against a user's own hash: the password of the typical
+ * hash is refused and remembered as any other (it was an oracle: its
+ * repeats cost a verification each, any other password's none). */
 static void test_unknown_users_cost_a_verification(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
@@ -548,19 +552,31 @@ static void test_unknown_users_cost_a_verification(apr_pool_t *p)
     negative_ttl_us = apr_time_from_sec(30);
     CHECK(check(&e, 300, "ghost", "guess", NULL, p) == AUTHN_HMAC_UNKNOWN_USER);
     CHECK(*calls == 1);
+    CHECK(strcmp(hash_seen, "H-typical") != 0 && strlen(hash_seen) == 9);
     CHECK(check(&e, 300, "ghost", "guess", NULL, p) == AUTHN_HMAC_UNKNOWN_USER);
     CHECK(*calls == 1); /* the negative cache, as for a known user */
     CHECK(check(&e, 300, "ghost", "typical", NULL, p) ==
           AUTHN_HMAC_UNKNOWN_USER);
     CHECK(check(&e, 300, "ghost", "typical", NULL, p) ==
           AUTHN_HMAC_UNKNOWN_USER);
-    CHECK(*calls == 3); /* a match is not remembered as a refusal */
+    CHECK(*calls == 2); /* refused and remembered as any other */
+    /* Locked lines: "carol:" and "dave:!H-guess" (the hash after '!' would
+     * match): the same path, denied. */
+    CHECK(check(&e, 300, "carol", "guess", "", p) == AUTHN_HMAC_DENIED);
+    CHECK(check(&e, 300, "carol", "guess", "", p) == AUTHN_HMAC_DENIED);
+    CHECK(check(&e, 300, "dave", "guess", "!H-guess", p) == AUTHN_HMAC_DENIED);
+    CHECK(check(&e, 300, "dave", "guess", "!H-guess", p) == AUTHN_HMAC_DENIED);
+    CHECK(*calls == 4);
     CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_DUMMY_VERIFICATIONS) ==
-          3);
+          4);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_VERIFICATIONS) == 0);
     CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_UNKNOWN_USER) == 4);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_DENIED) == 4);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_STORES) == 0);
     hide_unknown = 0;
     CHECK(check(&e, 300, "ghost2", "x", NULL, p) == AUTHN_HMAC_UNKNOWN_USER);
-    CHECK(*calls == 3);
+    CHECK(check(&e, 300, "erin", "x", "*", p) == AUTHN_HMAC_DENIED);
+    CHECK(*calls == 4);
     negative_ttl_us = 0;
 }
 

@@ -184,7 +184,21 @@ static void test_userfile_follows_file(apr_pool_t *p)
                                      p) == APR_SUCCESS &&
           strcmp(hash, "AAAA") == 0);
     CHECK(authn_hmac_userfile_lookup(uf, "zed", &hash, &len, note_bad, &bad,
-                                     p) == APR_NOTFOUND);
+                                     p) == APR_NOTFOUND &&
+          hash && len == 4);
+    /* Locked lines: the typical hash, and APR_EACCES. */
+    write_text(path, "alice:AAAA\nbob:BBBB\ncarol:\ndave:!BBBB\neve:*\n");
+    CHECK(authn_hmac_userfile_lookup(uf, "carol", &hash, &len, note_bad, &bad,
+                                     p) == APR_EACCES &&
+          (strcmp(hash, "AAAA") == 0 || strcmp(hash, "BBBB") == 0));
+    CHECK(authn_hmac_userfile_lookup(uf, "dave", &hash, &len, note_bad, &bad,
+                                     p) == APR_EACCES &&
+          (strcmp(hash, "AAAA") == 0 || strcmp(hash, "BBBB") == 0));
+    CHECK(authn_hmac_userfile_lookup(uf, "eve", &hash, &len, note_bad, &bad,
+                                     p) == APR_EACCES);
+    CHECK(bad.n == 1); /* carol's line is reported */
+    memset(&bad, 0, sizeof(bad));
+    write_text(path, "alice:AAAA\nbob:BBBB\n");
     /* Same size, new content, at once: seen on the very next lookup. */
     write_text(path, "alice:CCCC\nbob:BBBB\n");
     CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
@@ -674,6 +688,12 @@ static void test_typical_hash(apr_pool_t *p)
     CHECK(h && len == 9 && memcmp(h, "{SHA}abc=", 9) == 0);
     idx = parse(p, "", 0, &bad);
     CHECK(authn_hmac_htpasswd_typical(idx, &len) == NULL);
+    /* Never a locked line's. */
+    idx = parse(p, "x:!\ny:*\nz:!$2y$05$zzzz\n", 24, &bad);
+    CHECK(authn_hmac_htpasswd_typical(idx, &len) == NULL);
+    idx = parse(p, "x:!$2y$05$xxxx\ny:$apr1$s$h\n", 27, &bad);
+    h = authn_hmac_htpasswd_typical(idx, &len);
+    CHECK(h && len == 9 && memcmp(h, "$apr1$s$h", 9) == 0);
 }
 
 /* Lookups take no lock while another thread replaces the file again and
