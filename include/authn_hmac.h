@@ -793,7 +793,7 @@ typedef struct {
     size_t hash_len;
     const char *dummy_hash;
     size_t dummy_hash_len;
-    int locked; /* hash NULL: the user is in the file, locked out */
+    int locked;         /* hash NULL: the user is in the file, locked out */
     const char *client; /* the client's address, for its share of the queue */
     /* The user's id (authn_hmac_user_id of scope and user under the
      * engine's MAC) and the credential's digest (authn_hmac_cred_digest of

@@ -719,7 +719,8 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
      * and verification: neither the time nor the Redis traffic of a first
      * try or a repeat tells the names apart, and no password is told from
      * another (the dummy is no user's hash). */
-    refused = c->hash || c->locked ? AUTHN_HMAC_DENIED : AUTHN_HMAC_UNKNOWN_USER;
+    refused =
+        c->hash || c->locked ? AUTHN_HMAC_DENIED : AUTHN_HMAC_UNKNOWN_USER;
     count(e,
           refused == AUTHN_HMAC_DENIED ? AUTHN_HMAC_C_DENIED
                                        : AUTHN_HMAC_C_UNKNOWN_USER,

@@ -584,16 +584,18 @@ static void test_dummy_hash(apr_pool_t *p)
     tmpl[2] = md5;
     tmpl[3] = sha;
     /* glibc's crypt(3), as Python's crypt.crypt("secret", salt) wrote. */
-    tmpl[4] = "$6$abcdefghijklmnop$J/AWykHqo2Tx5UtavGnFc3ytI33la50JpzLTarSWVhkIX"
-              "K6wOjNwwZjsrIw2UgmrER2EKrSHCeQyAINEEXAk1/";
+    tmpl[4] =
+        "$6$abcdefghijklmnop$J/AWykHqo2Tx5UtavGnFc3ytI33la50JpzLTarSWVhkIX"
+        "K6wOjNwwZjsrIw2UgmrER2EKrSHCeQyAINEEXAk1/";
     tmpl[5] = "$5$abcdefghijklmnop$i7zHaTeYqXlesRXJ8dXj6o.MEFQdzfIJpJpcWAtszs6";
-    tmpl[6] = "$6$rounds=20000$abcdefgh$y0G/BDQHO.jY7VjD9./AAFQmNb1Ovdf17iiMzLKb"
-              "vrzipJpL63kWQVUpkzEScr8D.45iKzhY./gHQ79P3Xexr.";
+    tmpl[6] =
+        "$6$rounds=20000$abcdefgh$y0G/BDQHO.jY7VjD9./AAFQmNb1Ovdf17iiMzLKb"
+        "vrzipJpL63kWQVUpkzEScr8D.45iKzhY./gHQ79P3Xexr.";
     tmpl[7] = "$1$abcdefgh$cHJi5PXp/ki/ktXzqlk6I1";
     tmpl[8] = "abNANd1rDfiNc"; /* DES */
     for (i = 0; i < sizeof(tmpl) / sizeof(tmpl[0]); i++) {
         const char *cut = strrchr(tmpl[i], '$');
-        size_t keep = tmpl[i][0] == '$' ? (size_t)(cut - tmpl[i]) + 1
+        size_t keep = tmpl[i][0] == '$'   ? (size_t)(cut - tmpl[i]) + 1
                       : tmpl[i][0] == '{' ? 5
                                           : 0;
 
@@ -620,8 +622,8 @@ static void test_dummy_hash(apr_pool_t *p)
     }
     qsort(td, 5, sizeof(td[0]), by_time);
     qsort(tt, 5, sizeof(tt[0]), by_time);
-    printf("  bcrypt cost 8: dummy %" APR_TIME_T_FMT " us, template %" APR_TIME_T_FMT
-           " us (medians)\n",
+    printf("  bcrypt cost 8: dummy %" APR_TIME_T_FMT
+           " us, template %" APR_TIME_T_FMT " us (medians)\n",
            td[2], tt[2]);
     CHECK(td[2] * 2 > tt[2] && tt[2] * 2 > td[2]);
     CHECK(authn_hmac_dummy_hash(mac, "", 0, d) == 0);

@@ -1,0 +1,174 @@
+"""Side channels: what the time and the Redis traffic of a try tell an
+attacker. An unknown user's first try, and a locked user's ("carol:",
+"dave:!"), cost what a known user's first wrong password costs: the same
+verification at the file's cost, the same Redis commands. A real password
+sent for another name is refused and remembered as any other: its repeats
+cost what any repeat costs. Medians over 30 tries each, taken in turns."""
+import os
+import re
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from harness import DelayProxy, Httpd, Redis, basic, get, hmac_location, htpasswd
+
+pytestmark = pytest.mark.slow
+
+COST = 8  # about 15 ms: far above the noise, and quick enough for 30 rounds
+ROUNDS = 30
+LOCKED = ("carol", "dave")  # "carol:" and "dave:!"
+
+
+def timing_server(name, redis=None, proxy=None):
+    srv = Httpd(mpm="event", name=name)
+    users = srv.path("users")
+    htpasswd(users, "alice", "alice's real pass", cost=COST, create=True)
+    with open(users, "a") as f:
+        f.write("carol:\ndave:!\n")
+    lines = []
+    if redis:
+        pepper = srv.path("pepper")
+        with open(pepper, "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(pepper, 0o600)
+        lines = ["AuthHMACPepperFile %s" % pepper,
+                 "AuthHMACRedisServer %s" % proxy.address,
+                 "AuthHMACRedisTimeout 1000",
+                 "AuthHMACRedisAuthFile %s"
+                 % redis.auth_file(srv.path("redis.auth"), redis.password)]
+        srv.secrets.add(redis.password)
+    srv.global_conf = "\n".join(lines) + "\n"
+    srv.body = 'Alias /t/ "%s/htdocs/"\n' % srv.dir + hmac_location("/t/", users, "t")
+    srv.write_config()
+    with open(srv.path("htdocs", "index.html"), "w") as f:
+        f.write("page\n")
+    srv.expect_log(r"users line 2 has an empty password hash")
+    return srv
+
+
+def timed(srv, user, password):
+    """Seconds for one 401, on a connection of its own."""
+    srv.secrets.add(password)
+    srv.sent[user] = srv.sent.get(user, 0) + 1
+    t0 = time.monotonic()
+    r, conn = get(srv.port, "/t/index.html", basic(user, password))
+    dt = time.monotonic() - t0
+    conn.close()
+    assert r.status == 401, (user, r.status)
+    return dt
+
+
+def first_tries(srv, tag):
+    """Medians of first tries: a known user's wrong passwords, unknown
+    names, and each locked user's, in turns."""
+    t = {"known": [], "unknown": [], "carol": [], "dave": []}
+    for i in range(ROUNDS):
+        pw = "first %s %d" % (tag, i)
+        t["known"].append(timed(srv, "alice", pw))
+        t["unknown"].append(timed(srv, "nobody-%s-%d" % (tag, i), pw))
+        for u in LOCKED:
+            t[u].append(timed(srv, u, pw))
+    return {k: statistics.median(v) for k, v in t.items()}
+
+
+def show(what, m):
+    print(what + ": " + ", ".join("%s %.2f ms" % (k, v * 1e3) for k, v in m.items()))
+
+
+@pytest.fixture(scope="module")
+def plain():
+    srv = timing_server("timing").start()
+    yield srv
+    srv.stop()
+    problems = srv.log_problems()
+    srv.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+def test_first_tries_of_unknown_and_locked_users_cost_a_verification(plain):
+    """A locked line used to be refused at once (0.3 ms where a guess costs
+    a bcrypt): the timing told locked names."""
+    m = first_tries(plain, "plain")
+    show("first tries, shared memory only", m)
+    for k in ("unknown", "carol", "dave"):
+        assert 0.5 * m["known"] < m[k] < 2 * m["known"], (k, m)
+    assert plain.notes("carol")[-1] == "denied"
+    assert plain.notes("nobody-plain-0") == ["unknown-user"]
+
+
+def test_a_real_password_is_refused_and_remembered_as_any_other(plain):
+    """An unknown name with alice's real password: the dummy hash was alice's
+    own, so that password matched it and was never remembered as refused;
+    each repeat cost a bcrypt where any other password's cost none."""
+    real, other = "alice's real pass", "not anyone's pass"
+    timed(plain, "ghost", real)
+    timed(plain, "ghost", other)
+    t = {"real": [], "other": []}
+    for _ in range(ROUNDS):
+        t["real"].append(timed(plain, "ghost", real))
+        t["other"].append(timed(plain, "ghost", other))
+    m = {k: statistics.median(v) for k, v in t.items()}
+    show("repeats for an unknown name", m)
+    assert abs(m["real"] - m["other"]) < 0.002, m  # one bcrypt here is ~15 ms
+    assert plain.status_code("/t/index.html", "alice", real) == 200
+
+
+def monitor(redis, action):
+    """The commands Redis saw while action ran: (name, number of args),
+    without those of a connection's set-up."""
+    out = os.path.join(redis.dir, "monitor.%d" % time.monotonic_ns())
+    with open(out, "w") as f:
+        p = subprocess.Popen(["redis-cli", "--no-auth-warning", "-p", str(redis.port),
+                              "-a", redis.password, "MONITOR"], stdout=f,
+                             stderr=subprocess.DEVNULL)
+        time.sleep(0.3)
+        action()
+        time.sleep(0.3)
+        p.terminate()
+        p.wait()
+    cmds = []
+    with open(out) as f:
+        for line in f:
+            args = re.findall(r'"((?:[^"\\]|\\.)*)"', line.split("]", 1)[-1])
+            if args and args[0].upper() not in ("AUTH", "HELLO", "SELECT", "PING", "CLIENT"):
+                cmds.append((args[0].upper(), len(args)))
+    return cmds
+
+
+@pytest.fixture(scope="module")
+def remote():
+    redis = Redis().start()
+    proxy = DelayProxy(redis.port, delay=0.001).start()
+    srv = timing_server("timing-redis", redis, proxy).start()
+    yield srv, redis
+    srv.stop()
+    problems = srv.log_problems()
+    srv.cleanup()
+    proxy.stop()
+    redis.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+def test_first_tries_make_the_same_redis_commands(remote):
+    """With Redis 1 ms away each way: a known user's first wrong password
+    made three Redis calls (GET of the user's entry, the farm marker's SET
+    NX, its refused result), an unknown user's none, 6 ms apart on the
+    wire."""
+    srv, redis = remote
+    for i in range(4):  # each child's pooled connections made and set up
+        timed(srv, "alice", "warm %d" % i)
+    known = monitor(redis, lambda: timed(srv, "alice", "monitored guess"))
+    assert known and known[0][0] == "GET", known
+    for user in ("nobody-monitored", "carol", "dave"):
+        seen = monitor(redis, lambda u=user: timed(srv, u, "monitored guess"))
+        assert seen == known, (user, seen, known)
+    m = first_tries(srv, "redis")
+    show("first tries, Redis 1 ms away", m)
+    for k in ("unknown", "carol", "dave"):
+        assert abs(m[k] - m["known"]) < 0.001, (k, m)
+    # A repeat asks Redis nothing, for any name.
+    for user in ("alice", "nobody-repeat", "carol"):
+        timed(srv, user, "repeated guess")
+        assert monitor(redis, lambda u=user: timed(srv, u, "repeated guess")) == []
