@@ -806,7 +806,7 @@ static authn_status check_password(request_rec *r, const char *user,
                       c->scope);
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
-    if (rv != APR_SUCCESS && rv != APR_NOTFOUND && rv != APR_EACCES) {
+    if (rv != APR_SUCCESS && rv != APR_NOTFOUND && rv != AUTHN_HMAC_LOCKED) {
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_ERRORS, 1);
         ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r,
                       "AHMAC0002: could not open password file: %s", c->scope);
@@ -822,7 +822,7 @@ static authn_status check_password(request_rec *r, const char *user,
     cred.hash_len = rv == APR_SUCCESS ? hash_len : 0;
     cred.dummy_hash = rv == APR_SUCCESS ? NULL : hash;
     cred.dummy_hash_len = rv == APR_SUCCESS ? 0 : hash_len;
-    cred.locked = rv == APR_EACCES;
+    cred.locked = rv == AUTHN_HMAC_LOCKED;
     cred.client = r->useragent_ip;
     cred.uid = rv == APR_SUCCESS ? uid : NULL;
     cred.digest = rv == APR_SUCCESS ? digest : NULL;

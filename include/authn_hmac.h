@@ -281,9 +281,13 @@ apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
  * every lookup stat()s the file. Returns whether the file is watched. */
 int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf);
 
+/* A user whose line locks it out (not an error of the file's: APR_EACCES
+ * is one). */
+#define AUTHN_HMAC_LOCKED (APR_OS_START_USERERR + 1)
+
 /* Looks user up, first rebuilding the index if the file's dev, inode, size,
  * mtime or ctime changed. Returns APR_SUCCESS and a copy of the hash in p;
- * APR_NOTFOUND for an unknown user, and APR_EACCES for a locked one
+ * APR_NOTFOUND for an unknown user, and AUTHN_HMAC_LOCKED for a locked one
  * (authn_hmac_hash_locked), each with a copy of the file's typical hash
  * (NULL in a file without one); or the error that kept the file from being read
  * (the index is then dropped: nothing stale can be used). */
