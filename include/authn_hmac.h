@@ -414,7 +414,9 @@ int authn_hmac_table_lookup(authn_hmac_table_t *t,
  * if less than half of ttl is left, moves its expiry to
  * min(now + ttl, stored + max_age), under the writers' mutex, and returns
  * 1 with the new *expires (counted as a refresh). Else returns 0, having
- * taken no lock: an entry is written at most once per half TTL. */
+ * taken no lock: an entry is written at most once per half TTL.
+ * It never waits for the mutex: while another holds it, the refresh is
+ * skipped (0), and a later hit tries again. */
 int authn_hmac_table_refresh(authn_hmac_table_t *t,
                              const unsigned char key[AUTHN_HMAC_KEY_LEN],
                              const unsigned char uid[AUTHN_HMAC_KEY_LEN],
@@ -497,10 +499,15 @@ typedef struct {
     uint64_t ticket;
 } authn_hmac_turn_t;
 
-authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
-                                           uint64_t client, int cap,
-                                           int backlog,
-                                           authn_hmac_turn_t *turn);
+/* patience: how long the place may wait (the wait limit). A place's
+ * process is known alive by kill() until then, and by its start time in
+ * /proc after (a pid reused within that time keeps the place till then).
+ * Dead processes' places are freed when the queue looks full, else every
+ * few ms, a few at a time: nothing under the mutex grows with the places. */
+authn_hmac_queue_rc
+authn_hmac_queue_enter(authn_hmac_table_t *t, uint64_t client, int cap,
+                       int backlog, apr_interval_time_t patience,
+                       authn_hmac_turn_t *turn);
 
 /* 1 when the place's turn came (it now runs: leave() must follow); 0 at
  * the deadline (monotonic), the place given up, or when it was taken. */

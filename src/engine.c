@@ -449,16 +449,18 @@ static int take_turn(const authn_hmac_engine_t *e, const authn_hmac_cred_t *c,
                      authn_hmac_turn_t *turn)
 {
     authn_hmac_queue_rc rc;
+    apr_interval_time_t wait;
 
     turn->place = -1;
     if (e->max_verifications <= 0)
         return 1;
+    wait = patience(e);
     rc = authn_hmac_queue_enter(e->table, client_hash(c->client),
-                                e->max_verifications, e->backlog, turn);
+                                e->max_verifications, e->backlog, wait, turn);
     if (rc == AUTHN_HMAC_QUEUE_WAIT) {
         count(e, AUTHN_HMAC_C_QUEUED, 1);
         if (authn_hmac_queue_wait(e->table, turn, e->max_verifications,
-                                  authn_hmac_monotonic() + patience(e)))
+                                  authn_hmac_monotonic() + wait))
             return 1;
         turn->place = -1;
         rc = AUTHN_HMAC_QUEUE_BUSY;

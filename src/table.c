@@ -30,10 +30,11 @@
 #include <bsd/string.h>
 #include <openssl/crypto.h>
 
-/* "ahmact", layout 7: any change to the layout or to what the MACs in it
- * are made of (7: the sets' user lines, encoding 3's digest) makes a kept
- * segment start afresh. */
-#define TABLE_MAGIC 0x61686d6163740007ULL
+/* "ahmact", layout 8: any change to the layout or to what the MACs in it
+ * are made of (7: the sets' user lines, encoding 3's digest; 8: the
+ * queue's reap cursor, head and places' times) makes a kept segment start
+ * afresh. */
+#define TABLE_MAGIC 0x61686d6163740008ULL
 #define FLIGHTS     64 /* verifications in flight, per server */
 #define WAYS        8  /* slots per set */
 #define READ_TRIES  64 /* then treat the slot as a miss */
@@ -92,14 +93,15 @@ enum { PLACE_FREE, PLACE_WAITING, PLACE_RUNNING };
 
 typedef struct {
     uint32_t state;
-    uint32_t unused;
-    int64_t pid;     /* of the request's process */
-    uint64_t start;  /* and when that process started: pids are reused */
-    uint64_t ticket; /* order of arrival */
-    uint64_t client; /* a hash of the client's address */
+    uint32_t young_ms; /* for this long after taken, kill() alone tells */
+    int64_t pid;       /* of the request's process */
+    uint64_t start;    /* and when that process started: pids are reused */
+    uint64_t ticket;   /* order of arrival */
+    uint64_t client;   /* a hash of the client's address */
+    int64_t taken;     /* monotonic */
 } place_t;
 
-typedef char place_is_40_bytes[sizeof(place_t) == 40 ? 1 : -1];
+typedef char place_is_48_bytes[sizeof(place_t) == 48 ? 1 : -1];
 
 typedef struct {
     uint64_t offset; /* from the header */
@@ -116,7 +118,10 @@ typedef struct {
     uint64_t queue;     /* offset of the queue */
     uint64_t ticket;    /* the last place's */
     uint64_t places[3]; /* how many places are free, waiting, running */
-    char pad0[64 - (72 + REGIONS * sizeof(region_hdr_t)) % 64];
+    int64_t reaped;     /* monotonic: when the queue was last reaped */
+    uint64_t cursor;    /* the place the next reap starts at */
+    uint64_t head;      /* the first waiting place's ticket; 0: none */
+    char pad0[64 - (96 + REGIONS * sizeof(region_hdr_t)) % 64];
     authn_hmac_redis_health_t redis;
     char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
     uint64_t counter[AUTHN_HMAC_C_COUNT];
@@ -417,6 +422,17 @@ int authn_hmac_table_lookup(authn_hmac_table_t *t,
                      expires);
 }
 
+/* Takes the writers' mutex if it is free at once (where the mechanism
+ * cannot tell, waits for it). */
+static int mutex_try(apr_global_mutex_t *m)
+{
+    apr_status_t rv = apr_global_mutex_trylock(m);
+
+    if (APR_STATUS_IS_ENOTIMPL(rv))
+        rv = apr_global_mutex_lock(m);
+    return rv == APR_SUCCESS;
+}
+
 int authn_hmac_table_refresh(authn_hmac_table_t *t,
                              const unsigned char key[AUTHN_HMAC_KEY_LEN],
                              const unsigned char uid[AUTHN_HMAC_KEY_LEN],
@@ -429,10 +445,13 @@ int authn_hmac_table_refresh(authn_hmac_table_t *t,
     apr_time_t to;
     int i, done = 0;
 
-    /* NB: the common hit ends here, on what the lookup read: no lock. */
+    /* NB: the common hit ends here, on what the lookup read: no lock. A
+     * refresh never waits for the writers' mutex (a flood's queue and
+     * stores take it): when busy, it is skipped, and a later hit of the
+     * half TTL left tries again. */
     if (r->nsets == 0 ||
         !refreshed_expiry(stored, *expires, now, ttl, max_age) ||
-        (t->mutex && apr_global_mutex_lock(t->mutex) != APR_SUCCESS))
+        (t->mutex && !mutex_try(t->mutex)))
         return 0;
     /* Under the mutex, the slot as it is now: of concurrent hits, the
      * first refreshes it and the others find nothing left to do. */
@@ -717,15 +736,47 @@ int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
 
 /* ------------------------------------------------- the verification queue */
 
+/* NB: the queue's mutex is the writers' mutex, which refreshes also try and
+ * stores take: nothing done under it grows with the places taken, and no
+ * more than REAP_CHECKS processes are asked whether they live per hold (a
+ * kill() and, for an old place, a read of /proc: 2.6 µs each). */
+#define REAP_EVERY  10000 /* µs: the least time between two reaps */
+#define REAP_CHECKS 16    /* other processes' places looked at per reap */
+
+/* The first waiting place's ticket, found again; under the mutex. */
+static void queue_find_head(authn_hmac_table_t *t)
+{
+    uint64_t head = 0;
+    int i;
+
+    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
+        const place_t *pl = &t->queue[i];
+
+        if (pl->state == PLACE_WAITING && (!head || pl->ticket < head))
+            head = pl->ticket;
+    }
+    __atomic_store_n(&t->hdr->head, head, __ATOMIC_RELAXED);
+}
+
 /* Moves a place to another state, and keeps the header's count of each
- * (the status page reads those, never the places); under the mutex. */
+ * (the status page and the queue read those, never the places) and the
+ * head of the line; under the mutex. */
 static void place_set(authn_hmac_table_t *t, place_t *pl, uint32_t state)
 {
-    uint64_t *n = t->hdr->places;
+    uint64_t *n = t->hdr->places, head = t->hdr->head;
+    uint32_t was = pl->state;
 
-    __atomic_store_n(&n[pl->state], n[pl->state] - 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&n[was], n[was] - 1, __ATOMIC_RELAXED);
     __atomic_store_n(&n[state], n[state] + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&pl->state, state, __ATOMIC_RELAXED);
+    /* NB: tickets only grow, so a newcomer heads the line only when no one
+     * waits; the head found again only when it leaves the line (once a
+     * turn: 256 words read, no call). */
+    if (state == PLACE_WAITING && (!head || pl->ticket < head))
+        __atomic_store_n(&t->hdr->head, pl->ticket, __ATOMIC_RELAXED);
+    else if (was == PLACE_WAITING && state != PLACE_WAITING &&
+             pl->ticket == head)
+        queue_find_head(t);
 }
 
 /* When process pid started (clock ticks since boot, from /proc), or 0. */
@@ -771,117 +822,172 @@ static uint64_t own_start(void)
     return __atomic_load_n(&start, __ATOMIC_RELAXED);
 }
 
-/* Whether the process that took the place still runs: its pid, and (where
- * /proc tells) the same start time, not another process given its pid. */
-static int place_alive(const place_t *pl)
+/* Whether the process that took the place still runs: its pid, and once
+ * the place is older than its wait limit (where /proc tells) the same start
+ * time, not another process given its pid. NB: a pid reused within the
+ * wait limit keeps the place until then, never longer. */
+static int place_alive(const place_t *pl, apr_time_t now)
 {
-    return alive(pl->pid) && (!pl->start || proc_start(pl->pid) == pl->start);
+    return alive(pl->pid) &&
+           (now - pl->taken < (apr_time_t)pl->young_ms * 1000 || !pl->start ||
+            proc_start(pl->pid) == pl->start);
 }
 
-/* Frees the places of processes that died; under the mutex. */
-static void queue_reap(authn_hmac_table_t *t)
+/* Whether a reap is due at now, claimed for the caller: of the processes
+ * that look at once, one reaps. */
+static int reap_due(authn_hmac_table_t *t, apr_time_t now)
 {
-    int i;
+    int64_t last = __atomic_load_n(&t->hdr->reaped, __ATOMIC_RELAXED);
 
-    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
-        place_t *pl = &t->queue[i];
+    return (now - last >= REAP_EVERY || now < last) &&
+           __atomic_compare_exchange_n(&t->hdr->reaped, &last, now, 0,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
 
+/* Frees the places of processes that died, looking at REAP_CHECKS places
+ * of other processes from where the last reap stopped (so every place is
+ * looked at in turn); under the mutex. */
+static void queue_reap(authn_hmac_table_t *t, apr_time_t now)
+{
+    uint64_t at = t->hdr->cursor % AUTHN_HMAC_QUEUE_SLOTS;
+    int i, checks = 0;
+
+    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS && checks < REAP_CHECKS; i++) {
+        place_t *pl = &t->queue[at];
+
+        at = (at + 1) % AUTHN_HMAC_QUEUE_SLOTS;
         if (pl->state == PLACE_FREE ||
             (pl->pid == (int64_t)getpid() && pl->start == own_start()))
             continue; /* this process's own */
-        if (!place_alive(pl))
+        checks++;
+        if (!place_alive(pl, now))
             place_set(t, pl, PLACE_FREE);
     }
+    __atomic_store_n(&t->hdr->cursor, at, __ATOMIC_RELAXED);
 }
 
 static void queue_take(authn_hmac_table_t *t, int i, uint32_t state,
-                       uint64_t client, authn_hmac_turn_t *turn)
+                       uint64_t client, apr_time_t now,
+                       apr_interval_time_t patience, authn_hmac_turn_t *turn)
 {
     place_t *pl = &t->queue[i];
+    apr_interval_time_t ms = patience > 0 ? patience / 1000 : 0;
 
+    if (pl->state != PLACE_FREE)
+        place_set(t, pl, PLACE_FREE); /* a newcomer takes it over */
     turn->place = i;
     turn->ticket = ++t->hdr->ticket;
     __atomic_store_n(&pl->pid, (int64_t)getpid(), __ATOMIC_RELAXED);
     __atomic_store_n(&pl->start, own_start(), __ATOMIC_RELAXED);
     __atomic_store_n(&pl->client, client, __ATOMIC_RELAXED);
     __atomic_store_n(&pl->ticket, turn->ticket, __ATOMIC_RELAXED);
+    __atomic_store_n(&pl->taken, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&pl->young_ms, ms < UINT32_MAX ? (uint32_t)ms : UINT32_MAX,
+                     __ATOMIC_RELAXED);
     place_set(t, pl, state);
 }
 
 /* Notes a place that starts to run, and the most that ran at once. */
-static void queue_ran(authn_hmac_table_t *t, int running)
+static void queue_ran(authn_hmac_table_t *t)
 {
     uint64_t *max = &t->hdr->counter[AUTHN_HMAC_C_VERIFYING_MAX];
+    uint64_t running = t->hdr->places[PLACE_RUNNING];
 
-    if ((uint64_t)running > __atomic_load_n(max, __ATOMIC_RELAXED))
-        __atomic_store_n(max, (uint64_t)running, __ATOMIC_RELAXED);
+    if (running > __atomic_load_n(max, __ATOMIC_RELAXED))
+        __atomic_store_n(max, running, __ATOMIC_RELAXED);
 }
 
-static int holds(const authn_hmac_table_t *t, uint64_t client)
-{
-    int i, n = 0;
+/* The places each client holds, counted once: an open-addressed table of
+ * twice the places. */
+typedef struct {
+    uint64_t client[2 * AUTHN_HMAC_QUEUE_SLOTS];
+    int n[2 * AUTHN_HMAC_QUEUE_SLOTS];
+} holders_t;
 
+static int *holds(holders_t *h, uint64_t client)
+{
+    size_t i = (size_t)(client ^ client >> 29) % (2 * AUTHN_HMAC_QUEUE_SLOTS);
+
+    while (h->n[i] && h->client[i] != client)
+        i = (i + 1) % (2 * AUTHN_HMAC_QUEUE_SLOTS);
+    h->client[i] = client;
+    return &h->n[i];
+}
+
+/* With every place taken, for a newcomer of client: the newest waiting
+ * place of the client that holds the most, if that is more than client's
+ * own + 1; else -1. Two passes over the places (it was a count of each
+ * waiting place's client's places: 65,000 reads with 256 taken). */
+static int queue_victim(const authn_hmac_table_t *t, uint64_t client)
+{
+    holders_t h;
+    int i, victim = -1, most, taken = 0;
+
+    memset(h.n, 0, sizeof(h.n));
     for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++)
-        n += t->queue[i].state != PLACE_FREE && t->queue[i].client == client;
-    return n;
-}
-
-/* With every place taken, for a newcomer whose client holds mine: the
- * newest waiting place of the client that holds the most, if that is more
- * than mine + 1; else -1. */
-static int queue_victim(const authn_hmac_table_t *t, int mine)
-{
-    int i, victim = -1, most = mine + 1;
-
+        if (t->queue[i].state != PLACE_FREE) {
+            ++*holds(&h, t->queue[i].client);
+            taken++;
+        }
+    most = *holds(&h, client) + 1;
+    /* NB: no other client can hold more than most when the places left
+     * are that few (one client alone: none to take). */
+    if (taken - (most - 1) <= most)
+        return -1;
     for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
         const place_t *pl = &t->queue[i];
-        int h;
+        int n;
 
         if (pl->state != PLACE_WAITING)
             continue;
-        h = holds(t, pl->client);
-        if (h > most || (h == most && victim >= 0 &&
+        n = *holds(&h, pl->client);
+        if (n > most || (n == most && victim >= 0 &&
                          pl->ticket > t->queue[victim].ticket)) {
-            most = h;
+            most = n;
             victim = i;
         }
     }
     return victim;
 }
 
-authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
-                                           uint64_t client, int cap,
-                                           int backlog, authn_hmac_turn_t *turn)
+authn_hmac_queue_rc
+authn_hmac_queue_enter(authn_hmac_table_t *t, uint64_t client, int cap,
+                       int backlog, apr_interval_time_t patience,
+                       authn_hmac_turn_t *turn)
 {
-    int i, running = 0, waiting = 0, free_at = -1, victim;
+    const uint64_t *n = t->hdr->places;
+    int i, free_at = -1, victim;
+    uint64_t running, waiting, room;
     authn_hmac_queue_rc rc = AUTHN_HMAC_QUEUE_BUSY;
+    apr_time_t now = authn_hmac_monotonic();
 
     if (cap + backlog > AUTHN_HMAC_QUEUE_SLOTS)
         backlog = AUTHN_HMAC_QUEUE_SLOTS - cap;
+    room = (uint64_t)(cap + backlog);
     turn->place = -1;
     turn->ticket = 0;
     if (!t->mutex)
         return AUTHN_HMAC_QUEUE_RUN; /* nothing shared: no cap */
     if (apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
         return AUTHN_HMAC_QUEUE_BUSY;
-    queue_reap(t);
-    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
-        if (t->queue[i].state == PLACE_FREE) {
-            if (free_at < 0)
+    /* NB: reaped when the queue looks full (a dead process's place must
+     * not make a newcomer busy), else once in a while: not on each entry. */
+    if (n[PLACE_RUNNING] + n[PLACE_WAITING] >= room || reap_due(t, now))
+        queue_reap(t, now);
+    running = n[PLACE_RUNNING];
+    waiting = n[PLACE_WAITING];
+    if (running + waiting < room)
+        for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS && free_at < 0; i++)
+            if (t->queue[i].state == PLACE_FREE)
                 free_at = i;
-            continue;
-        }
-        running += t->queue[i].state == PLACE_RUNNING;
-        waiting += t->queue[i].state == PLACE_WAITING;
-    }
     /* NB: none waiting, else a newcomer would pass them. */
-    if (running + waiting < cap + backlog && waiting == 0 && running < cap) {
-        queue_take(t, free_at, PLACE_RUNNING, client, turn);
-        queue_ran(t, running + 1);
+    if (free_at >= 0 && waiting == 0 && running < (uint64_t)cap) {
+        queue_take(t, free_at, PLACE_RUNNING, client, now, patience, turn);
+        queue_ran(t);
         rc = AUTHN_HMAC_QUEUE_RUN;
     }
-    else if (running + waiting < cap + backlog) {
-        queue_take(t, free_at, PLACE_WAITING, client, turn);
+    else if (free_at >= 0) {
+        queue_take(t, free_at, PLACE_WAITING, client, now, patience, turn);
         rc = AUTHN_HMAC_QUEUE_WAIT;
     }
     /* Full: a newcomer takes the newest waiting place of the client that
@@ -889,8 +995,8 @@ authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
      * client holds; that request is then busy. No address (nor two) can
      * hold the queue against the others; alone, one may use all of it (a
      * burst of logins from behind one NAT). */
-    else if ((victim = queue_victim(t, holds(t, client))) >= 0) {
-        queue_take(t, victim, PLACE_WAITING, client, turn);
+    else if ((victim = queue_victim(t, client)) >= 0) {
+        queue_take(t, victim, PLACE_WAITING, client, now, patience, turn);
         rc = AUTHN_HMAC_QUEUE_WAIT;
     }
     apr_global_mutex_unlock(t->mutex);
@@ -908,51 +1014,39 @@ static int queue_mine(const authn_hmac_table_t *t,
            __atomic_load_n(&pl->state, __ATOMIC_RELAXED) != PLACE_FREE;
 }
 
-/* Whether the waiting place may run now: a free turn, and no one waiting
- * who came before it. */
+/* Whether the waiting place may run now: a free turn, and it heads the
+ * line (no one waiting came before it). */
 static int queue_turn(const authn_hmac_table_t *t,
                       const authn_hmac_turn_t *turn, int cap)
 {
-    int i, running = 0;
-
-    for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++) {
-        const place_t *pl = &t->queue[i];
-        uint32_t st = __atomic_load_n(&pl->state, __ATOMIC_RELAXED);
-
-        if (st == PLACE_RUNNING)
-            running++;
-        else if (st == PLACE_WAITING && i != turn->place &&
-                 __atomic_load_n(&pl->ticket, __ATOMIC_RELAXED) < turn->ticket)
-            return 0;
-    }
-    return running < cap;
+    return __atomic_load_n(&t->hdr->head, __ATOMIC_RELAXED) == turn->ticket &&
+           __atomic_load_n(&t->hdr->places[PLACE_RUNNING], __ATOMIC_RELAXED) <
+               (uint64_t)cap;
 }
 
 int authn_hmac_queue_wait(authn_hmac_table_t *t, authn_hmac_turn_t *turn,
                           int cap, apr_time_t deadline)
 {
     struct timespec nap = {0, 5000000}; /* 5 ms */
-    int polls = 0;
 
     for (;;) {
-        int ran = 0, mine;
+        apr_time_t now = authn_hmac_monotonic();
+        int ran = 0, mine, reap;
 
-        /* NB: a look without the mutex first; the mutex decides. */
+        /* NB: a look without the mutex first; the mutex decides. A reap
+         * is done by one waiter of those that look, every REAP_EVERY. */
         if (!queue_mine(t, turn))
             return 0; /* a newcomer within its share took it */
-        if (queue_turn(t, turn, cap) || ++polls % 20 == 0) {
+        reap = reap_due(t, now);
+        if (queue_turn(t, turn, cap) || reap) {
             if (apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
                 break;
-            queue_reap(t);
+            if (reap)
+                queue_reap(t, now);
             mine = queue_mine(t, turn);
             if (mine && queue_turn(t, turn, cap)) {
-                int i, running = 1;
-
                 place_set(t, &t->queue[turn->place], PLACE_RUNNING);
-                for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS; i++)
-                    running +=
-                        i != turn->place && t->queue[i].state == PLACE_RUNNING;
-                queue_ran(t, running);
+                queue_ran(t);
                 ran = 1;
             }
             apr_global_mutex_unlock(t->mutex);
@@ -961,7 +1055,7 @@ int authn_hmac_queue_wait(authn_hmac_table_t *t, authn_hmac_turn_t *turn,
             if (!mine)
                 return 0;
         }
-        if (authn_hmac_monotonic() >= deadline)
+        if (now >= deadline)
             break;
         nanosleep(&nap, NULL);
     }

@@ -666,7 +666,7 @@ static void test_queue_fair_share(apr_pool_t *p)
         authn_hmac_engine_t ce = e;
 
         in_child(&ce);
-        _exit(authn_hmac_queue_enter(ce.table, 7, 1, 0, &turn) ==
+        _exit(authn_hmac_queue_enter(ce.table, 7, 1, 0, 0, &turn) ==
                       AUTHN_HMAC_QUEUE_RUN
                   ? 0
                   : 1);
@@ -784,7 +784,7 @@ static void test_a_reused_pid_does_not_keep_a_place(apr_pool_t *p)
         authn_hmac_engine_t ce = e;
 
         in_child(&ce);
-        _exit(authn_hmac_queue_enter(ce.table, 7, 1, 0, &turn) ==
+        _exit(authn_hmac_queue_enter(ce.table, 7, 1, 0, 0, &turn) ==
                       AUTHN_HMAC_QUEUE_RUN
                   ? 0
                   : 1);
