@@ -504,10 +504,11 @@ typedef struct {
  * /proc after (a pid reused within that time keeps the place till then).
  * Dead processes' places are freed when the queue looks full, else every
  * few ms, a few at a time: nothing under the mutex grows with the places. */
-authn_hmac_queue_rc
-authn_hmac_queue_enter(authn_hmac_table_t *t, uint64_t client, int cap,
-                       int backlog, apr_interval_time_t patience,
-                       authn_hmac_turn_t *turn);
+authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
+                                           uint64_t client, int cap,
+                                           int backlog,
+                                           apr_interval_time_t patience,
+                                           authn_hmac_turn_t *turn);
 
 /* 1 when the place's turn came (it now runs: leave() must follow); 0 at
  * the deadline (monotonic), the place given up, or when it was taken. */

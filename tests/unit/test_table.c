@@ -545,8 +545,8 @@ static void test_queue_reaps_a_few_at_a_time(apr_pool_t *p)
     CHECK(queue_taken(t) == DEAD - 16 + 1);
     /* Every 10 ms a waiter reaps 16 more: the rest are gone, and the turn
      * comes, in well under the second it may wait. */
-    CHECK(authn_hmac_queue_wait(t, &turn, 1,
-                                authn_hmac_monotonic() + SEC(1)) == 1);
+    CHECK(authn_hmac_queue_wait(t, &turn, 1, authn_hmac_monotonic() + SEC(1)) ==
+          1);
     CHECK(queue_taken(t) == 1);
     authn_hmac_queue_leave(t, &turn);
     CHECK(queue_taken(t) == 0);
