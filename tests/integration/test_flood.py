@@ -1,13 +1,15 @@
 """A flood of wrong passwords: bcrypt is capped and queued, the rest get 503
 with Retry-After, one client cannot take the whole queue, and cached
 credentials are served throughout."""
+import json
 import re
+import subprocess
 import time
 
 import pytest
 
-from conftest import make_server
-from harness import Flood, basic, get, htpasswd, parse_ab
+from conftest import MPMS, make_server
+from harness import Flood, basic, get, htpasswd, parse_ab, queue_clients
 
 CAP = 2
 BACKLOG = 4
@@ -77,3 +79,95 @@ def test_flood_of_wrong_passwords(mpm):
         assert not problems, problems
     finally:
         srv.cleanup()
+
+
+LARGE_CAP, LARGE_BACKLOG, LARGE_FLOOD = 64, 192, 258
+
+
+def hits(srv, path, auth, seconds):
+    """The cached user's GETs, one every 20 ms on a kept-alive connection, for
+    seconds, from a process of its own: [(seconds, status)]."""
+    p = subprocess.run(queue_clients.command("hits", srv.port, path, auth, seconds, 0.02),
+                       capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mpm", ["worker", "event"])
+def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
+    """A 52-core server's queue (64 verifications, 192 waiting) held full by
+    258 connections of distinct wrong passwords: a cached user's hits, which
+    refresh the entry about once a second (AuthHMACCacheTTL 2), keep at least
+    half their pace alone. Before, every entry and every waiter reaped all
+    256 places under the writers' mutex (a kill() and a /proc read each), a
+    refresh waited for that mutex, and 192 waiters woke every 5 ms: hits
+    stalled for seconds (found by review: 47 s). Threaded MPMs only: prefork
+    would need 260 processes."""
+    if mpm not in MPMS:
+        pytest.skip("AUTHN_HMAC_MPMS")
+    # NB: every process has more threads than the queue has places: a kept-
+    # alive connection's requests are served by its own process.
+    threads = LARGE_CAP + LARGE_BACKLOG + 64
+    srv = make_server(mpm, global_conf="AuthHMACMaxVerifications %d\n"
+                                       "AuthHMACVerifyBacklog %d" % (LARGE_CAP, LARGE_BACKLOG),
+                      mpm_conf="StartServers 2\nServerLimit 2\nThreadsPerChild %d\n"
+                               "ThreadLimit %d\nMinSpareThreads 1\nMaxSpareThreads %d\n"
+                               "MaxRequestWorkers %d" % (threads, threads, 2 * threads,
+                                                         2 * threads))
+    srv.write_config()
+    # NB: the flood's user at cost 10, as in tools/bench --queue: the more
+    # verifications end, the more often the queue's bookkeeping runs.
+    htpasswd(srv.path("a.htpasswd"), "mallory", "mallory's pass", cost=10)
+    srv.secrets.add("correct horse")
+    srv.expect_log(r"AHMAC0007")  # the admin is told the queue is full
+    # At the end: requests that wait in the queue hold their children past
+    # httpd's grace time, which it then ends.
+    srv.expect_log(r"AH0004[56]: child process \d+ still did not exit")
+    auth = basic("alice", "correct horse")
+    flood = None
+    try:
+        srv.start()
+        assert srv.status_code("/short/index.html", "alice", "correct horse") == 200
+        alone = hits(srv, "/short/index.html", auth, 5)
+        flood = subprocess.Popen(queue_clients.command("flood", srv.port, "/a/index.html",
+                                                       "mallory", LARGE_FLOOD),
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        full = 0
+        for _ in range(120):
+            st = srv.status()
+            full = max(full, st["verifying"] + st["verify_waiting"])
+            if full >= LARGE_CAP + LARGE_BACKLOG - 16:
+                break
+            # NB: a hit every half second keeps the 2-second entry alive.
+            assert srv.status_code("/short/index.html", "alice", "correct horse") == 200
+            time.sleep(0.5)
+        before = srv.status()
+        during = hits(srv, "/short/index.html", auth, 10)
+        after = srv.status()
+        flood.stdin.close()
+        codes = json.loads(flood.stdout.readline() or "{}").get("codes", {})
+    finally:
+        if flood:
+            if not flood.stdin.closed:
+                flood.stdin.close()
+            flood.kill()
+        srv.stop()
+        if flood:
+            flood.wait()
+    problems = srv.log_problems()
+    srv.cleanup()
+    ms = sorted(t * 1000 for t, _ in during)
+    pace, pace_alone = len(during) / 10, len(alone) / 5
+    print("%s: queue %d of %d; cached user %.0f hits/s alone, %.0f during the flood "
+          "(p50 %.1f ms, p99 %.1f ms, max %.0f ms); refreshes %d; flood %s" % (
+              mpm, full, LARGE_CAP + LARGE_BACKLOG, pace_alone, pace, ms[len(ms) // 2],
+              ms[len(ms) * 99 // 100], ms[-1], after["refreshes"] - before["refreshes"],
+              codes))
+    assert full >= LARGE_CAP + LARGE_BACKLOG - 16, full
+    assert after["busy"] > before["busy"] or after["queued"] > before["queued"], (before, after)
+    assert all(st == 200 for _, st in alone + during), [
+        (round(t * 1000), st) for t, st in alone + during if st != 200]
+    # The hits refreshed the entry while the flood went on: no bcrypt.
+    assert after["refreshes"] - before["refreshes"] >= 3, (before, after)
+    assert pace >= pace_alone / 2, (pace, pace_alone, ms[-5:])
+    assert not problems, problems
