@@ -846,11 +846,11 @@ static int reap_due(authn_hmac_table_t *t, apr_time_t now)
 
 /* Frees the places of processes that died, looking at REAP_CHECKS places
  * of other processes from where the last reap stopped (so every place is
- * looked at in turn); under the mutex. */
-static void queue_reap(authn_hmac_table_t *t, apr_time_t now)
+ * looked at in turn); under the mutex. Returns how many it freed. */
+static int queue_reap(authn_hmac_table_t *t, apr_time_t now)
 {
     uint64_t at = t->hdr->cursor % AUTHN_HMAC_QUEUE_SLOTS;
-    int i, checks = 0;
+    int i, checks = 0, freed = 0;
 
     for (i = 0; i < AUTHN_HMAC_QUEUE_SLOTS && checks < REAP_CHECKS; i++) {
         place_t *pl = &t->queue[at];
@@ -860,10 +860,13 @@ static void queue_reap(authn_hmac_table_t *t, apr_time_t now)
             (pl->pid == (int64_t)getpid() && pl->start == own_start()))
             continue; /* this process's own */
         checks++;
-        if (!place_alive(pl, now))
+        if (!place_alive(pl, now)) {
             place_set(t, pl, PLACE_FREE);
+            freed++;
+        }
     }
     __atomic_store_n(&t->hdr->cursor, at, __ATOMIC_RELAXED);
+    return freed;
 }
 
 static void queue_take(authn_hmac_table_t *t, int i, uint32_t state,
@@ -899,17 +902,19 @@ static void queue_ran(authn_hmac_table_t *t)
 
 /* The places each client holds, counted once: an open-addressed table of
  * twice the places. */
+#define HOLDERS ((size_t)2 * AUTHN_HMAC_QUEUE_SLOTS)
+
 typedef struct {
-    uint64_t client[2 * AUTHN_HMAC_QUEUE_SLOTS];
-    int n[2 * AUTHN_HMAC_QUEUE_SLOTS];
+    uint64_t client[HOLDERS];
+    int n[HOLDERS];
 } holders_t;
 
 static int *holds(holders_t *h, uint64_t client)
 {
-    size_t i = (size_t)(client ^ client >> 29) % (2 * AUTHN_HMAC_QUEUE_SLOTS);
+    size_t i = (size_t)(client ^ client >> 29) % HOLDERS;
 
     while (h->n[i] && h->client[i] != client)
-        i = (i + 1) % (2 * AUTHN_HMAC_QUEUE_SLOTS);
+        i = (i + 1) % HOLDERS;
     h->client[i] = client;
     return &h->n[i];
 }
@@ -964,7 +969,7 @@ authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
 
     if (cap + backlog > AUTHN_HMAC_QUEUE_SLOTS)
         backlog = AUTHN_HMAC_QUEUE_SLOTS - cap;
-    room = (uint64_t)(cap + backlog);
+    room = (uint64_t)cap + (uint64_t)backlog;
     turn->place = -1;
     turn->ticket = 0;
     if (!t->mutex)
@@ -1043,10 +1048,12 @@ static long queue_nap(const authn_hmac_table_t *t,
 int authn_hmac_queue_wait(authn_hmac_table_t *t, authn_hmac_turn_t *turn,
                           int cap, apr_time_t deadline)
 {
+    int hurry = 0;
+
     for (;;) {
         apr_time_t now = authn_hmac_monotonic();
         int ran = 0, mine, reap;
-        struct timespec nap = {0, queue_nap(t, turn)};
+        struct timespec nap = {0, hurry ? 5000000L : queue_nap(t, turn)};
 
         /* NB: a look without the mutex first; the mutex decides. A reap
          * is done by one waiter of those that look, every REAP_EVERY. */
@@ -1056,8 +1063,10 @@ int authn_hmac_queue_wait(authn_hmac_table_t *t, authn_hmac_turn_t *turn,
         if (queue_turn(t, turn, cap) || reap) {
             if (apr_global_mutex_lock(t->mutex) != APR_SUCCESS)
                 break;
+            /* NB: more dead may follow those just freed: this waiter
+             * looks often until a reap frees none. */
             if (reap)
-                queue_reap(t, now);
+                hurry = queue_reap(t, now) > 0;
             mine = queue_mine(t, turn);
             if (mine && queue_turn(t, turn, cap)) {
                 place_set(t, &t->queue[turn->place], PLACE_RUNNING);
