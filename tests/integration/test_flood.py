@@ -98,7 +98,7 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
     """A 52-core server's queue (64 verifications, 192 waiting) held full by
     258 connections of distinct wrong passwords: a cached user's hits, which
     refresh the entry about once a second (AuthHMACCacheTTL 2), keep at least
-    half their pace alone. Before, every entry and every waiter reaped all
+    60% of their pace alone (here: 62-85%; 0-58% before). Before, every entry and every waiter reaped all
     256 places under the writers' mutex (a kill() and a /proc read each), a
     refresh waited for that mutex, and 192 waiters woke every 5 ms: hits
     stalled for seconds (found by review: 47 s). Threaded MPMs only: prefork
@@ -142,7 +142,7 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
             assert srv.status_code("/short/index.html", "alice", "correct horse") == 200
             time.sleep(0.5)
         before = srv.status()
-        during = hits(srv, "/short/index.html", auth, 10)
+        during = hits(srv, "/short/index.html", auth, 15)
         after = srv.status()
         flood.stdin.close()
         codes = json.loads(flood.stdout.readline() or "{}").get("codes", {})
@@ -157,7 +157,7 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
     problems = srv.log_problems()
     srv.cleanup()
     ms = sorted(t * 1000 for t, _ in during)
-    pace, pace_alone = len(during) / 10, len(alone) / 5
+    pace, pace_alone = len(during) / 15, len(alone) / 5
     print("%s: queue %d of %d; cached user %.0f hits/s alone, %.0f during the flood "
           "(p50 %.1f ms, p99 %.1f ms, max %.0f ms); refreshes %d; flood %s" % (
               mpm, full, LARGE_CAP + LARGE_BACKLOG, pace_alone, pace, ms[len(ms) // 2],
@@ -169,5 +169,5 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
         (round(t * 1000), st) for t, st in alone + during if st != 200]
     # The hits refreshed the entry while the flood went on: no bcrypt.
     assert after["refreshes"] - before["refreshes"] >= 3, (before, after)
-    assert pace >= pace_alone / 2, (pace, pace_alone, ms[-5:])
+    assert pace >= 0.6 * pace_alone, (pace, pace_alone, ms[-5:])
     assert not problems, problems
