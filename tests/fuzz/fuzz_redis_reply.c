@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         freeReplyObject(get);
     }
-    if (authn_hmac_value_decode(mac, uid, (const char *)data, size, &es) ||
+    if (authn_hmac_value_decode(mac, uid, (const char *)data, size, &es) == 1 ||
         es.n != 0)
         abort();
     redisReaderFree(rd);

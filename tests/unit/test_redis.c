@@ -116,20 +116,30 @@ static void test_interpret(apr_pool_t *p)
     authn_hmac_user_id(m, "/s", 2, "bob", 3, uid2);
     authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw", 2, "h", 1, key);
     es.n = 0;
-    authn_hmac_entries_add(&es, key, now, now + SEC(300), now);
+    authn_hmac_entries_add(&es, key, now, now);
     len = authn_hmac_value_encode(m, uid, &es, v);
     snprintf(raw, sizeof(raw), "$%u\r\n%s\r\n", (unsigned)len, v);
     CHECK(interpret(raw, m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
           st == AUTHN_HMAC_VALUE_VALID);
-    /* Another user's value, another pepper, an old-format value, garbage:
-     * answers, but forged ones, never valid. */
+    /* Another user's value, another pepper, garbage: answers, but forged
+     * ones, never valid. */
     CHECK(interpret(raw, m, uid2, &st) == AUTHN_HMAC_REDIS_OK &&
           st == AUTHN_HMAC_VALUE_FORGED);
     CHECK(interpret(raw, other, uid, &st) == AUTHN_HMAC_REDIS_OK &&
           st == AUTHN_HMAC_VALUE_FORGED);
-    CHECK(interpret("$16\r\n1700000000000000\r\n", m, uid, &st) ==
+    CHECK(interpret("$16\r\nx700000000000000\r\n", m, uid, &st) ==
               AUTHN_HMAC_REDIS_OK &&
           st == AUTHN_HMAC_VALUE_FORGED);
+    /* A value of another version (1: a bare time; 3: times (stored,
+     * expires), what the servers of a farm not yet upgraded write): a
+     * plain miss, not a forgery. */
+    CHECK(interpret("$16\r\n1700000000000000\r\n", m, uid, &st) ==
+              AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_OTHER);
+    strstr(raw, "\r\n")[2] = '3';
+    CHECK(interpret(raw, m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_OTHER);
+    strstr(raw, "\r\n")[2] = '4';
     CHECK(interpret("$0\r\n\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
           st == AUTHN_HMAC_VALUE_FORGED);
     CHECK(interpret("$-1\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
