@@ -58,10 +58,15 @@ void authn_hmac_secret_wipe(authn_hmac_secret_t *secret);
 /* --------------------------------------------------------- credential MAC */
 
 #define AUTHN_HMAC_KEY_LEN 32 /* HMAC-SHA256 output */
-/* The version of the encodings below (in the input of every MAC) and of
- * the Redis values: a cache written by another version never matches. The
- * labels of the subkeys name their purpose, and keep "v2". */
+/* The version of the encodings below (in the input of every MAC): a cache
+ * written by another version never matches. The labels of the subkeys
+ * name their purpose, and keep "v2". */
 #define AUTHN_HMAC_ENCODING_VERSION 3
+/* The version of the Redis values (their first character): 4 keeps each
+ * credential's times (verified, last used); 3 kept (stored, expires). A
+ * value of another version is a plain miss, neither forged nor logged:
+ * the servers of a farm are upgraded one at a time. */
+#define AUTHN_HMAC_VALUE_VERSION 4
 
 /* HKDF-SHA256 info labels of the three subkeys of the pepper. */
 #define AUTHN_HMAC_LABEL_ENTRY    "authn_hmac v2 entry"    /* credential MAC */
@@ -171,8 +176,8 @@ void authn_hmac_value_tag(const authn_hmac_mac_t *mac,
 
 typedef struct {
     unsigned char mac[AUTHN_HMAC_KEY_LEN]; /* credential MAC */
-    int64_t stored;                        /* apr_time_t: verified at */
-    int64_t expires;                       /* apr_time_t */
+    int64_t verified;                      /* apr_time_t */
+    int64_t used;                          /* apr_time_t: last use */
 } authn_hmac_entry_t;
 
 typedef struct {
@@ -180,7 +185,7 @@ typedef struct {
     authn_hmac_entry_t e[AUTHN_HMAC_PER_USER];
 } authn_hmac_entries_t;
 
-/* "2" (":" hex(mac) hex64(stored) hex64(expires)){1,2} ":" hex(tag), where
+/* "4" (":" hex(mac) hex64(verified) hex64(used)){1,2} ":" hex(tag), where
  * the tag covers the user id and everything before it. */
 #define AUTHN_HMAC_VALUE_MAX                                                   \
     (2 + AUTHN_HMAC_PER_USER * (1 + 2 * AUTHN_HMAC_KEY_LEN + 32) + 1 +         \
@@ -193,30 +198,31 @@ size_t authn_hmac_value_encode(const authn_hmac_mac_t *mac,
                                const authn_hmac_entries_t *es,
                                char out[AUTHN_HMAC_VALUE_MAX]);
 
-/* 1 and es filled if v is a value made for uid with this pepper; else 0
- * (forged, truncated, replayed under another user, another version or
- * another pepper). */
+/* 1 and es filled if v is a value made for uid with this pepper; -1 if it
+ * is a value of another AUTHN_HMAC_VALUE_VERSION (its first character),
+ * which is a plain miss; else 0 (forged, truncated, replayed under another
+ * user or another pepper). es is empty unless 1. */
 int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                             const char *v, size_t len,
                             authn_hmac_entries_t *es);
 
-/* 1 if es holds key, verified less than max_age before now, with life
- * left and no more than the idle timeout ttl of it (a little more for
- * another server's clock); *stored and *expires then bound it (never
- * beyond now + ttl, nor stored + max_age). */
+/* 1 if es holds key, live for a section of idle timeout ttl and max age
+ * max_age at now: verified less than max_age ago and used less than ttl
+ * ago (times up to a few seconds ahead of now are another server's clock,
+ * and taken as now); *verified and *used (at most now) then say when. */
 int authn_hmac_entries_find(const authn_hmac_entries_t *es,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             apr_time_t now, apr_interval_time_t ttl,
-                            apr_interval_time_t max_age, apr_time_t *stored,
-                            apr_time_t *expires);
+                            apr_interval_time_t max_age, apr_time_t *verified,
+                            apr_time_t *used);
 
-/* Makes key the newest entry of es, keeping the newest others that are
- * live at now, up to PER_USER in all. */
+/* Makes key, verified and last used at those times (or later, if es has
+ * later ones for it), the first entry of es, keeping the most recently
+ * used other one, up to PER_USER in all. */
 void authn_hmac_entries_add(authn_hmac_entries_t *es,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                            apr_time_t stored, apr_time_t expires,
-                            apr_time_t now);
+                            apr_time_t verified, apr_time_t used);
 
 /* -------------------------------------------------------- htpasswd index */
 
@@ -399,40 +405,45 @@ apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now);
 authn_hmac_table_t *
 authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p);
 
-/* 1 if key (of the user uid) is present and live at now: stored (verified)
- * less than max_age ago, unexpired, and expiring no more than the idle
- * timeout ttl from now (so that a lowered TTL shortens live entries). Its
- * times go to *stored and *expires (each may be NULL). Takes no lock. */
+/* An entry keeps two times: when its credential was verified, and when it
+ * was last used (refreshed at most once per half TTL). Each section applies
+ * its own idle timeout and max age to those, so that sections with other
+ * TTLs over the same file share one entry instead of fighting over it.
+ *
+ * 1 if key (of the user uid) is present and live at now for a section of
+ * idle timeout ttl and max age max_age: verified (not "in the future": a
+ * clock stepped back) less than max_age ago, and used less than ttl ago.
+ * Its times go to *verified and *used (each may be NULL). Takes no lock. */
 int authn_hmac_table_lookup(authn_hmac_table_t *t,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                             apr_time_t now, apr_interval_time_t ttl,
-                            apr_interval_time_t max_age, apr_time_t *stored,
-                            apr_time_t *expires);
+                            apr_interval_time_t max_age, apr_time_t *verified,
+                            apr_time_t *used);
 
-/* After a hit at now on key, stored at `stored` and expiring at *expires:
- * if less than half of ttl is left, moves its expiry to
- * min(now + ttl, stored + max_age), under the writers' mutex, and returns
- * 1 with the new *expires (counted as a refresh). Else returns 0, having
- * taken no lock: an entry is written at most once per half TTL.
- * It never waits for the mutex: while another holds it, the refresh is
- * skipped (0), and a later hit tries again. */
+/* After a hit at now on key, last used at *used: if half of ttl or more
+ * has passed since, makes now its last use, under the writers' mutex if it
+ * is free at once (a refresh is best effort: a busy mutex skips it), and
+ * returns 1 with *used = now (counted as a refresh). Else returns 0,
+ * having taken no lock: an entry is written at most once per half TTL of
+ * the section that asks. */
 int authn_hmac_table_refresh(authn_hmac_table_t *t,
                              const unsigned char key[AUTHN_HMAC_KEY_LEN],
                              const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                              apr_time_t now, apr_interval_time_t ttl,
-                             apr_interval_time_t max_age, apr_time_t stored,
-                             apr_time_t *expires);
+                             apr_interval_time_t max_age, apr_time_t *used);
 
-/* Stores key of the user uid, verified at `stored`, until `expires`. A user
- * holds at most AUTHN_HMAC_PER_USER live entries: past that its oldest is
- * replaced, never another user's. Otherwise a free slot of the set is
- * taken, else an entry expired at `now`, else the oldest. */
+/* Stores key of the user uid, verified at `verified` and last used at
+ * `used` (no earlier than verified; the same key keeps the later of each).
+ * A user holds at most AUTHN_HMAC_PER_USER entries: past that its least
+ * recently used is replaced, never another user's. Otherwise a free slot
+ * of the set is taken, else the least recently used; that is counted as an
+ * eviction if it was used less than ttl (the storing section's) ago. */
 apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                                     const unsigned char key[AUTHN_HMAC_KEY_LEN],
                                     const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                                    apr_time_t now, apr_time_t stored,
-                                    apr_time_t expires);
+                                    apr_time_t verified, apr_time_t used,
+                                    apr_interval_time_t ttl);
 
 /* The negative region: nkey (a MAC of its own, authn_hmac_negative_key) of
  * a credential the verifier refused, until `expires`. Lookups take no lock;
@@ -632,9 +643,10 @@ authn_hmac_redis_rc authn_hmac_redis_command(authn_hmac_redis_conn_t *c,
 
 /* What a GET found. */
 typedef enum {
-    AUTHN_HMAC_VALUE_NONE,  /* no entry */
-    AUTHN_HMAC_VALUE_VALID, /* an entry whose tag verifies */
-    AUTHN_HMAC_VALUE_FORGED /* an entry whose tag does not: a miss */
+    AUTHN_HMAC_VALUE_NONE,   /* no entry */
+    AUTHN_HMAC_VALUE_VALID,  /* an entry whose tag verifies */
+    AUTHN_HMAC_VALUE_FORGED, /* an entry whose tag does not: a miss */
+    AUTHN_HMAC_VALUE_OTHER   /* of another value version: a plain miss */
 } authn_hmac_value_state;
 
 /* Interprets the reply to GET of uid's entry (exposed for tests and
@@ -651,19 +663,22 @@ authn_hmac_redis_rc authn_hmac_redis_get(
     apr_time_t deadline, authn_hmac_entries_t *es, authn_hmac_value_state *st,
     const char **why, apr_pool_t *p);
 
-/* SET of uid's entry to es, tagged, PX until its last entry expires. */
+/* SET of uid's entry to es, tagged, PX until its newest verification is
+ * max_age old (max_age: the storing section's; see redis.c). */
 authn_hmac_redis_rc authn_hmac_redis_set(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-    const authn_hmac_entries_t *es, apr_time_t now, apr_time_t deadline,
-    const char **why, apr_pool_t *p);
+    const authn_hmac_entries_t *es, apr_time_t now, apr_interval_time_t max_age,
+    apr_time_t deadline, const char **why, apr_pool_t *p);
 
 /* Single flight across the servers of a farm. A credential's marker is
  * prefix + "f:" + hex(HMAC(value subkey, key | "F")): it names the exact
  * credential without telling anything of it. While a server verifies, the
- * marker is "R"; then it holds the result, "F1" (granted) or "F0" (refused)
- * with an expiry and a tag over both that only the pepper can make, so that
- * no one who can write Redis can make a waiter grant. */
+ * marker is "R" and a random token of that server's claim; then it holds
+ * the result, "F1" (granted) or "F0" (refused) with an expiry and a tag
+ * over both that only the pepper can make, so that no one who can write
+ * Redis can make a waiter grant. Only the claim's owner (the same token)
+ * writes the result or deletes the marker. */
 typedef enum {
     AUTHN_HMAC_FARM_NONE,    /* no marker, or one that does not verify */
     AUTHN_HMAC_FARM_RUNNING, /* another server verifies */
@@ -672,20 +687,28 @@ typedef enum {
     AUTHN_HMAC_FARM_FORGED /* a result whose tag does not verify */
 } authn_hmac_farm_state;
 
-/* SET marker "R" NX PX ms: *won is 1 if this server now runs it. */
+/* A claim's value: "R" and 32 hex digits of a random token. */
+#define AUTHN_HMAC_FLIGHT_TOKEN_LEN 33
+
+/* SET marker "R"+token NX PX ms, with a new token, which is written to
+ * token (a string): *won is 1 if this server now runs it. */
 authn_hmac_redis_rc authn_hmac_redis_flight_claim(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    apr_interval_time_t hold, apr_time_t deadline, int *won, const char **why,
+    apr_interval_time_t hold, apr_time_t deadline,
+    char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1], int *won, const char **why,
     apr_pool_t *p);
 
 /* The runner's result (1 granted, 0 refused) for hold from now; -1 deletes
- * the marker (no result: the waiters verify by themselves). */
+ * the marker (no result: the waiters verify by themselves). Only while the
+ * marker is still token, the claim's value (one EVAL of a compare-and-set
+ * script; a marker that expired, or that another server claimed since, is
+ * left alone). */
 authn_hmac_redis_rc authn_hmac_redis_flight_result(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    int result, apr_time_t now, apr_interval_time_t hold, apr_time_t deadline,
-    const char **why, apr_pool_t *p);
+    const char *token, int result, apr_time_t now, apr_interval_time_t hold,
+    apr_time_t deadline, const char **why, apr_pool_t *p);
 
 /* GET of the marker. */
 authn_hmac_redis_rc authn_hmac_redis_flight_poll(

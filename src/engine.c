@@ -158,14 +158,14 @@ static authn_hmac_redis_conn_t *redis_begin(redis_req *rq, apr_time_t *deadline)
 }
 
 /* Looks the user's entry up in Redis; on a hit for this credential, fills
- * shared memory for no longer than the entry has left. A value whose tag
+ * shared memory with its times (verified, last used). A value whose tag
  * does not verify is a miss, whoever wrote it. */
 static int redis_lookup(redis_req *rq, const unsigned char *key,
                         const unsigned char *uid, apr_time_t now,
                         const authn_hmac_policy_t *pol, int never)
 {
     const authn_hmac_engine_t *e = rq->e;
-    apr_time_t deadline = 0, stored = 0, expires = 0;
+    apr_time_t deadline = 0, verified = 0, used = 0;
     authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
     authn_hmac_value_state st = AUTHN_HMAC_VALUE_NONE;
     const char *why = "";
@@ -195,18 +195,18 @@ static int redis_lookup(redis_req *rq, const unsigned char *key,
     }
     found = st == AUTHN_HMAC_VALUE_VALID && !never &&
             authn_hmac_entries_find(&rq->es, key, now, pol->ttl, pol->max_age,
-                                    &stored, &expires);
+                                    &verified, &used);
     count(e, found ? AUTHN_HMAC_C_REDIS_HITS : AUTHN_HMAC_C_REDIS_MISSES, 1);
     if (found)
-        authn_hmac_table_store(e->table, key, uid, now, stored, expires);
+        authn_hmac_table_store(e->table, key, uid, verified, used, pol->ttl);
     return found;
 }
 
-/* Makes the credential the user's newest entry in Redis, keeping the
- * newest other one that GET found. */
+/* Makes the credential, verified now, the user's first entry in Redis,
+ * keeping the most recently used other one that GET found. */
 static void redis_store(redis_req *rq, const unsigned char *key,
                         const unsigned char *uid, apr_time_t now,
-                        apr_interval_time_t ttl)
+                        apr_interval_time_t max_age)
 {
     const authn_hmac_engine_t *e = rq->e;
     apr_time_t deadline = 0;
@@ -214,20 +214,21 @@ static void redis_store(redis_req *rq, const unsigned char *key,
     const char *why = "";
     authn_hmac_redis_rc rc;
 
-    authn_hmac_entries_add(&rq->es, key, now, now + ttl, now);
+    authn_hmac_entries_add(&rq->es, key, now, now);
     conn = redis_begin(rq, &deadline);
     if (!conn)
         return;
     rc = authn_hmac_redis_set(conn, e->redis_conf, e->mac, uid, &rq->es, now,
-                              deadline, &why, rq->p);
+                              max_age, deadline, &why, rq->p);
     redis_end(rq, conn, rc, why);
 }
 
 /* Single flight across the farm, through a marker in Redis (see redis.c):
- * 1 if this server claimed the credential's verification, 0 if another
- * server runs it, -1 without Redis. */
+ * 1 if this server claimed the credential's verification (token is then
+ * the claim's, for farm_result), 0 if another server runs it, -1 without
+ * Redis. */
 static int farm_claim(redis_req *rq, const unsigned char *key,
-                      apr_interval_time_t hold)
+                      apr_interval_time_t hold, char *token)
 {
     const authn_hmac_engine_t *e = rq->e;
     apr_time_t deadline = 0;
@@ -239,7 +240,7 @@ static int farm_claim(redis_req *rq, const unsigned char *key,
     if (!conn)
         return -1;
     rc = authn_hmac_redis_flight_claim(conn, e->redis_conf, e->mac, key, hold,
-                                       deadline, &won, &why, rq->p);
+                                       deadline, token, &won, &why, rq->p);
     redis_end(rq, conn, rc, why);
     return rc != AUTHN_HMAC_REDIS_OK ? -1 : won;
 }
@@ -294,8 +295,10 @@ static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
 }
 
 /* The claimed verification's result for the farm's waiters, who poll for
- * it, for two seconds; -1 clears it (they verify by themselves). */
-static void farm_result(redis_req *rq, const unsigned char *key, int result)
+ * it, for two seconds; -1 clears it (they verify by themselves). Only on
+ * the marker of this claim (token): a late runner leaves another's alone. */
+static void farm_result(redis_req *rq, const unsigned char *key,
+                        const char *token, int result)
 {
     const apr_interval_time_t hold = apr_time_from_sec(2);
     const authn_hmac_engine_t *e = rq->e;
@@ -309,21 +312,21 @@ static void farm_result(redis_req *rq, const unsigned char *key, int result)
     rq->off = 0;
     if (!(conn = redis_begin(rq, &deadline)))
         return;
-    rc = authn_hmac_redis_flight_result(conn, e->redis_conf, e->mac, key,
+    rc = authn_hmac_redis_flight_result(conn, e->redis_conf, e->mac, key, token,
                                         result, apr_time_now(), hold, deadline,
                                         &why, rq->p);
     redis_end(rq, conn, rc, why);
 }
 
-/* A hit that extended the entry's idle timeout in shared memory extends
- * it in Redis too, so that the farm's other servers see the credential in
- * use: GET the user's entries, give this one its new expiry, SET. As rare
+/* A hit that wrote the entry's last use in shared memory writes it in
+ * Redis too, so that the farm's other servers see the credential in use:
+ * GET the user's entries, give this one its last use (now), SET. As rare
  * as the shared-memory refresh (once per entry per half TTL); a failure
  * only skips it. The request state is built here, off the common hit. */
 static void redis_refresh(const authn_hmac_engine_t *e, void *baton,
                           apr_pool_t *p, const unsigned char *key,
                           const unsigned char *uid, apr_time_t now,
-                          apr_time_t stored, apr_time_t expires)
+                          apr_time_t verified, apr_interval_time_t max_age)
 {
     redis_req rq;
     apr_time_t deadline = 0;
@@ -347,11 +350,11 @@ static void redis_refresh(const authn_hmac_engine_t *e, void *baton,
      * verification; one that is gone (evicted, flushed) is written again. */
     if (st != AUTHN_HMAC_VALUE_VALID)
         rq.es.n = 0;
-    authn_hmac_entries_add(&rq.es, key, stored, expires, now);
+    authn_hmac_entries_add(&rq.es, key, verified, now);
     if (!(conn = redis_begin(&rq, &deadline)))
         return;
     rc = authn_hmac_redis_set(conn, e->redis_conf, e->mac, uid, &rq.es, now,
-                              deadline, &why, p);
+                              max_age, deadline, &why, p);
     redis_end(&rq, conn, rc, why);
 }
 
@@ -540,13 +543,14 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
 {
     unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
     unsigned char nkey[AUTHN_HMAC_KEY_LEN], d[AUTHN_HMAC_DIGEST_LEN];
-    apr_time_t t0, t1, m0, m1, stored = 0, expires = 0;
+    apr_time_t t0, t1, m0, m1, verified = 0, used = 0;
     redis_req rq;
     int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
     authn_hmac_flight_rc flight = AUTHN_HMAC_FLIGHT_NONE;
     apr_interval_time_t wait = 0;
     authn_hmac_turn_t turn;
     int slot = -1, farm = -1;
+    char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1];
     apr_status_t rv;
 
     t0 = apr_time_now();
@@ -563,14 +567,15 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
             authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user,
                                c->user_len, uid);
         if (authn_hmac_table_lookup(e->table, key, uid, t0, pol->ttl,
-                                    pol->max_age, &stored, &expires) &&
+                                    pol->max_age, &verified, &used) &&
             !never) {
             /* NB: no lock and no write unless half the TTL has passed
-             * since the entry's last refresh. */
+             * since the entry's last use was written. */
             if (authn_hmac_table_refresh(e->table, key, uid, t0, pol->ttl,
-                                         pol->max_age, stored, &expires) &&
+                                         pol->max_age, &used) &&
                 e->redis)
-                redis_refresh(e, baton, p, key, uid, t0, stored, expires);
+                redis_refresh(e, baton, p, key, uid, t0, verified,
+                              pol->max_age);
             explicit_bzero(key, sizeof(key));
             count(e, AUTHN_HMAC_C_HITS, 1);
             return AUTHN_HMAC_HIT;
@@ -619,7 +624,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
         }
         /* This server runs it: across the farm, too, unless another server
          * already does, whose result is then this one's. */
-        farm = farm_claim(&rq, key, wait);
+        farm = farm_claim(&rq, key, wait, token);
         if (farm == 0 &&
             (got = farm_wait(&rq, key,
                              authn_hmac_monotonic() + farm_time(e))) >= 0) {
@@ -627,8 +632,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
 
             got = got && !never;
             if (got)
-                authn_hmac_table_store(e->table, key, uid, now, now,
-                                       now + pol->ttl);
+                authn_hmac_table_store(e->table, key, uid, now, now, pol->ttl);
             else if (negative)
                 authn_hmac_negative_store(e->table, nkey, uid, now,
                                           now + pol->negative_ttl);
@@ -648,7 +652,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
             authn_hmac_flight_end(e->table, slot, key, -1,
                                   authn_hmac_monotonic());
         if (farm == 1)
-            farm_result(&rq, key, -1);
+            farm_result(&rq, key, token, -1);
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_BUSY;
     }
@@ -684,18 +688,19 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
                                   rv == APR_EMISMATCH ? 0 : -1,
                                   authn_hmac_monotonic());
         if (farm == 1)
-            farm_result(&rq, key, negative && rv == APR_EMISMATCH ? 0 : -1);
+            farm_result(&rq, key, token,
+                        negative && rv == APR_EMISMATCH ? 0 : -1);
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_DENIED;
     }
     if (cache) {
-        authn_hmac_table_store(e->table, key, uid, t1, t1, t1 + pol->ttl);
+        authn_hmac_table_store(e->table, key, uid, t1, t1, pol->ttl);
         if (flight == AUTHN_HMAC_FLIGHT_RUN)
             authn_hmac_flight_end(e->table, slot, key, 1,
                                   authn_hmac_monotonic());
-        redis_store(&rq, key, uid, t1, pol->ttl);
+        redis_store(&rq, key, uid, t1, pol->max_age);
         if (farm == 1)
-            farm_result(&rq, key, 1);
+            farm_result(&rq, key, token, 1);
     }
     explicit_bzero(key, sizeof(key));
     logf_(e, baton, AUTHN_HMAC_LOG_DEBUG, p,

@@ -49,7 +49,7 @@
 #define CLOCK_SKEW_USEC   5000000 /* between the servers of a farm */
 #define REPLY_MAX         512     /* bytes; the longest reply is ~270 */
 #define MAX_ADDRS         4
-#define MAX_ARGS          6
+#define MAX_ARGS          7 /* EVAL script 1 key token result px */
 
 struct authn_hmac_redis_conn {
     int fd;
@@ -727,7 +727,7 @@ static int get_hex64(const char *s, int64_t *v)
 }
 
 #define KEY_HEX   ((size_t)2 * AUTHN_HMAC_KEY_LEN)
-#define ENTRY_HEX (KEY_HEX + 32) /* mac, stored, expires */
+#define ENTRY_HEX (KEY_HEX + 32) /* mac, verified, used */
 
 size_t authn_hmac_value_encode(const authn_hmac_mac_t *mac,
                                const unsigned char uid[AUTHN_HMAC_KEY_LEN],
@@ -740,12 +740,12 @@ size_t authn_hmac_value_encode(const authn_hmac_mac_t *mac,
 
     if (es->n < 1 || es->n > AUTHN_HMAC_PER_USER)
         return 0;
-    *o++ = '0' + AUTHN_HMAC_ENCODING_VERSION;
+    *o++ = '0' + AUTHN_HMAC_VALUE_VERSION;
     for (i = 0; i < es->n; i++) {
         *o++ = ':';
         o = put_hex(o, es->e[i].mac, AUTHN_HMAC_KEY_LEN);
-        o = put_hex64(o, (uint64_t)es->e[i].stored);
-        o = put_hex64(o, (uint64_t)es->e[i].expires);
+        o = put_hex64(o, (uint64_t)es->e[i].verified);
+        o = put_hex64(o, (uint64_t)es->e[i].used);
     }
     authn_hmac_value_tag(mac, uid, out, (size_t)(o - out), tag);
     *o++ = ':';
@@ -764,6 +764,13 @@ int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
     int n, i, ok;
 
     es->n = 0;
+    /* NB: a value of another version (an older server of the farm wrote
+     * it, or a newer one) is no one's forgery: a plain miss, neither
+     * counted nor logged as forged, and replaced once verified. Its tag is
+     * not checked: it could say nothing this version reads. */
+    if (len >= 1 && v[0] >= '0' && v[0] <= '9' &&
+        v[0] != '0' + AUTHN_HMAC_VALUE_VERSION)
+        return -1;
     /* "V" (":" entry){1,PER_USER} ":" tag, every field of fixed width. */
     if (len < 2 + 1 + KEY_HEX || len >= sizeof(buf))
         return 0;
@@ -774,7 +781,7 @@ int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
     memcpy(buf, v, len);
     buf[len] = '\0';
     if (n < 1 || n > AUTHN_HMAC_PER_USER ||
-        buf[0] != '0' + AUTHN_HMAC_ENCODING_VERSION || buf[body] != ':' ||
+        buf[0] != '0' + AUTHN_HMAC_VALUE_VERSION || buf[body] != ':' ||
         !get_hex(buf + body + 1, got, sizeof(got)))
         return 0;
     authn_hmac_value_tag(mac, uid, buf, body, want);
@@ -783,8 +790,8 @@ int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
         const char *e = buf + 1 + (size_t)i * (1 + ENTRY_HEX);
 
         ok = e[0] == ':' && get_hex(e + 1, es->e[i].mac, AUTHN_HMAC_KEY_LEN) &&
-             get_hex64(e + 1 + KEY_HEX, &es->e[i].stored) &&
-             get_hex64(e + 1 + KEY_HEX + 16, &es->e[i].expires);
+             get_hex64(e + 1 + KEY_HEX, &es->e[i].verified) &&
+             get_hex64(e + 1 + KEY_HEX + 16, &es->e[i].used);
     }
     es->n = ok ? n : 0;
     explicit_bzero(want, sizeof(want));
@@ -794,30 +801,30 @@ int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
 int authn_hmac_entries_find(const authn_hmac_entries_t *es,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             apr_time_t now, apr_interval_time_t ttl,
-                            apr_interval_time_t max_age, apr_time_t *stored,
-                            apr_time_t *expires)
+                            apr_interval_time_t max_age, apr_time_t *verified,
+                            apr_time_t *used)
 {
     int i, found = 0;
 
     for (i = 0; i < es->n; i++) {
-        apr_time_t when = es->e[i].stored, end = es->e[i].expires;
+        apr_time_t when = es->e[i].verified, last = es->e[i].used;
 
         if (CRYPTO_memcmp(es->e[i].mac, key, AUTHN_HMAC_KEY_LEN) != 0)
             continue;
-        /* NB: an expiry further than this section's TTL (beyond another
-         * server's clock skew) was set under a longer TTL: the entry may
-         * have been idle longer than this section allows. */
-        if (when > now + CLOCK_SKEW_USEC || now - when >= max_age ||
-            end <= now || end > now + ttl + CLOCK_SKEW_USEC)
-            continue; /* too old for this section, idle, over, or odd */
+        /* NB: the times are another server's clock, which may run a little
+         * ahead of this one's: up to CLOCK_SKEW_USEC they are taken as now
+         * (shared memory then holds no time "in the future"); further is
+         * odd, and not trusted. */
+        if (when > now + CLOCK_SKEW_USEC || last > now + CLOCK_SKEW_USEC)
+            continue;
         if (when > now)
-            when = now; /* another server's clock, a little ahead */
-        if (end > now + ttl)
-            end = now + ttl;
-        if (end > when + max_age)
-            end = when + max_age;
-        *stored = when;
-        *expires = end;
+            when = now;
+        if (last > now)
+            last = now;
+        if (now - when >= max_age || now - last >= ttl)
+            continue; /* too old, or idle too long, for this section */
+        *verified = when;
+        *used = last;
         found = 1;
     }
     return found;
@@ -825,17 +832,27 @@ int authn_hmac_entries_find(const authn_hmac_entries_t *es,
 
 void authn_hmac_entries_add(authn_hmac_entries_t *es,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                            apr_time_t stored, apr_time_t expires,
-                            apr_time_t now)
+                            apr_time_t verified, apr_time_t used)
 {
     authn_hmac_entries_t old = *es;
     int i, j;
 
-    /* The new entry, then the others that are still live, newest first. */
+    /* The new entry, with the later times of its own old one (another
+     * server may have refreshed it since this one read it); then the most
+     * recently used others. NB: none is dropped for being idle: idle for
+     * one section may be live for another, and the value's PX bounds them
+     * all (authn_hmac_redis_set). */
     es->n = 1;
     memcpy(es->e[0].mac, key, AUTHN_HMAC_KEY_LEN);
-    es->e[0].stored = stored;
-    es->e[0].expires = expires;
+    es->e[0].verified = verified;
+    es->e[0].used = used;
+    for (i = 0; i < old.n; i++)
+        if (CRYPTO_memcmp(old.e[i].mac, key, AUTHN_HMAC_KEY_LEN) == 0) {
+            if (old.e[i].verified > es->e[0].verified)
+                es->e[0].verified = old.e[i].verified;
+            if (old.e[i].used > es->e[0].used)
+                es->e[0].used = old.e[i].used;
+        }
     while (es->n < AUTHN_HMAC_PER_USER) {
         int best = -1;
 
@@ -845,8 +862,7 @@ void authn_hmac_entries_add(authn_hmac_entries_t *es,
             for (j = 1; j < es->n && !dup; j++)
                 dup =
                     memcmp(old.e[i].mac, es->e[j].mac, AUTHN_HMAC_KEY_LEN) == 0;
-            if (!dup && old.e[i].expires > now &&
-                (best < 0 || old.e[i].stored > old.e[best].stored))
+            if (!dup && (best < 0 || old.e[i].used > old.e[best].used))
                 best = i;
         }
         if (best < 0)
@@ -880,9 +896,16 @@ authn_hmac_redis_interpret(const redisReply *get, const authn_hmac_mac_t *mac,
         return AUTHN_HMAC_REDIS_OK;
     if (get->type != REDIS_REPLY_STRING)
         return AUTHN_HMAC_REDIS_ERROR;
-    *st = authn_hmac_value_decode(mac, uid, get->str, get->len, es)
-              ? AUTHN_HMAC_VALUE_VALID
-              : AUTHN_HMAC_VALUE_FORGED;
+    switch (authn_hmac_value_decode(mac, uid, get->str, get->len, es)) {
+    case 1:
+        *st = AUTHN_HMAC_VALUE_VALID;
+        break;
+    case -1:
+        *st = AUTHN_HMAC_VALUE_OTHER;
+        break;
+    default:
+        *st = AUTHN_HMAC_VALUE_FORGED;
+    }
     return AUTHN_HMAC_REDIS_OK;
 }
 
@@ -911,11 +934,23 @@ authn_hmac_redis_rc authn_hmac_redis_get(
     return rc;
 }
 
+/* NB: the key lives until its newest entry's verification is max_age old
+ * (max_age: the storing section's), whatever the TTLs: each reader applies
+ * its own idle timeout to the entry's last use, and a key that expired with
+ * one section's idle timeout would be gone for a section of a longer one
+ * (which would then verify again: the fight this format ends). The cost is
+ * an idle user's key kept up to max_age (a few hundred bytes; Redis's
+ * maxmemory policy may evict it sooner, which only costs a verification).
+ * Bounded: never more than max_age from now, whatever the times say. A
+ * refresh does not move it (the verification times stay), so that a key
+ * does not outlive its entries. A section with a longer max age than the
+ * storing one loses the key sooner than it would allow, and verifies once
+ * more then. */
 authn_hmac_redis_rc authn_hmac_redis_set(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-    const authn_hmac_entries_t *es, apr_time_t now, apr_time_t deadline,
-    const char **why, apr_pool_t *p)
+    const authn_hmac_entries_t *es, apr_time_t now, apr_interval_time_t max_age,
+    apr_time_t deadline, const char **why, apr_pool_t *p)
 {
     char value[AUTHN_HMAC_VALUE_MAX];
     const char *k = redis_key(conf, uid, p), *px;
@@ -927,8 +962,9 @@ authn_hmac_redis_rc authn_hmac_redis_set(
     int i;
 
     for (i = 0; i < es->n; i++)
-        if (es->e[i].expires > last)
-            last = es->e[i].expires;
+        if (es->e[i].verified > last)
+            last = es->e[i].verified;
+    last = last > now ? now + max_age : last + max_age;
     if (last <= now + 1000)
         return AUTHN_HMAC_REDIS_OK;
     px = apr_psprintf(p, "%" APR_INT64_T_FMT, (last - now) / 1000);
@@ -956,6 +992,17 @@ authn_hmac_redis_rc authn_hmac_redis_set(
 /* "F" result ":" hex(expires) ":" hex(tag) */
 #define FLIGHT_BODY  (2 + 1 + 16)
 #define FLIGHT_VALUE (FLIGHT_BODY + 1 + KEY_HEX)
+
+/* The runner's result, written (or, for none, the marker deleted) only if
+ * the marker is still the runner's own "R" + token: a runner that took
+ * longer than its hold finds its marker expired, and maybe claimed by
+ * another server, whose marker it must leave alone (else that server's
+ * waiters would run bcrypt too). One command, whatever the result, so
+ * that the Redis traffic of a first try is the same for every user. */
+static const char flight_cas[] =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end "
+    "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1";
 
 static const char *flight_key(const authn_hmac_redis_conf_t *conf,
                               const authn_hmac_mac_t *mac,
@@ -988,10 +1035,14 @@ authn_hmac_flight_interpret(const authn_hmac_mac_t *mac,
                             const char *v, size_t len, apr_time_t now)
 {
     char want[KEY_HEX];
+    unsigned char token[(AUTHN_HMAC_FLIGHT_TOKEN_LEN - 1) / 2];
     int64_t expires = 0;
     int ok;
 
-    if (len == 1 && v[0] == 'R')
+    /* NB: a bare "R" is a claim of a server from before owner tokens. */
+    if (len > 0 && v[0] == 'R' &&
+        (len == 1 || (len == AUTHN_HMAC_FLIGHT_TOKEN_LEN &&
+                      get_hex(v + 1, token, sizeof(token)))))
         return AUTHN_HMAC_FARM_RUNNING;
     if (len != FLIGHT_VALUE || v[0] != 'F' || (v[1] != '0' && v[1] != '1') ||
         v[2] != ':' || v[FLIGHT_BODY] != ':' || !get_hex64(v + 3, &expires))
@@ -1030,44 +1081,59 @@ static authn_hmac_redis_rc run_set(authn_hmac_redis_conn_t *c, int argc,
 authn_hmac_redis_rc authn_hmac_redis_flight_claim(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    apr_interval_time_t hold, apr_time_t deadline, int *won, const char **why,
+    apr_interval_time_t hold, apr_time_t deadline,
+    char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1], int *won, const char **why,
     apr_pool_t *p)
 {
     const char *k = flight_key(conf, mac, key, p);
     const char *px = apr_psprintf(p, "%" APR_INT64_T_FMT, hold / 1000 + 1);
-    const char *argv[6] = {"SET", k, "R", "NX", "PX", px};
-    size_t lens[6] = {3, strlen(k), 1, 2, 2, strlen(px)};
+    const char *argv[6] = {"SET", k, token, "NX", "PX", px};
+    size_t lens[6];
+    unsigned char r[(AUTHN_HMAC_FLIGHT_TOKEN_LEN - 1) / 2];
+    apr_status_t rv;
+    int i;
 
     *won = 0;
+    /* NB: unique, not secret: whoever can write Redis can delete any
+     * marker anyway (more bcrypt, never a grant). */
+    if ((rv = apr_generate_random_bytes(r, sizeof(r))) != APR_SUCCESS) {
+        token[0] = '\0';
+        *why = apr_psprintf(p, "no random token for the farm marker (%d)", rv);
+        return AUTHN_HMAC_REDIS_ERROR;
+    }
+    token[0] = 'R';
+    *put_hex(token + 1, r, sizeof(r)) = '\0';
+    for (i = 0; i < 6; i++)
+        lens[i] = strlen(argv[i]);
     return run_set(c, 6, argv, lens, deadline, won, why, p);
 }
 
 authn_hmac_redis_rc authn_hmac_redis_flight_result(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    int result, apr_time_t now, apr_interval_time_t hold, apr_time_t deadline,
-    const char **why, apr_pool_t *p)
+    const char *token, int result, apr_time_t now, apr_interval_time_t hold,
+    apr_time_t deadline, const char **why, apr_pool_t *p)
 {
     const char *k = flight_key(conf, mac, key, p);
     const char *px = apr_psprintf(p, "%" APR_INT64_T_FMT, hold / 1000 + 1);
     char v[FLIGHT_VALUE + 1], *o = v;
-    const char *argv[5] = {"SET", k, v, "PX", px};
-    size_t lens[5] = {3, strlen(k), FLIGHT_VALUE, 2, strlen(px)};
-    int set = 0;
+    const char *argv[7] = {"EVAL", flight_cas, "1", k, token, v, px};
+    size_t lens[7];
+    int i, set = 0;
 
-    if (result < 0) {
-        argv[0] = "DEL";
-        lens[0] = 3;
-        return run_set(c, 2, argv, lens, deadline, &set, why, p);
+    if (result >= 0) {
+        *o++ = 'F';
+        *o++ = result ? '1' : '0';
+        *o++ = ':';
+        o = put_hex64(o, (uint64_t)(now + hold));
+        *o++ = ':';
+        flight_tag(mac, key, v, o);
+        o += KEY_HEX;
     }
-    *o++ = 'F';
-    *o++ = result ? '1' : '0';
-    *o++ = ':';
-    o = put_hex64(o, (uint64_t)(now + hold));
-    *o++ = ':';
-    flight_tag(mac, key, v, o);
-    v[FLIGHT_VALUE] = '\0';
-    return run_set(c, 5, argv, lens, deadline, &set, why, p);
+    *o = '\0'; /* empty: no result, delete */
+    for (i = 0; i < 7; i++)
+        lens[i] = strlen(argv[i]);
+    return run_set(c, 7, argv, lens, deadline, &set, why, p);
 }
 
 authn_hmac_redis_rc authn_hmac_redis_flight_poll(

@@ -7,6 +7,11 @@
  * successful bcrypt, and one per entry per half TTL to extend the idle
  * timeout of an entry in use) and serialize on a global mutex. Entries hold
  * only a MAC, a keyed user id and two times: no user, password or hash.
+ * The times are when the credential was verified and when it was last
+ * used, not an expiry made for one TTL: each section applies its own idle
+ * timeout and max age to them, so that two sections over one file, with
+ * two TTLs, share the entry (an expiry set by one was too far out for the
+ * other, which verified again on every switch).
  *
  * The set is chosen by the user id (a MAC of scope and user), so that all of
  * a user's entries meet in one set, where a user holds at most
@@ -30,21 +35,24 @@
 #include <bsd/string.h>
 #include <openssl/crypto.h>
 
-/* "ahmact", layout 8: any change to the layout or to what the MACs in it
- * are made of (7: the sets' user lines, encoding 3's digest; 8: the
- * queue's reap cursor, head and places' times) makes a kept segment start
- * afresh. */
-#define TABLE_MAGIC 0x61686d6163740008ULL
+/* "ahmact", layout 9: any change to the layout or to what the MACs in it
+ * are made of (7: the sets' user lines, encoding 3's digest; 8: a slot's
+ * times are (verified, used), no longer (stored, expires); 9: the queue's
+ * reap cursor, head and places' times) makes a kept segment start afresh,
+ * across a graceful restart after an upgrade too. */
+#define TABLE_MAGIC 0x61686d6163740009ULL
 #define FLIGHTS     64 /* verifications in flight, per server */
 #define WAYS        8  /* slots per set */
 #define READ_TRIES  64 /* then treat the slot as a miss */
 #define HIT_STRIPES 8
 
+/* NB: in the negative region, whose entries are never used again and
+ * keep the life their section gave them, `used` is the expiry. */
 typedef struct {
     uint32_t seq; /* odd while a writer is inside */
     uint32_t unused;
-    int64_t stored;  /* apr_time_t; 0 = empty */
-    int64_t expires; /* apr_time_t */
+    int64_t verified; /* apr_time_t; 0 = empty */
+    int64_t used;     /* apr_time_t: last use (negative: expiry) */
     uint64_t key[4];
     uint64_t user; /* first 8 bytes of the user id */
 } slot_t;
@@ -138,6 +146,7 @@ typedef struct {
     uint64_t nsets;
     uint64_t *used;
     int evictions; /* counted (the positive region's) */
+    int expiring;  /* slots keep an expiry (the negative region's) */
 } region_t;
 
 struct authn_hmac_table {
@@ -223,6 +232,7 @@ authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p)
         t->region[r].used = &h->region[r].used;
     }
     t->region[POSITIVE].evictions = 1;
+    t->region[NEGATIVE].expiring = 1;
     t->flights = (flight_t *)((char *)h + h->flights);
     t->queue = (place_t *)((char *)h + h->queue);
     t->mutex = mutex;
@@ -254,8 +264,8 @@ static int slot_read(const slot_t *s, slot_t *copy)
 
         if (s1 & 1)
             continue;
-        copy->stored = __atomic_load_n(&s->stored, __ATOMIC_RELAXED);
-        copy->expires = __atomic_load_n(&s->expires, __ATOMIC_RELAXED);
+        copy->verified = __atomic_load_n(&s->verified, __ATOMIC_RELAXED);
+        copy->used = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
         for (k = 0; k < 4; k++)
             copy->key[k] = __atomic_load_n(&s->key[k], __ATOMIC_RELAXED);
         copy->user = __atomic_load_n(&s->user, __ATOMIC_RELAXED);
@@ -270,7 +280,7 @@ static int slot_read(const slot_t *s, slot_t *copy)
  * means a writer died inside: its half-written contents are overwritten
  * here, and the counter made even again. */
 static void slot_write(slot_t *s, const unsigned char *key, uint64_t user,
-                       apr_time_t stored, apr_time_t expires)
+                       apr_time_t verified, apr_time_t used)
 {
     uint32_t seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
     uint64_t k[4];
@@ -280,8 +290,8 @@ static void slot_write(slot_t *s, const unsigned char *key, uint64_t user,
     if (!(seq & 1))
         __atomic_store_n(&s->seq, ++seq, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
-    __atomic_store_n(&s->stored, stored, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->expires, expires, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->verified, verified, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->used, used, __ATOMIC_RELAXED);
     for (i = 0; i < 4; i++)
         __atomic_store_n(&s->key[i], k[i], __ATOMIC_RELAXED);
     __atomic_store_n(&s->user, user, __ATOMIC_RELAXED);
@@ -293,22 +303,25 @@ static int slot_torn(const slot_t *s)
     return (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) & 1) != 0;
 }
 
-/* Whether an entry is live at now: verified less than max_age ago (and not
- * "in the future": a clock stepped back), unexpired, and expiring no more
- * than the idle timeout ttl from now. An entry refreshed under a longer
- * TTL than the caller's may have been idle longer than the caller allows:
- * it is not trusted (a verification then stores it anew). */
-static int live(apr_time_t stored, apr_time_t expires, apr_time_t now,
+/* Whether an entry is live at now for a section of idle timeout ttl and
+ * max age max_age: verified less than max_age ago (and not "in the
+ * future": a clock stepped back), and used less than ttl ago. A use "in
+ * the future" (the clock stepped back after it) is a use now: max_age
+ * still bounds the entry. In an expiring region (negative entries), live
+ * until its expiry. */
+static int live(const region_t *r, const slot_t *s, apr_time_t now,
                 apr_interval_time_t ttl, apr_interval_time_t max_age)
 {
-    return stored <= now && expires > now && stored + max_age > now &&
-           expires <= now + ttl;
+    if (r->expiring)
+        return s->verified <= now && now < s->used;
+    return s->verified <= now && now - s->verified < max_age &&
+           now - s->used < ttl;
 }
 
 static int lookup_in(const region_t *r, const unsigned char *key,
                      const unsigned char *uid, apr_time_t now,
                      apr_interval_time_t ttl, apr_interval_time_t max_age,
-                     apr_time_t *stored, apr_time_t *expires)
+                     apr_time_t *verified, apr_time_t *used)
 {
     uint64_t user = user_word(uid);
     set_t *st;
@@ -324,45 +337,42 @@ static int lookup_in(const region_t *r, const unsigned char *key,
          * taken over for this user just now may be missed, as if this
          * lookup had come a moment earlier. */
         if (__atomic_load_n(&st->user[i], __ATOMIC_RELAXED) != user ||
-            !slot_read(&st->slot[i], &copy) || copy.stored == 0)
+            !slot_read(&st->slot[i], &copy) || copy.verified == 0)
             continue;
         if (CRYPTO_memcmp(copy.key, key, AUTHN_HMAC_KEY_LEN) == 0 &&
-            live(copy.stored, copy.expires, now, ttl, max_age)) {
+            live(r, &copy, now, ttl, max_age)) {
             found = 1;
-            if (stored)
-                *stored = copy.stored;
-            if (expires)
-                *expires = copy.expires;
+            if (verified)
+                *verified = copy.verified;
+            if (used)
+                *used = copy.used;
         }
     }
     explicit_bzero(&copy, sizeof(copy));
     return found;
 }
 
-/* The expiry a hit at now gives an entry stored at `stored`, if it is to
- * be refreshed at all: only once less than half of ttl is left, and only
- * forward (an entry at its max age stays there). Else 0. */
-static apr_time_t refreshed_expiry(apr_time_t stored, apr_time_t expires,
-                                   apr_time_t now, apr_interval_time_t ttl,
-                                   apr_interval_time_t max_age)
+/* Whether a hit at now, under an idle timeout of ttl, writes the entry's
+ * last use: once half of ttl has passed since. So a section writes an
+ * entry in use at most once per half of its own TTL, whatever other
+ * sections do (a section of a longer TTL writes it less often). */
+static int refresh_due(apr_time_t used, apr_time_t now, apr_interval_time_t ttl)
 {
-    apr_time_t to = now + ttl < stored + max_age ? now + ttl : stored + max_age;
-
-    return expires - now < ttl / 2 && to > expires ? to : 0;
+    return now - used >= ttl / 2;
 }
 
 static apr_status_t store_in(authn_hmac_table_t *t, region_t *r,
                              const unsigned char *key, const unsigned char *uid,
-                             apr_time_t now, apr_time_t stored,
-                             apr_time_t expires)
+                             apr_time_t verified, apr_time_t used,
+                             apr_interval_time_t ttl)
 {
     uint64_t user = user_word(uid);
     set_t *st;
-    slot_t *set, *victim = NULL, *own_oldest = NULL;
+    slot_t *set, *victim = NULL, *own_lru = NULL;
     apr_status_t rv;
     int i, own = 0;
 
-    if (r->nsets == 0 || expires <= now || stored > now)
+    if (r->nsets == 0 || verified <= 0 || used < verified)
         return APR_SUCCESS;
     if (t->mutex && (rv = apr_global_mutex_lock(t->mutex)) != APR_SUCCESS)
         return rv;
@@ -370,39 +380,51 @@ static apr_status_t store_in(authn_hmac_table_t *t, region_t *r,
     set = st->slot;
     /* Under the mutex no one else writes, so plain reads are safe; a slot
      * left odd by a writer that died is free to take. The same key, else
-     * the user's oldest live entry once the user holds its share, else a
-     * free slot, an expired one, the oldest. */
+     * the user's least recently used entry once the user holds its share,
+     * else a free slot, else the least recently used. NB: no slot is
+     * "expired" here: that depends on the TTL of the section that asks,
+     * and an entry idle for one section may be live for another. Every
+     * entry of the user counts towards its share, live or idle. */
     for (i = 0; i < WAYS; i++) {
-        if (slot_torn(&set[i]) || !set[i].stored)
+        if (slot_torn(&set[i]) || !set[i].verified)
             continue;
         if (CRYPTO_memcmp(set[i].key, key, AUTHN_HMAC_KEY_LEN) == 0)
             victim = &set[i];
-        else if (set[i].user == user && set[i].expires > now) {
+        else if (set[i].user == user) {
             own++;
-            if (!own_oldest || set[i].stored < own_oldest->stored)
-                own_oldest = &set[i];
+            if (!own_lru || set[i].used < own_lru->used)
+                own_lru = &set[i];
         }
     }
+    if (victim) {
+        /* NB: the same credential (its MAC covers the stored hash): it was
+         * verified and used at the later of the times each writer saw (a
+         * Redis entry may bring older ones than a refresh here wrote). */
+        if (victim->verified > verified)
+            verified = victim->verified;
+        if (victim->used > used)
+            used = victim->used;
+    }
     if (!victim && own >= AUTHN_HMAC_PER_USER)
-        victim = own_oldest;
+        victim = own_lru;
     for (i = 0; i < WAYS && !victim; i++)
-        if (slot_torn(&set[i]) || set[i].stored == 0) {
+        if (slot_torn(&set[i]) || set[i].verified == 0) {
             victim = &set[i];
-            if (set[i].stored == 0)
+            if (set[i].verified == 0)
                 __atomic_add_fetch(r->used, 1, __ATOMIC_RELAXED);
         }
-    for (i = 0; i < WAYS && !victim; i++)
-        if (set[i].expires <= now)
-            victim = &set[i];
     if (!victim) {
         victim = &set[0];
         for (i = 1; i < WAYS; i++)
-            if (set[i].stored < victim->stored)
+            if (set[i].used < victim->used)
                 victim = &set[i];
-        if (r->evictions)
+        /* NB: one used within the storing section's TTL was likely live
+         * (an admin reads evictions as "the cache is too small"); one idle
+         * longer is only the set's least recently used. */
+        if (r->evictions && used - victim->used < ttl)
             authn_hmac_table_count(t, AUTHN_HMAC_C_EVICTIONS, 1);
     }
-    slot_write(victim, key, user, stored, expires);
+    slot_write(victim, key, user, verified, used);
     __atomic_store_n(&st->user[victim - set], user, __ATOMIC_RELAXED);
     if (r->evictions)
         authn_hmac_table_count(t, AUTHN_HMAC_C_STORES, 1);
@@ -415,43 +437,29 @@ int authn_hmac_table_lookup(authn_hmac_table_t *t,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                             apr_time_t now, apr_interval_time_t ttl,
-                            apr_interval_time_t max_age, apr_time_t *stored,
-                            apr_time_t *expires)
+                            apr_interval_time_t max_age, apr_time_t *verified,
+                            apr_time_t *used)
 {
-    return lookup_in(&t->region[POSITIVE], key, uid, now, ttl, max_age, stored,
-                     expires);
-}
-
-/* Takes the writers' mutex if it is free at once (where the mechanism
- * cannot tell, waits for it). */
-static int mutex_try(apr_global_mutex_t *m)
-{
-    apr_status_t rv = apr_global_mutex_trylock(m);
-
-    if (APR_STATUS_IS_ENOTIMPL(rv))
-        rv = apr_global_mutex_lock(m);
-    return rv == APR_SUCCESS;
+    return lookup_in(&t->region[POSITIVE], key, uid, now, ttl, max_age,
+                     verified, used);
 }
 
 int authn_hmac_table_refresh(authn_hmac_table_t *t,
                              const unsigned char key[AUTHN_HMAC_KEY_LEN],
                              const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                              apr_time_t now, apr_interval_time_t ttl,
-                             apr_interval_time_t max_age, apr_time_t stored,
-                             apr_time_t *expires)
+                             apr_interval_time_t max_age, apr_time_t *used)
 {
     region_t *r = &t->region[POSITIVE];
     slot_t *set;
-    apr_time_t to;
     int i, done = 0;
 
     /* NB: the common hit ends here, on what the lookup read: no lock. A
-     * refresh never waits for the writers' mutex (a flood's queue and
-     * stores take it): when busy, it is skipped, and a later hit of the
-     * half TTL left tries again. */
-    if (r->nsets == 0 ||
-        !refreshed_expiry(stored, *expires, now, ttl, max_age) ||
-        (t->mutex && !mutex_try(t->mutex)))
+     * refresh is best effort (a skipped one leaves the entry as it was,
+     * and the next hit tries again): it never waits for the writers'
+     * mutex, which the verification queue's bookkeeping holds too. */
+    if (r->nsets == 0 || !refresh_due(*used, now, ttl) ||
+        (t->mutex && apr_global_mutex_trylock(t->mutex) != APR_SUCCESS))
         return 0;
     /* Under the mutex, the slot as it is now: of concurrent hits, the
      * first refreshes it and the others find nothing left to do. */
@@ -459,13 +467,12 @@ int authn_hmac_table_refresh(authn_hmac_table_t *t,
     for (i = 0; i < WAYS && !done; i++) {
         slot_t *s = &set[i];
 
-        if (slot_torn(s) || !s->stored ||
+        if (slot_torn(s) || !s->verified ||
             CRYPTO_memcmp(s->key, key, AUTHN_HMAC_KEY_LEN) != 0 ||
-            !live(s->stored, s->expires, now, ttl, max_age) ||
-            !(to = refreshed_expiry(s->stored, s->expires, now, ttl, max_age)))
+            !live(r, s, now, ttl, max_age) || !refresh_due(s->used, now, ttl))
             continue;
-        slot_write(s, key, s->user, s->stored, to);
-        *expires = to;
+        slot_write(s, key, s->user, s->verified, now);
+        *used = now;
         done = 1;
     }
     if (t->mutex)
@@ -478,10 +485,10 @@ int authn_hmac_table_refresh(authn_hmac_table_t *t,
 apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                                     const unsigned char key[AUTHN_HMAC_KEY_LEN],
                                     const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                                    apr_time_t now, apr_time_t stored,
-                                    apr_time_t expires)
+                                    apr_time_t verified, apr_time_t used,
+                                    apr_interval_time_t ttl)
 {
-    return store_in(t, &t->region[POSITIVE], key, uid, now, stored, expires);
+    return store_in(t, &t->region[POSITIVE], key, uid, verified, used, ttl);
 }
 
 int authn_hmac_negative_lookup(authn_hmac_table_t *t,
@@ -491,8 +498,7 @@ int authn_hmac_negative_lookup(authn_hmac_table_t *t,
 {
     /* NB: a negative entry's life is its expiry, set when it was stored;
      * it is never refreshed. */
-    return lookup_in(&t->region[NEGATIVE], nkey, uid, now, APR_INT64_MAX / 2,
-                     APR_INT64_MAX / 2, NULL, NULL);
+    return lookup_in(&t->region[NEGATIVE], nkey, uid, now, 0, 0, NULL, NULL);
 }
 
 apr_status_t
@@ -501,7 +507,10 @@ authn_hmac_negative_store(authn_hmac_table_t *t,
                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                           apr_time_t now, apr_time_t expires)
 {
-    return store_in(t, &t->region[NEGATIVE], nkey, uid, now, now, expires);
+    /* NB: an expiry already past is not stored. */
+    if (expires <= now)
+        return APR_SUCCESS;
+    return store_in(t, &t->region[NEGATIVE], nkey, uid, now, expires, 0);
 }
 
 void authn_hmac_table_tear(authn_hmac_table_t *t,

@@ -362,14 +362,14 @@ static void test_user_id_and_long_pepper(apr_pool_t *p)
 }
 
 /* A Redis value verifies only for the user and pepper it was made for, and
- * only whole. */
+ * only whole; a value of another version is a plain miss (-1). */
 static void test_value_tag(apr_pool_t *p)
 {
     authn_hmac_mac_t *m, *other;
     unsigned char uid[32], uid2[32], k1[32], k2[32];
     authn_hmac_entries_t es, got;
     char v[AUTHN_HMAC_VALUE_MAX], w[AUTHN_HMAC_VALUE_MAX + 8];
-    apr_time_t now = apr_time_from_sec(1700000000), st = 0, ex = 0;
+    apr_time_t now = apr_time_from_sec(1700000000), vt = 0, ut = 0;
     size_t len, i;
 
     CHECK(authn_hmac_mac_create(&m, pepper(p, 3), p) == APR_SUCCESS);
@@ -380,104 +380,134 @@ static void test_value_tag(apr_pool_t *p)
     authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw2", 3, "h", 1, k2);
     es.n = 0;
     authn_hmac_entries_add(&es, k1, now - apr_time_from_sec(10),
-                           now + apr_time_from_sec(60), now);
-    authn_hmac_entries_add(&es, k2, now, now + apr_time_from_sec(60), now);
+                           now - apr_time_from_sec(4));
+    authn_hmac_entries_add(&es, k2, now, now);
     CHECK(es.n == 2);
     len = authn_hmac_value_encode(m, uid, &es, v);
-    CHECK(len == strlen(v) && len < AUTHN_HMAC_VALUE_MAX && v[0] == '3');
-    CHECK(authn_hmac_value_decode(m, uid, v, len, &got) && got.n == 2);
+    CHECK(len == strlen(v) && len < AUTHN_HMAC_VALUE_MAX && v[0] == '4');
+    CHECK(authn_hmac_value_decode(m, uid, v, len, &got) == 1 && got.n == 2);
     CHECK(authn_hmac_entries_find(&got, k1, now, WEEK, apr_time_from_sec(300),
-                                  &st, &ex));
-    CHECK(st == now - apr_time_from_sec(10) &&
-          ex == now + apr_time_from_sec(60));
+                                  &vt, &ut));
+    CHECK(vt == now - apr_time_from_sec(10) &&
+          ut == now - apr_time_from_sec(4));
     CHECK(authn_hmac_entries_find(&got, k2, now, WEEK, apr_time_from_sec(300),
-                                  &st, &ex));
+                                  &vt, &ut));
     /* Replayed under another user, or read with another pepper. */
-    CHECK(!authn_hmac_value_decode(m, uid2, v, len, &got) && got.n == 0);
-    CHECK(!authn_hmac_value_decode(other, uid, v, len, &got));
+    CHECK(authn_hmac_value_decode(m, uid2, v, len, &got) == 0 && got.n == 0);
+    CHECK(authn_hmac_value_decode(other, uid, v, len, &got) == 0);
     /* Truncated anywhere, or one byte more. */
     for (i = 0; i < len; i++)
-        CHECK(!authn_hmac_value_decode(m, uid, v, i, &got));
+        CHECK(authn_hmac_value_decode(m, uid, v, i, &got) == 0);
     memcpy(w, v, len);
     w[len] = '0';
-    CHECK(!authn_hmac_value_decode(m, uid, w, len + 1, &got));
+    CHECK(authn_hmac_value_decode(m, uid, w, len + 1, &got) == 0);
     /* Any one byte changed: a time moved on, a MAC swapped, the tag. */
     for (i = 0; i < len; i++) {
         memcpy(w, v, len);
         w[i] = w[i] == 'f' ? 'e' : (w[i] == ':' ? '0' : 'f');
-        CHECK(!authn_hmac_value_decode(m, uid, w, len, &got));
+        CHECK(authn_hmac_value_decode(m, uid, w, len, &got) == 0 && got.n == 0);
     }
-    /* What version 1 wrote: a bare time. */
-    CHECK(!authn_hmac_value_decode(m, uid, "1700000000000000", 16, &got));
-    /* A stale entry is not found; a section with a shorter max age sees
+    /* What version 1 wrote (a bare time), what version 3 wrote (the same
+     * layout, times (stored, expires)), what a later version may write:
+     * another version, a plain miss. */
+    CHECK(authn_hmac_value_decode(m, uid, "1700000000000000", 16, &got) == -1 &&
+          got.n == 0);
+    memcpy(w, v, len);
+    w[0] = '3';
+    CHECK(authn_hmac_value_decode(m, uid, w, len, &got) == -1 && got.n == 0);
+    w[0] = '5';
+    CHECK(authn_hmac_value_decode(m, uid, w, len, &got) == -1 && got.n == 0);
+    /* Idle longer than the TTL; a section with a shorter max age sees
      * less. */
-    CHECK(!authn_hmac_entries_find(&got, k1, now + apr_time_from_sec(60), WEEK,
-                                   apr_time_from_sec(300), &st, &ex));
-    CHECK(authn_hmac_value_decode(m, uid, v, len, &got));
-    CHECK(authn_hmac_entries_find(&got, k1, now, WEEK, apr_time_from_sec(11),
-                                  &st, &ex) &&
-          ex == now + apr_time_from_sec(1));
-    CHECK(!authn_hmac_entries_find(&got, k1, now, WEEK, apr_time_from_sec(5),
-                                   &st, &ex));
+    CHECK(authn_hmac_value_decode(m, uid, v, len, &got) == 1);
+    CHECK(!authn_hmac_entries_find(&got, k1, now, apr_time_from_sec(4),
+                                   apr_time_from_sec(300), &vt, &ut));
+    CHECK(authn_hmac_entries_find(&got, k1, now, apr_time_from_sec(5),
+                                  apr_time_from_sec(11), &vt, &ut));
+    CHECK(!authn_hmac_entries_find(&got, k1, now, WEEK, apr_time_from_sec(10),
+                                   &vt, &ut));
 }
 
-/* The TTL is an idle timeout: an entry whose expiry is further away than
- * this section's TTL (beyond a farm's clock skew) was extended under a
- * longer one, and may have been idle too long here; what is found never
- * lasts beyond now + ttl, nor beyond its max age. */
+/* One entry serves sections of every TTL: each applies its own idle
+ * timeout to the last use, and its own max age to the verification. */
 static void test_entries_idle_timeout(apr_pool_t *p)
 {
     unsigned char k[32];
     authn_hmac_entries_t es;
-    apr_time_t now = apr_time_from_sec(1000000), st = 0, ex = 0;
+    apr_time_t now = apr_time_from_sec(1000000), vt = 0, ut = 0;
 
     (void)p;
     memset(k, 7, sizeof(k));
     es.n = 0;
     authn_hmac_entries_add(&es, k, now - apr_time_from_sec(100),
-                           now + apr_time_from_sec(60), now);
+                           now - apr_time_from_sec(40));
     CHECK(authn_hmac_entries_find(&es, k, now, apr_time_from_sec(300),
-                                  apr_time_from_sec(3600), &st, &ex) &&
-          st == now - apr_time_from_sec(100) &&
-          ex == now + apr_time_from_sec(60));
-    /* A lowered TTL: 60 s left is more than 30 s (and the 5 s of skew). */
+                                  apr_time_from_sec(3600), &vt, &ut) &&
+          vt == now - apr_time_from_sec(100) &&
+          ut == now - apr_time_from_sec(40));
+    /* Idle 40 s: live for a 60 s TTL, not for a 30 s one. */
+    CHECK(authn_hmac_entries_find(&es, k, now, apr_time_from_sec(60),
+                                  apr_time_from_sec(3600), &vt, &ut));
     CHECK(!authn_hmac_entries_find(&es, k, now, apr_time_from_sec(30),
-                                   apr_time_from_sec(3600), &st, &ex));
-    /* Within the skew: found, but for no more than the TTL. */
-    CHECK(authn_hmac_entries_find(&es, k, now, apr_time_from_sec(58),
-                                  apr_time_from_sec(3600), &st, &ex) &&
-          ex == now + apr_time_from_sec(58));
+                                   apr_time_from_sec(3600), &vt, &ut));
+    /* Used just now under a long TTL: still live for the short one (the
+     * fight this format ends: an expiry made for 300 s was refused by a
+     * section of 60 s, which verified again). */
+    authn_hmac_entries_add(&es, k, now - apr_time_from_sec(100), now);
+    CHECK(authn_hmac_entries_find(&es, k, now, apr_time_from_sec(60),
+                                  apr_time_from_sec(3600), &vt, &ut) &&
+          ut == now);
     /* The max age bounds it from the verification, however recent the
      * last use. */
     CHECK(authn_hmac_entries_find(&es, k, now, apr_time_from_sec(300),
-                                  apr_time_from_sec(130), &st, &ex) &&
-          ex == now + apr_time_from_sec(30));
+                                  apr_time_from_sec(101), &vt, &ut));
     CHECK(!authn_hmac_entries_find(&es, k, now, apr_time_from_sec(300),
-                                   apr_time_from_sec(100), &st, &ex));
+                                   apr_time_from_sec(100), &vt, &ut));
+    /* Another server's clock a little ahead: taken as now. Far ahead: not
+     * trusted. */
+    es.n = 0;
+    authn_hmac_entries_add(&es, k, now + apr_time_from_sec(3),
+                           now + apr_time_from_sec(3));
+    CHECK(authn_hmac_entries_find(&es, k, now, apr_time_from_sec(60),
+                                  apr_time_from_sec(3600), &vt, &ut) &&
+          vt == now && ut == now);
+    es.n = 0;
+    authn_hmac_entries_add(&es, k, now - apr_time_from_sec(3),
+                           now + apr_time_from_sec(60));
+    CHECK(!authn_hmac_entries_find(&es, k, now, apr_time_from_sec(60),
+                                   apr_time_from_sec(3600), &vt, &ut));
 }
 
-/* A user keeps its newest entries only: a third replaces the oldest. */
+/* A user keeps its most recently used entries only: a third replaces the
+ * least recently used; adding a key again keeps the later of its times. */
 static void test_entries_newest_kept(apr_pool_t *p)
 {
     unsigned char k[3][32];
     authn_hmac_entries_t es;
-    apr_time_t now = apr_time_from_sec(1000), st, ex;
+    apr_time_t now = apr_time_from_sec(1000), vt, ut;
     int i;
 
     (void)p;
     es.n = 0;
     for (i = 0; i < 3; i++) {
         memset(k[i], i + 1, 32);
-        authn_hmac_entries_add(&es, k[i], now + i, now + 100 + i, now + i);
+        authn_hmac_entries_add(&es, k[i], now + i, now + i);
     }
     CHECK(es.n == AUTHN_HMAC_PER_USER);
-    CHECK(!authn_hmac_entries_find(&es, k[0], now + 3, WEEK, 1000, &st, &ex));
-    CHECK(authn_hmac_entries_find(&es, k[1], now + 3, WEEK, 1000, &st, &ex));
-    CHECK(authn_hmac_entries_find(&es, k[2], now + 3, WEEK, 1000, &st, &ex));
+    CHECK(!authn_hmac_entries_find(&es, k[0], now + 3, WEEK, 1000, &vt, &ut));
+    CHECK(authn_hmac_entries_find(&es, k[1], now + 3, WEEK, 1000, &vt, &ut));
+    CHECK(authn_hmac_entries_find(&es, k[2], now + 3, WEEK, 1000, &vt, &ut));
     /* Adding a key again refreshes it instead of keeping two copies. */
-    authn_hmac_entries_add(&es, k[1], now + 5, now + 200, now + 5);
+    authn_hmac_entries_add(&es, k[1], now + 1, now + 5);
     CHECK(es.n == 2 && memcmp(es.e[0].mac, k[1], 32) == 0 &&
-          memcmp(es.e[1].mac, k[2], 32) == 0);
+          memcmp(es.e[1].mac, k[2], 32) == 0 && es.e[0].used == now + 5);
+    /* A writer with older times (it read them before another server's
+     * refresh) does not move them back. */
+    authn_hmac_entries_add(&es, k[1], now + 1, now + 3);
+    CHECK(es.e[0].verified == now + 1 && es.e[0].used == now + 5);
+    /* The most recently used other entry is kept, whatever its age. */
+    authn_hmac_entries_add(&es, k[0], now + 6, now + 6);
+    CHECK(es.n == 2 && memcmp(es.e[1].mac, k[1], 32) == 0);
 }
 
 static void test_mac_depends_on_pepper(apr_pool_t *p)

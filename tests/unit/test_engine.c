@@ -218,10 +218,11 @@ static void test_outcomes(apr_pool_t *p)
     CHECK(!strcmp(authn_hmac_outcome_name((authn_hmac_outcome)99), "error"));
 }
 
-/* Rewrites alice's cached entry as if verified `age` ago and expiring
- * `left` from now: the engine reads the real clock. */
+/* Rewrites alice's cached entry as if verified `age` ago and last used
+ * `idle` ago: the engine reads the real clock. NB: torn first, since a
+ * store of the same credential never moves its times back. */
 static void age_entry(const authn_hmac_engine_t *e, const char *password,
-                      apr_interval_time_t age, apr_interval_time_t left)
+                      apr_interval_time_t age, apr_interval_time_t idle)
 {
     authn_hmac_cred_t c = cred("alice", password, "H-right");
     unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
@@ -230,8 +231,9 @@ static void age_entry(const authn_hmac_engine_t *e, const char *password,
     authn_hmac_mac_compute(e->mac, c.scope, c.scope_len, c.user, c.user_len,
                            c.password, c.password_len, c.hash, c.hash_len, key);
     authn_hmac_user_id(e->mac, c.scope, c.scope_len, c.user, c.user_len, uid);
-    CHECK(authn_hmac_table_store(e->table, key, uid, now, now - age,
-                                 now + left) == APR_SUCCESS);
+    authn_hmac_table_tear(e->table, key, uid);
+    CHECK(authn_hmac_table_store(e->table, key, uid, now - age, now - idle,
+                                 apr_time_from_sec(300)) == APR_SUCCESS);
 }
 
 static uint64_t counted(const authn_hmac_engine_t *e, enum authn_hmac_counter c)
@@ -239,10 +241,12 @@ static uint64_t counted(const authn_hmac_engine_t *e, enum authn_hmac_counter c)
     return authn_hmac_table_counter(e->table, c);
 }
 
-/* AuthHMACCacheTTL is an idle timeout: a hit past half of it extends the
- * entry (one write, not one per hit), up to the max age, after which the
- * credential is verified again. A lowered TTL shortens live entries.
- * Negative entries keep their fixed life. */
+/* AuthHMACCacheTTL is an idle timeout: a hit once half of it has passed
+ * since the entry's last use was written writes it again (one write, not
+ * one per hit); the max age bounds the entry from its verification, after
+ * which the credential is verified again. Sections of other TTLs share the
+ * entry, each with its own idle timeout. Negative entries keep their fixed
+ * life. */
 static void test_idle_timeout_and_max_age(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
@@ -255,49 +259,61 @@ static void test_idle_timeout_and_max_age(apr_pool_t *p)
     for (i = 0; i < 100; i++)
         CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
     CHECK(counted(&e, AUTHN_HMAC_C_REFRESHES) == 0);
-    /* Used 20 s after its last refresh (10 s left of 30): the first hit
-     * extends it, the next ones find it fresh. */
-    age_entry(&e, "right", apr_time_from_sec(20), apr_time_from_sec(10));
+    /* Last used 20 s ago (more than half of 30): the first hit writes its
+     * use, the next ones find it fresh. */
+    age_entry(&e, "right", apr_time_from_sec(20), apr_time_from_sec(20));
     for (i = 0; i < 100; i++)
         CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
     CHECK(counted(&e, AUTHN_HMAC_C_REFRESHES) == 1);
     CHECK(counted(&e, AUTHN_HMAC_C_STORES) == 2); /* age_entry's */
     CHECK(*calls == 1);
-    /* Near its max age: extended to it, not beyond, and once only. */
-    age_entry(&e, "right", apr_time_from_sec(55), apr_time_from_sec(2));
+    /* Near its max age: refreshed once, and still bounded by it. */
+    age_entry(&e, "right", apr_time_from_sec(55), apr_time_from_sec(28));
     for (i = 0; i < 100; i++)
         CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
     CHECK(counted(&e, AUTHN_HMAC_C_REFRESHES) == 2);
     /* Past its max age: verified again, however recently used. */
-    age_entry(&e, "right", apr_time_from_sec(59) + apr_time_from_msec(999),
-              apr_time_from_sec(20));
+    age_entry(&e, "right", apr_time_from_sec(59) + apr_time_from_msec(999), 0);
     usleep(2000);
     CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
     CHECK(*calls == 2);
     CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
     /* Idle for its whole TTL: verified again. */
-    age_entry(&e, "right", apr_time_from_sec(5), apr_time_from_msec(1));
+    age_entry(&e, "right", apr_time_from_sec(35),
+              apr_time_from_sec(30) - apr_time_from_msec(1));
     usleep(2000);
     CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
     CHECK(*calls == 3);
-    /* A section whose TTL was lowered to 10 s does not trust an entry
-     * extended by 30 s: its last use may be more than 10 s ago. */
+    /* Sections of 30 s and 10 s share the entry: a hit of either is a hit
+     * of the other, a refresh under 30 s included (it once set an expiry
+     * 30 s out, which the 10 s section refused and verified again). */
+    age_entry(&e, "right", apr_time_from_sec(16), apr_time_from_sec(16));
+    for (i = 0; i < 12; i++)
+        CHECK(check(&e, i % 2 ? 10 : 30, "alice", "right", "H-right", p) ==
+              AUTHN_HMAC_HIT);
+    CHECK(*calls == 3);
+    CHECK(counted(&e, AUTHN_HMAC_C_REFRESHES) == 3);
+    /* Each with its own idle timeout: idle 12 s is live for 30 s, not for
+     * 10 s, whose verification then serves both. */
+    age_entry(&e, "right", apr_time_from_sec(20), apr_time_from_sec(12));
+    CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
     CHECK(check(&e, 10, "alice", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
     CHECK(*calls == 4);
     CHECK(check(&e, 10, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    CHECK(check(&e, 30, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
     /* A refused password keeps its fixed negative life: no refresh. */
     negative_ttl_us = apr_time_from_sec(30);
     CHECK(check(&e, 30, "alice", "wrong", "H-right", p) == AUTHN_HMAC_DENIED);
     for (i = 0; i < 10; i++)
         CHECK(check(&e, 30, "alice", "wrong", "H-right", p) ==
               AUTHN_HMAC_NEGATIVE_HIT);
-    CHECK(counted(&e, AUTHN_HMAC_C_REFRESHES) == 2);
+    CHECK(counted(&e, AUTHN_HMAC_C_REFRESHES) == 3);
     negative_ttl_us = 0;
     max_age_us = APR_INT64_C(28800000000);
 }
 
 /* The common hit takes no lock: it completes while another process holds
- * the writers' mutex. (A refresh would wait for it.) */
+ * the writers' mutex. (A refresh would skip its write.) */
 static void test_hit_takes_no_lock(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
