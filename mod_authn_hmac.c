@@ -774,6 +774,20 @@ static void busy_document(request_rec *r)
         HTTP_INTERNAL_SERVER_ERROR)] = apr_pstrdup(r->pool, doc);
 }
 
+/* Takes the name mod_auth_basic set before asking us off a request
+ * refused for want of a turn to verify: nobody checked it. NB: not only
+ * for this request's own error page. httpd gives a redirect to an
+ * ErrorDocument under the same configuration this request's user without
+ * checking it again, and exports the user of the request it stands in for
+ * as REDIRECT_REMOTE_USER (to SSI, CGI, RewriteCond, ...): a document
+ * there would act for, or show, a user whose password nobody checked.
+ * The access log gets the name back (busy_log), as for a refused password. */
+static void busy_unname(request_rec *r)
+{
+    ap_set_module_config(r->request_config, &authn_hmac_module, r->user);
+    r->user = NULL;
+}
+
 /* The provider: finds the user's stored hash, and lets the engine (src/
  * engine.c) do the rest. */
 static authn_status check_password(request_rec *r, const char *user,
@@ -806,7 +820,7 @@ static authn_status check_password(request_rec *r, const char *user,
                       c->scope);
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
-    if (rv != APR_SUCCESS && rv != APR_NOTFOUND && rv != APR_EACCES) {
+    if (rv != APR_SUCCESS && rv != APR_NOTFOUND && rv != AUTHN_HMAC_LOCKED) {
         authn_hmac_table_count(g.table, AUTHN_HMAC_C_ERRORS, 1);
         ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r,
                       "AHMAC0002: could not open password file: %s", c->scope);
@@ -822,7 +836,7 @@ static authn_status check_password(request_rec *r, const char *user,
     cred.hash_len = rv == APR_SUCCESS ? hash_len : 0;
     cred.dummy_hash = rv == APR_SUCCESS ? NULL : hash;
     cred.dummy_hash_len = rv == APR_SUCCESS ? 0 : hash_len;
-    cred.locked = rv == APR_EACCES;
+    cred.locked = rv == AUTHN_HMAC_LOCKED;
     cred.client = r->useragent_ip;
     cred.uid = rv == APR_SUCCESS ? uid : NULL;
     cred.digest = rv == APR_SUCCESS ? digest : NULL;
@@ -835,6 +849,7 @@ static authn_status check_password(request_rec *r, const char *user,
     if (o == AUTHN_HMAC_BUSY) {
         log_busy(r);
         busy_document(r);
+        busy_unname(r);
     }
     return done(r, authn_hmac_outcome_name(o), status_of(o));
 }
@@ -866,19 +881,26 @@ static void busy_error(request_rec *r)
  * with the 500, as it would for ErrorDocument 500, and this runs first
  * among the hooks that follow the check of the user (which the redirect
  * skips under the same configuration). The note goes along, for the
- * access log's final request. NB: the user's name does not. mod_auth_basic
- * set it before asking us, and httpd gives it to a redirect under the same
- * configuration without checking it again: a document there (or a
- * RequestHeader, RewriteCond or script using REMOTE_USER) would act for a
- * user whose password nobody checked. */
+ * access log's final request. NB: the user's name does not (see
+ * busy_unname). */
 static int busy_redirect(request_rec *r)
 {
     if (!r->prev || !make_busy(r, r->prev))
         return DECLINED;
-    if (r->user == r->prev->user)
-        r->user = NULL;
     apr_table_setn(r->notes, NOTE, "busy");
     apr_table_setn(r->subprocess_env, "REDIRECT_STATUS", "503");
+    return DECLINED;
+}
+
+/* The name busy_unname took, back on a busy request for the access log's
+ * %u, once the answer is gone (as httpd logs the name of a refused
+ * password). A local document's request keeps none. */
+static int busy_log(request_rec *r)
+{
+    char *user = ap_get_module_config(r->request_config, &authn_hmac_module);
+
+    if (user && !r->user)
+        r->user = user;
     return DECLINED;
 }
 
@@ -952,6 +974,7 @@ static void register_hooks(apr_pool_t *p)
     ap_hook_handler(status_handler, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_insert_error_filter(busy_error, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_type_checker(busy_redirect, NULL, NULL, APR_HOOK_REALLY_FIRST);
+    ap_hook_log_transaction(busy_log, NULL, NULL, APR_HOOK_REALLY_FIRST);
     APR_OPTIONAL_HOOK(ap, status_hook, status_hook, NULL, NULL,
                       APR_HOOK_MIDDLE);
 }

@@ -287,9 +287,13 @@ apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
  * every lookup stat()s the file. Returns whether the file is watched. */
 int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf);
 
+/* A user whose line locks it out (not an error of the file's: APR_EACCES
+ * is one). */
+#define AUTHN_HMAC_LOCKED (APR_OS_START_USERERR + 1)
+
 /* Looks user up, first rebuilding the index if the file's dev, inode, size,
  * mtime or ctime changed. Returns APR_SUCCESS and a copy of the hash in p;
- * APR_NOTFOUND for an unknown user, and APR_EACCES for a locked one
+ * APR_NOTFOUND for an unknown user, and AUTHN_HMAC_LOCKED for a locked one
  * (authn_hmac_hash_locked), each with a copy of the file's typical hash
  * (NULL in a file without one); or the error that kept the file from being read
  * (the index is then dropped: nothing stale can be used). */
@@ -664,9 +668,11 @@ authn_hmac_redis_rc authn_hmac_redis_set(
 /* Single flight across the servers of a farm. A credential's marker is
  * prefix + "f:" + hex(HMAC(value subkey, key | "F")): it names the exact
  * credential without telling anything of it. While a server verifies, the
- * marker is "R"; then it holds the result, "F1" (granted) or "F0" (refused)
- * with an expiry and a tag over both that only the pepper can make, so that
- * no one who can write Redis can make a waiter grant. */
+ * marker is "R" and a random token of that server's claim; then it holds
+ * the result, "F1" (granted) or "F0" (refused) with an expiry and a tag
+ * over both that only the pepper can make, so that no one who can write
+ * Redis can make a waiter grant. Only the claim's owner (the same token)
+ * writes the result or deletes the marker. */
 typedef enum {
     AUTHN_HMAC_FARM_NONE,    /* no marker, or one that does not verify */
     AUTHN_HMAC_FARM_RUNNING, /* another server verifies */
@@ -675,20 +681,28 @@ typedef enum {
     AUTHN_HMAC_FARM_FORGED /* a result whose tag does not verify */
 } authn_hmac_farm_state;
 
-/* SET marker "R" NX PX ms: *won is 1 if this server now runs it. */
+/* A claim's value: "R" and 32 hex digits of a random token. */
+#define AUTHN_HMAC_FLIGHT_TOKEN_LEN 33
+
+/* SET marker "R"+token NX PX ms, with a new token, which is written to
+ * token (a string): *won is 1 if this server now runs it. */
 authn_hmac_redis_rc authn_hmac_redis_flight_claim(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    apr_interval_time_t hold, apr_time_t deadline, int *won, const char **why,
+    apr_interval_time_t hold, apr_time_t deadline,
+    char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1], int *won, const char **why,
     apr_pool_t *p);
 
 /* The runner's result (1 granted, 0 refused) for hold from now; -1 deletes
- * the marker (no result: the waiters verify by themselves). */
+ * the marker (no result: the waiters verify by themselves). Only while the
+ * marker is still token, the claim's value (one EVAL of a compare-and-set
+ * script; a marker that expired, or that another server claimed since, is
+ * left alone). */
 authn_hmac_redis_rc authn_hmac_redis_flight_result(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    int result, apr_time_t now, apr_interval_time_t hold, apr_time_t deadline,
-    const char **why, apr_pool_t *p);
+    const char *token, int result, apr_time_t now, apr_interval_time_t hold,
+    apr_time_t deadline, const char **why, apr_pool_t *p);
 
 /* GET of the marker. */
 authn_hmac_redis_rc authn_hmac_redis_flight_poll(

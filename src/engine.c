@@ -224,10 +224,11 @@ static void redis_store(redis_req *rq, const unsigned char *key,
 }
 
 /* Single flight across the farm, through a marker in Redis (see redis.c):
- * 1 if this server claimed the credential's verification, 0 if another
- * server runs it, -1 without Redis. */
+ * 1 if this server claimed the credential's verification (token is then
+ * the claim's, for farm_result), 0 if another server runs it, -1 without
+ * Redis. */
 static int farm_claim(redis_req *rq, const unsigned char *key,
-                      apr_interval_time_t hold)
+                      apr_interval_time_t hold, char *token)
 {
     const authn_hmac_engine_t *e = rq->e;
     apr_time_t deadline = 0;
@@ -239,7 +240,7 @@ static int farm_claim(redis_req *rq, const unsigned char *key,
     if (!conn)
         return -1;
     rc = authn_hmac_redis_flight_claim(conn, e->redis_conf, e->mac, key, hold,
-                                       deadline, &won, &why, rq->p);
+                                       deadline, token, &won, &why, rq->p);
     redis_end(rq, conn, rc, why);
     return rc != AUTHN_HMAC_REDIS_OK ? -1 : won;
 }
@@ -294,8 +295,10 @@ static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
 }
 
 /* The claimed verification's result for the farm's waiters, who poll for
- * it, for two seconds; -1 clears it (they verify by themselves). */
-static void farm_result(redis_req *rq, const unsigned char *key, int result)
+ * it, for two seconds; -1 clears it (they verify by themselves). Only on
+ * the marker of this claim (token): a late runner leaves another's alone. */
+static void farm_result(redis_req *rq, const unsigned char *key,
+                        const char *token, int result)
 {
     const apr_interval_time_t hold = apr_time_from_sec(2);
     const authn_hmac_engine_t *e = rq->e;
@@ -309,7 +312,7 @@ static void farm_result(redis_req *rq, const unsigned char *key, int result)
     rq->off = 0;
     if (!(conn = redis_begin(rq, &deadline)))
         return;
-    rc = authn_hmac_redis_flight_result(conn, e->redis_conf, e->mac, key,
+    rc = authn_hmac_redis_flight_result(conn, e->redis_conf, e->mac, key, token,
                                         result, apr_time_now(), hold, deadline,
                                         &why, rq->p);
     redis_end(rq, conn, rc, why);
@@ -545,6 +548,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
     apr_interval_time_t wait = 0;
     authn_hmac_turn_t turn;
     int slot = -1, farm = -1;
+    char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1];
     apr_status_t rv;
 
     t0 = apr_time_now();
@@ -618,7 +622,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
         }
         /* This server runs it: across the farm, too, unless another server
          * already does, whose result is then this one's. */
-        farm = farm_claim(&rq, key, wait);
+        farm = farm_claim(&rq, key, wait, token);
         if (farm == 0 &&
             (got = farm_wait(&rq, key,
                              authn_hmac_monotonic() + farm_time(e))) >= 0) {
@@ -646,7 +650,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
             authn_hmac_flight_end(e->table, slot, key, -1,
                                   authn_hmac_monotonic());
         if (farm == 1)
-            farm_result(&rq, key, -1);
+            farm_result(&rq, key, token, -1);
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_BUSY;
     }
@@ -682,7 +686,8 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
                                   rv == APR_EMISMATCH ? 0 : -1,
                                   authn_hmac_monotonic());
         if (farm == 1)
-            farm_result(&rq, key, negative && rv == APR_EMISMATCH ? 0 : -1);
+            farm_result(&rq, key, token,
+                        negative && rv == APR_EMISMATCH ? 0 : -1);
         explicit_bzero(key, sizeof(key));
         return AUTHN_HMAC_DENIED;
     }
@@ -693,7 +698,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
                                   authn_hmac_monotonic());
         redis_store(&rq, key, uid, t1, pol->max_age);
         if (farm == 1)
-            farm_result(&rq, key, 1);
+            farm_result(&rq, key, token, 1);
     }
     explicit_bzero(key, sizeof(key));
     logf_(e, baton, AUTHN_HMAC_LOG_DEBUG, p,

@@ -888,7 +888,7 @@ static void user_id(entry_t *e, const ask_t *a)
 }
 
 /* The user's hash (a copy in p) and id; or the file's typical hash and
- * APR_NOTFOUND (no such user) or APR_EACCES (a locked line). */
+ * APR_NOTFOUND (no such user) or AUTHN_HMAC_LOCKED (a locked line). */
 static apr_status_t answer(const generation_t *g, const ask_t *a, apr_pool_t *p)
 {
     entry_t *e = apr_hash_get(g->idx->users, a->user, APR_HASH_KEY_STRING);
@@ -899,7 +899,7 @@ static apr_status_t answer(const generation_t *g, const ask_t *a, apr_pool_t *p)
         h = authn_hmac_htpasswd_typical(g->idx, &hl);
         *a->hash = h ? apr_pstrmemdup(p, h, hl) : NULL;
         *a->hash_len = h ? hl : 0;
-        return e ? APR_EACCES : APR_NOTFOUND;
+        return e ? AUTHN_HMAC_LOCKED : APR_NOTFOUND;
     }
     *a->hash = apr_pstrmemdup(p, e->hash, e->len);
     *a->hash_len = e->len;

@@ -49,7 +49,7 @@
 #define CLOCK_SKEW_USEC   5000000 /* between the servers of a farm */
 #define REPLY_MAX         512     /* bytes; the longest reply is ~270 */
 #define MAX_ADDRS         4
-#define MAX_ARGS          6
+#define MAX_ARGS          7 /* EVAL script 1 key token result px */
 
 struct authn_hmac_redis_conn {
     int fd;
@@ -993,6 +993,17 @@ authn_hmac_redis_rc authn_hmac_redis_set(
 #define FLIGHT_BODY  (2 + 1 + 16)
 #define FLIGHT_VALUE (FLIGHT_BODY + 1 + KEY_HEX)
 
+/* The runner's result, written (or, for none, the marker deleted) only if
+ * the marker is still the runner's own "R" + token: a runner that took
+ * longer than its hold finds its marker expired, and maybe claimed by
+ * another server, whose marker it must leave alone (else that server's
+ * waiters would run bcrypt too). One command, whatever the result, so
+ * that the Redis traffic of a first try is the same for every user. */
+static const char flight_cas[] =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end "
+    "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1";
+
 static const char *flight_key(const authn_hmac_redis_conf_t *conf,
                               const authn_hmac_mac_t *mac,
                               const unsigned char *key, apr_pool_t *p)
@@ -1024,10 +1035,14 @@ authn_hmac_flight_interpret(const authn_hmac_mac_t *mac,
                             const char *v, size_t len, apr_time_t now)
 {
     char want[KEY_HEX];
+    unsigned char token[(AUTHN_HMAC_FLIGHT_TOKEN_LEN - 1) / 2];
     int64_t expires = 0;
     int ok;
 
-    if (len == 1 && v[0] == 'R')
+    /* NB: a bare "R" is a claim of a server from before owner tokens. */
+    if (len > 0 && v[0] == 'R' &&
+        (len == 1 || (len == AUTHN_HMAC_FLIGHT_TOKEN_LEN &&
+                      get_hex(v + 1, token, sizeof(token)))))
         return AUTHN_HMAC_FARM_RUNNING;
     if (len != FLIGHT_VALUE || v[0] != 'F' || (v[1] != '0' && v[1] != '1') ||
         v[2] != ':' || v[FLIGHT_BODY] != ':' || !get_hex64(v + 3, &expires))
@@ -1066,44 +1081,59 @@ static authn_hmac_redis_rc run_set(authn_hmac_redis_conn_t *c, int argc,
 authn_hmac_redis_rc authn_hmac_redis_flight_claim(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    apr_interval_time_t hold, apr_time_t deadline, int *won, const char **why,
+    apr_interval_time_t hold, apr_time_t deadline,
+    char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1], int *won, const char **why,
     apr_pool_t *p)
 {
     const char *k = flight_key(conf, mac, key, p);
     const char *px = apr_psprintf(p, "%" APR_INT64_T_FMT, hold / 1000 + 1);
-    const char *argv[6] = {"SET", k, "R", "NX", "PX", px};
-    size_t lens[6] = {3, strlen(k), 1, 2, 2, strlen(px)};
+    const char *argv[6] = {"SET", k, token, "NX", "PX", px};
+    size_t lens[6];
+    unsigned char r[(AUTHN_HMAC_FLIGHT_TOKEN_LEN - 1) / 2];
+    apr_status_t rv;
+    int i;
 
     *won = 0;
+    /* NB: unique, not secret: whoever can write Redis can delete any
+     * marker anyway (more bcrypt, never a grant). */
+    if ((rv = apr_generate_random_bytes(r, sizeof(r))) != APR_SUCCESS) {
+        token[0] = '\0';
+        *why = apr_psprintf(p, "no random token for the farm marker (%d)", rv);
+        return AUTHN_HMAC_REDIS_ERROR;
+    }
+    token[0] = 'R';
+    *put_hex(token + 1, r, sizeof(r)) = '\0';
+    for (i = 0; i < 6; i++)
+        lens[i] = strlen(argv[i]);
     return run_set(c, 6, argv, lens, deadline, won, why, p);
 }
 
 authn_hmac_redis_rc authn_hmac_redis_flight_result(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    int result, apr_time_t now, apr_interval_time_t hold, apr_time_t deadline,
-    const char **why, apr_pool_t *p)
+    const char *token, int result, apr_time_t now, apr_interval_time_t hold,
+    apr_time_t deadline, const char **why, apr_pool_t *p)
 {
     const char *k = flight_key(conf, mac, key, p);
     const char *px = apr_psprintf(p, "%" APR_INT64_T_FMT, hold / 1000 + 1);
     char v[FLIGHT_VALUE + 1], *o = v;
-    const char *argv[5] = {"SET", k, v, "PX", px};
-    size_t lens[5] = {3, strlen(k), FLIGHT_VALUE, 2, strlen(px)};
-    int set = 0;
+    const char *argv[7] = {"EVAL", flight_cas, "1", k, token, v, px};
+    size_t lens[7];
+    int i, set = 0;
 
-    if (result < 0) {
-        argv[0] = "DEL";
-        lens[0] = 3;
-        return run_set(c, 2, argv, lens, deadline, &set, why, p);
+    if (result >= 0) {
+        *o++ = 'F';
+        *o++ = result ? '1' : '0';
+        *o++ = ':';
+        o = put_hex64(o, (uint64_t)(now + hold));
+        *o++ = ':';
+        flight_tag(mac, key, v, o);
+        o += KEY_HEX;
     }
-    *o++ = 'F';
-    *o++ = result ? '1' : '0';
-    *o++ = ':';
-    o = put_hex64(o, (uint64_t)(now + hold));
-    *o++ = ':';
-    flight_tag(mac, key, v, o);
-    v[FLIGHT_VALUE] = '\0';
-    return run_set(c, 5, argv, lens, deadline, &set, why, p);
+    *o = '\0'; /* empty: no result, delete */
+    for (i = 0; i < 7; i++)
+        lens[i] = strlen(argv[i]);
+    return run_set(c, 7, argv, lens, deadline, &set, why, p);
 }
 
 authn_hmac_redis_rc authn_hmac_redis_flight_poll(

@@ -1,7 +1,9 @@
 """A Redis impostor for the trust-boundary tests: whoever answers on the
 Redis address (a process on the network path, a spoofed name, a local
 process that took the port while redis-server was down, a compromised
-Redis). It speaks enough RESP for the module: AUTH, SELECT, GET, SET.
+Redis). It speaks enough RESP for the module: AUTH, SELECT, GET, SET, DEL,
+and EVAL of the farm marker's compare-and-set script (what the script
+does, not Lua).
 
 Modes (set `mode` at any time; it applies to the next command):
   record   an honest store: SET keeps the value, GET returns it
@@ -98,7 +100,8 @@ class FakeRedis:
 
     def _answer_get(self, key):
         if self.mode == "hold" and b":f:" in key:
-            return bulk(b"R")  # every verification "runs" elsewhere, forever
+            # Every verification "runs" elsewhere, forever.
+            return bulk(b"R" + b"0123456789abcdef" * 2)
         if self.mode == "forge":
             with self.lock:
                 f = self.forgeries(key)
@@ -143,6 +146,18 @@ class FakeRedis:
                 elif name == b"DEL":
                     with self.lock:
                         reply = b":%d\r\n" % (self.store.pop(cmd[1], None) is not None)
+                elif name == b"EVAL" and len(cmd) == 7 and cmd[2] == b"1":
+                    # KEYS[1] = cmd[3]; ARGV = owner's claim, result ("":
+                    # delete), PX: only while the marker is the claim.
+                    key, claim, value = cmd[3], cmd[4], cmd[5]
+                    with self.lock:
+                        mine = self.store.get(key) == claim
+                        if mine and value:
+                            self.store[key] = value
+                            self.written.append((key, value))
+                        elif mine:
+                            del self.store[key]
+                    reply = b":%d\r\n" % mine
                 else:
                     reply = b"-ERR unknown command\r\n"
                 self._send(sock, reply)

@@ -4,7 +4,9 @@ Retry-After, whose body is the admin's ErrorDocument 503 when there is one
 as for any other 503, and never the ErrorDocument 500 that mod_auth_basic's
 error would otherwise get. A local document under the same configuration
 (which httpd serves without checking the user again) does not run as the
-user whose password was never checked."""
+user whose password was never checked, and sees no name: neither as
+REMOTE_USER nor as REDIRECT_REMOTE_USER (the user of the request it
+stands in for), in an SSI page or a CGI script."""
 import os
 import threading
 import time
@@ -20,10 +22,12 @@ Alias /text/ "{d}/htdocs/"
 Alias /doc/ "{d}/htdocs/"
 Alias /url/ "{d}/htdocs/"
 Alias /same/ "{d}/same/"
+Alias /cgi/ "{d}/same/"
 <Directory "{d}/same">
-    Options +Includes
+    Options +Includes +ExecCGI
 </Directory>
 AddOutputFilter INCLUDES .shtml
+AddHandler cgi-script .cgi
 RewriteEngine On
 RewriteRule ^/down - [R=503]
 <Location /down>
@@ -33,8 +37,14 @@ RewriteRule ^/down - [R=503]
 TEXT = "Sorry: too busy / try again"  # read as a URL, then a path, if unquoted
 DOC = "<html><body>the admin's own busy page</body></html>\n"
 URL = "http://elsewhere.example/busy"
-SSI = 'user=[<!--#echo var="REMOTE_USER" -->]\n'
-LOCS = ("/plain/", "/text/", "/doc/", "/url/", "/same/")
+SSI = ('user=[<!--#echo var="REMOTE_USER" -->] '
+       'redirect=[<!--#echo var="REDIRECT_REMOTE_USER" -->]\n')
+CGI = """#!/bin/sh
+printf 'Content-Type: text/plain\\n\\nuser=[%s] redirect=[%s]\\n' \\
+    "${REMOTE_USER-(none)}" "${REDIRECT_REMOTE_USER-(none)}"
+"""
+NONE = "user=[(none)] redirect=[(none)]\n"
+LOCS = ("/plain/", "/text/", "/doc/", "/url/", "/same/", "/cgi/")
 OURS = b"Too many logins are being checked right now."
 
 
@@ -54,7 +64,7 @@ def logged(srv, paths):
 def test_busy_answer_uses_error_document_503(mpm):
     # One verification at a time and no place to wait: while a slow one
     # runs, every other miss is refused at once.
-    srv = Httpd(mpm=mpm, name="busy_" + mpm, modules=["include", "rewrite"],
+    srv = Httpd(mpm=mpm, name="busy_" + mpm, modules=["include", "rewrite", "cgi"],
                 global_conf="AuthHMACMaxVerifications 1\nAuthHMACVerifyBacklog 0")
     users = srv.path("users.htpasswd")
     srv.body = SITE.format(d=srv.dir) + "".join([
@@ -63,15 +73,18 @@ def test_busy_answer_uses_error_document_503(mpm):
         hmac_location("/doc/", users, "r", "ErrorDocument 503 /errors/busy.html"),
         hmac_location("/url/", users, "r", "ErrorDocument 503 " + URL),
         hmac_location("/same/", users, "r", "ErrorDocument 503 /same/busy.shtml"),
+        hmac_location("/cgi/", users, "r", "ErrorDocument 503 /cgi/busy.cgi"),
     ])
     srv.write_config()
     srv.expect_log(r"AHMAC0007")
     os.makedirs(srv.path("errors"))
     os.makedirs(srv.path("same"))
     for name, text in (("htdocs/index.html", "hello\n"), ("errors/busy.html", DOC),
-                       ("same/index.html", "hello\n"), ("same/busy.shtml", SSI)):
+                       ("same/index.html", "hello\n"), ("same/busy.shtml", SSI),
+                       ("same/busy.cgi", CGI)):
         with open(srv.path(name), "w") as f:
             f.write(text)
+    os.chmod(srv.path("same", "busy.cgi"), 0o755)
     htpasswd(users, "alice", "correct horse", create=True)
     htpasswd(users, "slow", "slow pass", cost=16)  # about 4 s of bcrypt
     slow = {}
@@ -100,8 +113,8 @@ def test_busy_answer_uses_error_document_503(mpm):
         # The probes ran while the slow verification held the only turn.
         assert still == 1 and slow["r"].status == 401, (still, slow["r"].status)
 
-        plain, text, doc, url, same = (answers[k] for k in LOCS)
-        for r in (plain, text, doc, same):
+        plain, text, doc, url, same, cgi = (answers[k] for k in LOCS)
+        for r in (plain, text, doc, same, cgi):
             assert r.status == 503, (r.status, r.body)
             retry = r.getheader("Retry-After")
             assert retry and retry.isdigit() and 1 <= int(retry) <= 60, retry
@@ -114,14 +127,17 @@ def test_busy_answer_uses_error_document_503(mpm):
         # A URL: httpd's answer to any ErrorDocument URL, a redirect.
         assert url.status == 302 and url.getheader("Location") == URL, \
             (url.status, url.getheader("Location"))
-        # A document under the same configuration: httpd hands it the name
-        # mod_auth_basic set before asking, but alice was never verified.
-        assert same.body.decode() == "user=[(none)]\n", same.body
+        # A document under the same configuration: httpd would hand it the
+        # name mod_auth_basic set before asking (as the request's user, or
+        # as the user of the request it stands in for), but alice was never
+        # verified.
+        assert same.body.decode() == NONE, same.body
+        assert cgi.body.decode() == NONE, cgi.body
         # The access log tells the admin the final status and the note. A
         # local document's request has no user.
         assert log == {"/plain/": ["alice", "503", "busy"], "/text/": ["alice", "503", "busy"],
                        "/doc/": ["-", "503", "busy"], "/url/": ["alice", "302", "busy"],
-                       "/same/": ["-", "503", "busy"]}, log
+                       "/same/": ["-", "503", "busy"], "/cgi/": ["-", "503", "busy"]}, log
         # Another module's 503, with a local document, is not made busy.
         r, conn = get(srv.port, "/down")
         if conn:

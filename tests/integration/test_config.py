@@ -170,16 +170,53 @@ def test_pepper_owned_by_another_user_is_refused(srv):
     assert rc != 0 and "must be owned by root" in out
 
 
-def test_shipped_conf_is_valid_and_keeps_the_counters_local(srv):
-    """conf/authn_hmac.conf (what a2enmod enables) parses, and its status
-    handler answers local clients only: the counters tell unknown users
-    from wrong passwords."""
+SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "conf",
+                       "authn_hmac.conf")
+# The status page every harness server has (see harness/httpd.py).
+HARNESS_STATUS = """<Location /authn-hmac-status>
+    SetHandler authn-hmac-status
+    Require local
+</Location>
+"""
+
+
+def test_shipped_conf_is_valid_and_serves_no_counters(srv):
+    """conf/authn_hmac.conf (what a2enmod enables, in every virtual host)
+    parses and leaves the status handler off: the counters tell unknown
+    users from wrong passwords, and behind a reverse proxy on the same host
+    `Require local` admits every client. Its example, once uncommented,
+    admits one scraper's address and refuses a local client."""
     import re
-    conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "conf",
-                        "authn_hmac.conf")
-    with open(conf) as f:
+    with open(SHIPPED) as f:
         text = f.read()
-    assert re.search(r"<Location /authn-hmac-status>\s*SetHandler authn-hmac-status\s*"
-                     r"Require local\s*</Location>", text), text
-    rc, out = configure(srv, global_conf="Include %s" % os.path.abspath(conf))
+    active = [l for l in text.splitlines() if not l.lstrip().startswith("#")]
+    assert not any("authn-hmac-status" in l for l in active), active
+    assert not any("Require local" in l for l in active), active
+    example = re.search(r"#<Location /authn-hmac-status>\s*#\s*SetHandler authn-hmac-status"
+                        r"\s*#\s*Require ip 192\.0\.2\.10\s*#</Location>", text)
+    assert example, text
+    # A server with the shipped file and nothing else: no counters.
+    srv.global_conf = "Include %s" % os.path.abspath(SHIPPED)
+    srv.body = hmac_location("/a/", srv.path("a.htpasswd"), "a")
+    plain = srv.config_text()
+    assert HARNESS_STATUS in plain
+    with open(srv.conf, "w") as f:
+        f.write(plain.replace(HARNESS_STATUS, ""))
+    rc, out = srv.configtest()
     assert rc == 0, out
+    srv.start()
+    assert srv.status_code("/authn-hmac-status") == 404
+    assert srv.status_code("/authn-hmac-status?json") == 404
+    srv.stop()
+    # The example uncommented: a local client is not the scraper.
+    enabled = text.replace(example.group(0), re.sub(r"(?m)^(\s*)#", r"\1",
+                                                    example.group(0)))
+    with open(srv.path("shipped.conf"), "w") as f:
+        f.write(enabled)
+    srv.global_conf = "Include %s" % srv.path("shipped.conf")
+    with open(srv.conf, "w") as f:
+        f.write(srv.config_text().replace(HARNESS_STATUS, ""))
+    rc, out = srv.configtest()
+    assert rc == 0, out
+    srv.start()
+    assert srv.status_code("/authn-hmac-status") == 403

@@ -130,6 +130,12 @@ DocumentRoot "{w}/htdocs"
     Require all granted
 </Directory>
 {private}"""
+# The shipped conf's commented example, for this host as the scraper.
+STATUS = """<Location /authn-hmac-status>
+    SetHandler authn-hmac-status
+    Require ip 127.0.0.1
+</Location>
+"""
 
 
 class SystemApache:
@@ -145,16 +151,21 @@ class SystemApache:
         self.port = free_port()
         user, group = run_user()
         self.conf = os.path.join(self.dir, "apache2.conf")
-        with open(self.conf, "w") as f:
-            private = hmac_location("/private/", self.dir + "/users.htpasswd", "deb")
-            f.write(CONF.format(port=self.port, w=self.dir, user=user, group=group,
-                                private=private))
+        self.user, self.group = user, group
+        self.write_conf()
         # What Debian's /etc/apache2/envvars sets, for mods-enabled/*.conf.
         self.env = dict(os.environ, APACHE_RUN_USER=user, APACHE_RUN_GROUP=group,
                         APACHE_RUN_DIR=self.path("run"), APACHE_LOCK_DIR=self.path("run"),
                         APACHE_PID_FILE=self.path("run", "apache2.pid"),
                         APACHE_LOG_DIR=self.path("logs"))
         self.started = False
+
+    def write_conf(self, more=""):
+        """The server's configuration, with more (sections) at its end."""
+        with open(self.conf, "w") as f:
+            private = hmac_location("/private/", self.dir + "/users.htpasswd", "deb")
+            f.write(CONF.format(port=self.port, w=self.dir, user=self.user, group=self.group,
+                                private=private) + more)
 
     def path(self, *p):
         return os.path.join(self.dir, *p)
@@ -303,8 +314,19 @@ def test_package_builds_installs_serves_and_purges():
                 for _ in range(2):  # verified, then from the cache
                     assert srv.get("/private/", "debian", "packaged secret") == \
                         (200, "private page\n")
-                # The shipped authn_hmac.conf is in force: its status page
-                # answers, and counts the second login as a hit...
+                # The shipped authn_hmac.conf is in force, and serves no
+                # counters: a local client may be anyone behind a proxy.
+                code, body = srv.get("/authn-hmac-status?json")
+                assert code == 404, (code, body)
+                # Enabled as its example says, for the scraper's address
+                # (here, this host): the status page counts the second
+                # login as a hit...
+                srv.stop()
+                srv.write_conf(STATUS)
+                srv.start()
+                for _ in range(2):
+                    assert srv.get("/private/", "debian", "packaged secret") == \
+                        (200, "private page\n")
                 code, body = srv.get("/authn-hmac-status?json")
                 assert code == 200, (code, body)
                 assert json.loads(body)["hits"] >= 1, body

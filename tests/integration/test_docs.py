@@ -39,3 +39,21 @@ def test_every_log_tag_is_used_once_and_listed():
     ops = read("docs", "operations.md")
     listed = set(re.findall(r"^\| `(AHMAC\d{4})` \|", ops, re.M))
     assert listed == set(used), set(used) ^ listed
+
+
+def test_no_status_page_example_admits_local_clients():
+    """Every example of the status page, shipped or documented, lets in a
+    scraper's address, never `Require local`: behind a reverse proxy on the
+    same host every client is local, and the counters tell unknown names
+    from wrong passwords."""
+    files = [os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(TOP, "docs")))]
+    files += ["README.md", os.path.join("conf", "authn_hmac.conf"),
+              os.path.join("conf", "mediawiki-vhost.conf.example")]
+    seen = 0
+    for name in files:
+        for block in re.findall(r"<Location /authn-hmac-status>(.*?)</Location>",
+                                read(name), re.S):
+            seen += 1
+            assert "Require local" not in block, (name, block)
+            assert re.search(r"Require ip ", block), (name, block)
+    assert seen >= 6, seen

@@ -149,11 +149,11 @@ def test_redis_holds_only_macs_times_and_tags(farm):
     assert keys
     for k in keys:
         if k.startswith("authn_hmac:f:"):
-            # A verification's marker: running, or its tagged result, for
-            # seconds.
+            # A verification's marker: running (its claim's random token),
+            # or its tagged result, for seconds.
             assert re.fullmatch(r"authn_hmac:f:[0-9a-f]{64}", k), k
-            assert re.fullmatch(r"R|F[01]:[0-9a-f]{16}:[0-9a-f]{64}",
-                                redis.cli("GET", k) or "R")
+            assert re.fullmatch(r"R[0-9a-f]{32}|F[01]:[0-9a-f]{16}:[0-9a-f]{64}",
+                                redis.cli("GET", k) or "R" + "0" * 32)
             assert int(redis.cli("PTTL", k)) <= 30000
             continue
         assert re.fullmatch(r"authn_hmac:[0-9a-f]{64}", k), k
@@ -273,6 +273,70 @@ def finish(srv, *extra_expected):
     assert not problems, "\n".join(problems)
 
 
+def running_marker(redis):
+    """The farm marker of a verification under way: (key, value)."""
+    for k in redis.cli("--scan", "--pattern", "authn_hmac:f:*").split():
+        v = redis.cli("GET", k)
+        if re.fullmatch(r"R([0-9a-f]{32})?", v):
+            return k, v
+    return None, None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(VALGRIND), reason="races a bcrypt against the marker's hold")
+@pytest.mark.parametrize("password", ["right", "wrong"])
+def test_a_late_runner_leaves_another_servers_marker_alone(shared, password):
+    """A server whose verification outlasted its marker's hold (the marker
+    expired, and another server claimed the credential since) neither
+    overwrites the new owner's marker with its result (the right password)
+    nor deletes it (a wrong one, in a section that keeps no refusal, has no
+    result to share): the other server's waiters would run bcrypt too."""
+    redis = Redis().start()
+    # One turn and no backlog: once a quick verification has made the
+    # usual time 10 ms, the marker is held about 2 s, and a cost-16 bcrypt
+    # takes 3 s or more.
+    srv = farm_server(shared, redis, name="late", extra="AuthHMACMaxVerifications 1\n"
+                      "AuthHMACVerifyBacklog 0\nAuthHMACNegativeTTL 0")
+    htpasswd(shared.users, "quick", "quick pass", cost=4)
+    htpasswd(shared.users, "slow", "slow farm pass", cost=16)
+    sent = "slow farm pass" if password == "right" else "slow farm guess"
+    answer = {}
+
+    def login():
+        answer["code"] = srv.status_code("/w/", "slow", sent)
+        answer["at"] = time.monotonic()
+
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "quick", "quick pass") == 200
+        t = threading.Thread(target=login)
+        t.start()
+        key = None
+        for _ in range(500):
+            key, claim = running_marker(redis)
+            if key or "code" in answer:
+                break
+            time.sleep(0.01)
+        assert key, "no marker while the slow verification ran"
+        # The marker expires while the runner still verifies...
+        while redis.cli("GET", key) == claim and "code" not in answer:
+            time.sleep(0.01)
+        assert "code" not in answer, "the verification was not late: no test"
+        # ... and another server claims the credential, as a server does.
+        other = "R" + os.urandom(16).hex()
+        assert redis.cli("SET", key, other, "NX", "PX", "60000") == "OK"
+        claimed = time.monotonic()
+        t.join()
+        assert answer["at"] > claimed, "the verification was not late: no test"
+        assert answer["code"] == (200 if password == "right" else 401), answer
+        assert redis.cli("GET", key) == other, (redis.cli("GET", key), other)
+        st = srv.status()
+        assert st["redis_errors"] == 0 and st["verifications"] == 2, st
+    finally:
+        finish(srv)
+        redis.cleanup()
+
+
 @pytest.mark.slow
 def test_hits_on_one_server_keep_the_entry_alive_for_the_farm(shared):
     """Under a 3-second idle timeout, hits on A extend the entry in Redis
@@ -307,7 +371,10 @@ def test_hits_on_one_server_keep_the_entry_alive_for_the_farm(shared):
 @pytest.mark.parametrize("kind", ["acl-user", "unix-socket"])
 def test_acl_user_and_unix_socket(shared, kind):
     if kind == "acl-user":
-        redis = Redis(password="default-user-pass", acl_user=("app", "app-user-pass")).start()
+        # The ACL docs/security.md gives: the module's keys, and the
+        # commands it sends (EVAL for the farm marker's result).
+        redis = Redis(password="default-user-pass", acl_user=("app", "app-user-pass"),
+                      acl_rules="~authn_hmac:* -@all +get +set +del +eval").start()
         srv = farm_server(shared, redis, auth=False,
                           extra="AuthHMACCacheSize 0\nAuthHMACRedisAuthFile %s" %
                           redis.auth_file(os.path.join(shared.dir, "auth"),

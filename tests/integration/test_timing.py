@@ -21,10 +21,10 @@ ROUNDS = 30
 LOCKED = ("carol", "dave")  # "carol:" and "dave:!"
 
 
-def timing_server(name, redis=None, proxy=None):
+def timing_server(name, redis=None, proxy=None, cost=COST):
     srv = Httpd(mpm="event", name=name)
     users = srv.path("users")
-    htpasswd(users, "alice", "alice's real pass", cost=COST, create=True)
+    htpasswd(users, "alice", "alice's real pass", cost=cost, create=True)
     with open(users, "a") as f:
         f.write("carol:\ndave:!\n")
     lines = []
@@ -60,16 +60,16 @@ def timed(srv, user, password):
     return dt
 
 
-def first_tries(srv, tag):
+def first_tries(srv, tag, rounds=ROUNDS):
     """Medians of first tries: a known user's wrong passwords, unknown
     names, and each locked user's, in turns."""
-    t = {"known": [], "unknown": [], "carol": [], "dave": []}
-    for i in range(ROUNDS):
+    users = {"known": "alice", "carol": "carol", "dave": "dave", "unknown": None}
+    order = list(users)
+    t = {k: [] for k in order}
+    for i in range(rounds):
         pw = "first %s %d" % (tag, i)
-        t["known"].append(timed(srv, "alice", pw))
-        t["unknown"].append(timed(srv, "nobody-%s-%d" % (tag, i), pw))
-        for u in LOCKED:
-            t[u].append(timed(srv, u, pw))
+        for k in order[i % 4:] + order[:i % 4]:  # each round starts further on
+            t[k].append(timed(srv, users[k] or "nobody-%s-%d" % (tag, i), pw))
     return {k: statistics.median(v) for k, v in t.items()}
 
 
@@ -141,7 +141,11 @@ def monitor(redis, action):
 def remote():
     redis = Redis().start()
     proxy = DelayProxy(redis.port, delay=0.001).start()
-    srv = timing_server("timing-redis", redis, proxy).start()
+    # NB: cost 4 (about 1 ms): the 1 ms bound is then not lost in the noise
+    # of a bcrypt on a loaded machine (cost 8 once measured 31.2 ms against
+    # 25.5 at a load average of 50), and the 6 ms the Redis calls took still
+    # stands out.
+    srv = timing_server("timing-redis", redis, proxy, cost=4).start()
     yield srv, redis
     srv.stop()
     problems = srv.log_problems()
@@ -164,7 +168,7 @@ def test_first_tries_make_the_same_redis_commands(remote):
     for user in ("nobody-monitored", "carol", "dave"):
         seen = monitor(redis, lambda u=user: timed(srv, u, "monitored guess"))
         assert seen == known, (user, seen, known)
-    m = first_tries(srv, "redis")
+    m = first_tries(srv, "redis", rounds=60)
     show("first tries, Redis 1 ms away", m)
     for k in ("unknown", "carol", "dave"):
         assert abs(m[k] - m["known"]) < 0.001, (k, m)

@@ -186,16 +186,16 @@ static void test_userfile_follows_file(apr_pool_t *p)
     CHECK(authn_hmac_userfile_lookup(uf, "zed", &hash, &len, note_bad, &bad,
                                      p) == APR_NOTFOUND &&
           hash && len == 4);
-    /* Locked lines: the typical hash, and APR_EACCES. */
+    /* Locked lines: the typical hash, and AUTHN_HMAC_LOCKED. */
     write_text(path, "alice:AAAA\nbob:BBBB\ncarol:\ndave:!BBBB\neve:*\n");
     CHECK(authn_hmac_userfile_lookup(uf, "carol", &hash, &len, note_bad, &bad,
-                                     p) == APR_EACCES &&
+                                     p) == AUTHN_HMAC_LOCKED &&
           (strcmp(hash, "AAAA") == 0 || strcmp(hash, "BBBB") == 0));
     CHECK(authn_hmac_userfile_lookup(uf, "dave", &hash, &len, note_bad, &bad,
-                                     p) == APR_EACCES &&
+                                     p) == AUTHN_HMAC_LOCKED &&
           (strcmp(hash, "AAAA") == 0 || strcmp(hash, "BBBB") == 0));
     CHECK(authn_hmac_userfile_lookup(uf, "eve", &hash, &len, note_bad, &bad,
-                                     p) == APR_EACCES);
+                                     p) == AUTHN_HMAC_LOCKED);
     CHECK(bad.n == 1); /* carol's line is reported */
     memset(&bad, 0, sizeof(bad));
     write_text(path, "alice:AAAA\nbob:BBBB\n");

@@ -4,6 +4,7 @@
 #include "unit.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <apr_strings.h>
 #include <hiredis/hiredis.h>
 
 #define SEC(n) apr_time_from_sec(n)
@@ -464,6 +466,15 @@ static void test_flight_interpret(apr_pool_t *p)
     authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw2", 3, "h", 1, key2);
     CHECK(authn_hmac_flight_interpret(m, key, "R", 1, now) ==
           AUTHN_HMAC_FARM_RUNNING);
+    strcpy(v, "R0123456789abcdef0123456789abcdef");
+    CHECK(authn_hmac_flight_interpret(m, key, v, 33, now) ==
+          AUTHN_HMAC_FARM_RUNNING);
+    /* A claim is "R" and 32 lowercase hex digits, or a bare "R". */
+    CHECK(authn_hmac_flight_interpret(m, key, v, 32, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    v[5] = 'A';
+    CHECK(authn_hmac_flight_interpret(m, key, v, 33, now) ==
+          AUTHN_HMAC_FARM_FORGED);
     n = flight_value(m, key, '1', now + SEC(2), v);
     CHECK(authn_hmac_flight_interpret(m, key, v, n, now) ==
           AUTHN_HMAC_FARM_GRANTED);
@@ -493,6 +504,158 @@ static void test_flight_interpret(apr_pool_t *p)
           AUTHN_HMAC_FARM_FORGED);
 }
 
+/* A server on the other end of a socket pair that answers one command with
+ * `reply` and tells the test what it was sent, through a pipe. */
+typedef struct {
+    pid_t pid;
+    int sock, told;
+    authn_hmac_redis_conn_t *c;
+} one_server;
+
+static void one_start(one_server *s, const char *reply)
+{
+    int sv[2], pp[2];
+
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    CHECK(pipe(pp) == 0);
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+    s->pid = fork();
+    if (s->pid == 0) {
+        char cmd[8192];
+        size_t n = 0;
+        ssize_t got;
+        struct pollfd pfd = {sv[1], POLLIN, 0};
+
+        close(pp[0]);
+        /* The command: what arrives until the sender pauses. */
+        while (n < sizeof(cmd) && poll(&pfd, 1, n ? 100 : 5000) == 1 &&
+               (got = read(sv[1], cmd + n, sizeof(cmd) - n)) > 0)
+            n += (size_t)got;
+        (void)!write(pp[1], cmd, n);
+        close(pp[1]);
+        (void)!write(sv[1], reply, strlen(reply));
+        pause();
+        _exit(0);
+    }
+    close(pp[1]);
+    s->sock = sv[1];
+    s->told = pp[0];
+    s->c = authn_hmac_redis_conn_wrap(sv[0]);
+}
+
+/* The arguments of the one command the server was sent ("" after the
+ * last; NULL if it was not one well-formed command). */
+static const char **one_end(one_server *s, apr_pool_t *p)
+{
+    char buf[8192], *b = buf, *end;
+    size_t n = 0;
+    ssize_t got;
+    const char **argv = NULL;
+    long argc, i;
+
+    while (n < sizeof(buf) - 1 &&
+           (got = read(s->told, buf + n, sizeof(buf) - 1 - n)) > 0)
+        n += (size_t)got;
+    buf[n] = '\0';
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    authn_hmac_redis_close(s->c);
+    close(s->sock);
+    close(s->told);
+    if (*b++ != '*' || (argc = strtol(b, &end, 10)) <= 0 || argc > 16)
+        return NULL;
+    argv = apr_pcalloc(p, sizeof(*argv) * (size_t)(argc + 1));
+    b = end + 2;
+    for (i = 0; i < argc; i++) {
+        long len;
+
+        if (*b++ != '$' || (len = strtol(b, &end, 10)) < 0 ||
+            end + 2 + len + 2 > buf + n)
+            return NULL;
+        argv[i] = apr_pstrndup(p, end + 2, (apr_size_t)len);
+        b = end + 2 + len + 2;
+    }
+    argv[argc] = "";
+    return b == buf + n ? argv : NULL;
+}
+
+static int is_token(const char *t)
+{
+    size_t i;
+
+    if (strlen(t) != AUTHN_HMAC_FLIGHT_TOKEN_LEN || t[0] != 'R')
+        return 0;
+    for (i = 1; t[i]; i++)
+        if (!strchr("0123456789abcdef", t[i]))
+            return 0;
+    return 1;
+}
+
+/* A claim is one SET NX of "R" and a new random token, which the runner
+ * keeps; its result, whatever it is, one EVAL of the compare-and-set
+ * script with that token, so that a late runner neither deletes nor
+ * overwrites a marker another server claimed since (the script itself runs
+ * in test_redis.py). A marker that is no longer ours is no error. */
+static void test_flight_marker_has_an_owner(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 1);
+    authn_hmac_redis_conf_t conf;
+    unsigned char key[32];
+    char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1], first[sizeof(token)];
+    apr_time_t now = SEC(1700000000), dl;
+    const char **a, *why = "";
+    one_server s;
+    int won = 0, result;
+
+    memset(&conf, 0, sizeof(conf));
+    conf.prefix = "authn_hmac:";
+    authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw", 2, "h", 1, key);
+    dl = authn_hmac_monotonic() + SEC(5);
+    one_start(&s, "+OK\r\n");
+    CHECK(authn_hmac_redis_flight_claim(s.c, &conf, m, key, SEC(2), dl, token,
+                                        &won, &why, p) == AUTHN_HMAC_REDIS_OK &&
+          won);
+    a = one_end(&s, p);
+    CHECK(a && !strcmp(a[0], "SET") && !strncmp(a[1], "authn_hmac:f:", 13) &&
+          is_token(a[2]) && !strcmp(a[2], token) && !strcmp(a[3], "NX") &&
+          !strcmp(a[4], "PX") && !strcmp(a[5], "2001") && !*a[6]);
+    CHECK(authn_hmac_flight_interpret(m, key, token, strlen(token), now) ==
+          AUTHN_HMAC_FARM_RUNNING);
+    strcpy(first, token);
+    one_start(&s, "$-1\r\n"); /* another server holds it */
+    CHECK(authn_hmac_redis_flight_claim(s.c, &conf, m, key, SEC(2), dl, token,
+                                        &won, &why, p) == AUTHN_HMAC_REDIS_OK &&
+          !won);
+    a = one_end(&s, p);
+    CHECK(a && is_token(a[2]) && strcmp(a[2], first) != 0);
+
+    for (result = -1; result <= 1; result++) {
+        one_start(&s, result ? ":1\r\n" : ":0\r\n"); /* :0: not ours */
+        CHECK(authn_hmac_redis_flight_result(s.c, &conf, m, key, first, result,
+                                             now, SEC(2), dl, &why,
+                                             p) == AUTHN_HMAC_REDIS_OK);
+        a = one_end(&s, p);
+        CHECK(a && !strcmp(a[0], "EVAL") && strstr(a[1], "ARGV[1]") &&
+              !strcmp(a[2], "1") && !strncmp(a[3], "authn_hmac:f:", 13) &&
+              !strcmp(a[4], first) && !strcmp(a[6], "2001") && !*a[7]);
+        if (!a)
+            continue;
+        if (result < 0)
+            CHECK(!*a[5]); /* no result: delete */
+        else
+            CHECK(
+                authn_hmac_flight_interpret(m, key, a[5], strlen(a[5]), now) ==
+                (result ? AUTHN_HMAC_FARM_GRANTED : AUTHN_HMAC_FARM_REFUSED));
+    }
+    /* A Redis that refuses scripts (an ACL without EVAL): an error. */
+    one_start(&s, "-NOPERM no permissions to run the 'eval' command\r\n");
+    CHECK(authn_hmac_redis_flight_result(s.c, &conf, m, key, first, 1, now,
+                                         SEC(2), dl, &why,
+                                         p) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(strstr(why, "NOPERM") != NULL);
+    (void)one_end(&s, p);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -501,6 +664,7 @@ int main(void)
     RUN(test_parse_auth, p);
     RUN(test_interpret, p);
     RUN(test_flight_interpret, p);
+    RUN(test_flight_marker_has_an_owner, p);
     RUN(test_huge_array_refused, p);
     RUN(test_reply_size_cap, p);
     RUN(test_trickle_deadline, p);

@@ -14,13 +14,14 @@ class Redis:
     password and optionally an ACL user, and no persistence."""
 
     def __init__(self, password="redis-test-secret", acl_user=None, unix=False, extra=(),
-                 binary="redis-server"):
+                 binary="redis-server", acl_rules="~* +@all"):
         self.binary = binary
         self.dir = tempfile.mkdtemp(prefix="authn_hmac_redis_")
         os.chmod(self.dir, 0o755)
         self.port = free_port()
         self.password = password
         self.acl_user = acl_user  # (name, password)
+        self.acl_rules = acl_rules  # the ACL user's keys and commands
         self.socket = os.path.join(self.dir, "redis.sock") if unix else None
         self.extra = list(extra)  # more redis.conf lines
         self.proc = None
@@ -38,7 +39,7 @@ class Redis:
         if self.password:
             conf.append("requirepass \"%s\"" % self.password)
         if self.acl_user:
-            conf.append("user %s on >%s ~* +@all" % self.acl_user)
+            conf.append("user %s on >%s %s" % (self.acl_user + (self.acl_rules,)))
         conf += self.extra
         with open(os.path.join(self.dir, "redis.conf"), "w") as f:
             f.write("\n".join(conf) + "\n")
