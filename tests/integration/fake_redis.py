@@ -79,9 +79,10 @@ class FakeRedis:
             # What the previous format held (a bare time): enough, before,
             # for a grant of any password.
             b"%d" % int(time.time() * 1e6),
-            # A well-formed value with entries and a tag of random bytes.
-            b"3:" + os.urandom(48).hex().encode() + b":" + os.urandom(32).hex().encode(),
-            b"3:" + os.urandom(48).hex().encode() + b":" + os.urandom(48).hex().encode()
+            # A well-formed value of the current version (4) with entries
+            # and a tag of random bytes.
+            b"4:" + os.urandom(48).hex().encode() + b":" + os.urandom(32).hex().encode(),
+            b"4:" + os.urandom(48).hex().encode() + b":" + os.urandom(48).hex().encode()
             + b":" + os.urandom(32).hex().encode(),
         ]
         # A real value written for another user, replayed under this key.

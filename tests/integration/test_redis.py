@@ -157,9 +157,11 @@ def test_redis_holds_only_macs_times_and_tags(farm):
             assert int(redis.cli("PTTL", k)) <= 30000
             continue
         assert re.fullmatch(r"authn_hmac:[0-9a-f]{64}", k), k
-        # Version 3, one or two entries (MAC, stored, expires), their tag.
-        assert re.fullmatch(r"3(:[0-9a-f]{96}){1,2}:[0-9a-f]{64}", redis.cli("GET", k))
-        assert 0 < int(redis.cli("PTTL", k)) <= 300000
+        # Version 4, one or two entries (MAC, verified, last used), their
+        # tag; kept until the newest verification is the max age old (the
+        # default, 8 hours): each section applies its own idle timeout.
+        assert re.fullmatch(r"4(:[0-9a-f]{96}){1,2}:[0-9a-f]{64}", redis.cli("GET", k))
+        assert 0 < int(redis.cli("PTTL", k)) <= 8 * 3600 * 1000
     dump = " ".join(keys + [redis.cli("GET", k) for k in keys])
     for secret in ("mac", "mac only pass", "alice", "$2y$"):
         assert secret not in dump.replace("authn_hmac:", "")

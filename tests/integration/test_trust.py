@@ -123,7 +123,7 @@ def test_whoever_answers_for_redis_cannot_grant(site):
         st = srv.status()
         assert st["redis_forged"] >= forgeries, st
         assert st["redis_hits"] == 0
-        assert all(re.fullmatch(rb"3:[0-9a-f]{96}:[0-9a-f]{64}", v) for _, v in entries)
+        assert all(re.fullmatch(rb"4:[0-9a-f]{96}:[0-9a-f]{64}", v) for _, v in entries)
         # The forged answers left nothing behind: with the impostor gone,
         # wrong passwords are still refused and right ones still work.
         fake.stop()
