@@ -422,11 +422,12 @@ int authn_hmac_table_lookup(authn_hmac_table_t *t,
                             apr_time_t *used);
 
 /* After a hit at now on key, last used at *used: if half of ttl or more
- * has passed since, makes now its last use, under the writers' mutex if it
- * is free at once (a refresh is best effort: a busy mutex skips it), and
- * returns 1 with *used = now (counted as a refresh). Else returns 0,
- * having taken no lock: an entry is written at most once per half TTL of
- * the section that asks. */
+ * has passed since, makes now its last use by compare-and-swap (no lock:
+ * it never waits for the writers' mutex, nor is it skipped while another
+ * process holds it), and returns 1 with *used = now (counted as a
+ * refresh); of concurrent hits, one does. Else returns 0, having written
+ * nothing: an entry is written at most once per half TTL of the section
+ * that asks. */
 int authn_hmac_table_refresh(authn_hmac_table_t *t,
                              const unsigned char key[AUTHN_HMAC_KEY_LEN],
                              const unsigned char uid[AUTHN_HMAC_KEY_LEN],

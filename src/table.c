@@ -4,8 +4,9 @@
  * set is a line of its slots' user words, then the slots.
  * Readers never lock: each slot carries a sequence counter (a seqlock), so a
  * lookup reads a consistent copy or retries. Writers are rare (one per
- * successful bcrypt, and one per entry per half TTL to extend the idle
- * timeout of an entry in use) and serialize on a global mutex. Entries hold
+ * successful bcrypt) and serialize on a global mutex; a hit on an entry in
+ * use moves its last use forward, once per half TTL, by compare-and-swap
+ * of that one word, without the mutex. Entries hold
  * only a MAC, a keyed user id and two times: no user, password or hash.
  * The times are when the credential was verified and when it was last
  * used, not an expiry made for one TTL: each section applies its own idle
@@ -452,34 +453,41 @@ int authn_hmac_table_refresh(authn_hmac_table_t *t,
 {
     region_t *r = &t->region[POSITIVE];
     slot_t *set;
-    int i, done = 0;
+    int i;
 
-    /* NB: the common hit ends here, on what the lookup read: no lock. A
-     * refresh is best effort (a skipped one leaves the entry as it was,
-     * and the next hit tries again): it never waits for the writers'
-     * mutex, which the verification queue's bookkeeping holds too. */
-    if (r->nsets == 0 || !refresh_due(*used, now, ttl) ||
-        (t->mutex && apr_global_mutex_trylock(t->mutex) != APR_SUCCESS))
+    /* NB: the common hit ends here, on what the lookup read: no write. */
+    if (r->nsets == 0 || !refresh_due(*used, now, ttl))
         return 0;
-    /* Under the mutex, the slot as it is now: of concurrent hits, the
-     * first refreshes it and the others find nothing left to do. */
+    /* NB: no lock either: the writers' mutex is the verification queue's
+     * too, and a refresh must neither wait for it (a flood of misses would
+     * hold up the hits) nor be skipped (a skipped refresh can let an entry
+     * in use reach its idle timeout). The last use is one word, moved
+     * forward by compare-and-swap from the value read in a consistent copy
+     * of the slot: of concurrent hits, one moves it and the others find it
+     * moved. A writer that rewrites the slot meanwhile writes the word too
+     * (under the sequence), and the swap then fails, unless the new entry
+     * was stored with the very same microsecond, which it then only
+     * carries forward to now. Readers take either value, both true. */
     set = set_for(r, user_word(uid))->slot;
-    for (i = 0; i < WAYS && !done; i++) {
-        slot_t *s = &set[i];
+    for (i = 0; i < WAYS; i++) {
+        slot_t *s = &set[i], copy;
+        int64_t seen;
 
-        if (slot_torn(s) || !s->verified ||
-            CRYPTO_memcmp(s->key, key, AUTHN_HMAC_KEY_LEN) != 0 ||
-            !live(r, s, now, ttl, max_age) || !refresh_due(s->used, now, ttl))
+        if (!slot_read(s, &copy) || !copy.verified ||
+            CRYPTO_memcmp(copy.key, key, AUTHN_HMAC_KEY_LEN) != 0 ||
+            !live(r, &copy, now, ttl, max_age) ||
+            !refresh_due(copy.used, now, ttl))
             continue;
-        slot_write(s, key, s->user, s->verified, now);
+        seen = copy.used;
+        explicit_bzero(&copy, sizeof(copy));
+        if (!__atomic_compare_exchange_n(&s->used, &seen, (int64_t)now, 0,
+                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+            return 0;
         *used = now;
-        done = 1;
-    }
-    if (t->mutex)
-        apr_global_mutex_unlock(t->mutex);
-    if (done)
         authn_hmac_table_count(t, AUTHN_HMAC_C_REFRESHES, 1);
-    return done;
+        return 1;
+    }
+    return 0;
 }
 
 apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
