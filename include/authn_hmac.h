@@ -219,7 +219,8 @@ int authn_hmac_entries_find(const authn_hmac_entries_t *es,
 
 /* Makes key, verified and last used at those times (or later, if es has
  * later ones for it), the first entry of es, keeping the most recently
- * used other one, up to PER_USER in all. */
+ * used other one, up to PER_USER in all. used is the caller's now: times
+ * in es more than the clock skew allowed ahead of it are dropped. */
 void authn_hmac_entries_add(authn_hmac_entries_t *es,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             apr_time_t verified, apr_time_t used);

@@ -846,6 +846,15 @@ void authn_hmac_entries_add(authn_hmac_entries_t *es,
     memcpy(es->e[0].mac, key, AUTHN_HMAC_KEY_LEN);
     es->e[0].verified = verified;
     es->e[0].used = used;
+    /* NB: used is now, for the callers: times more than the skew allowed
+     * ahead of it come from a clock that is wrong. Kept, they would make
+     * the entry unreadable (entries_find does not trust them) until that
+     * time came, whoever verified it again; so they are dropped. */
+    for (i = 0, j = 0; i < old.n; i++)
+        if (old.e[i].verified <= used + CLOCK_SKEW_USEC &&
+            old.e[i].used <= used + CLOCK_SKEW_USEC)
+            old.e[j++] = old.e[i];
+    old.n = j;
     for (i = 0; i < old.n; i++)
         if (CRYPTO_memcmp(old.e[i].mac, key, AUTHN_HMAC_KEY_LEN) == 0) {
             if (old.e[i].verified > es->e[0].verified)

@@ -476,6 +476,17 @@ static void test_entries_idle_timeout(apr_pool_t *p)
                            now + apr_time_from_sec(60));
     CHECK(!authn_hmac_entries_find(&es, k, now, apr_time_from_sec(60),
                                    apr_time_from_sec(3600), &vt, &ut));
+    /* Verified again here, with this clock: the times from that clock
+     * are not kept (the entry would stay unreadable until they came; found
+     * by review), for this key or another. */
+    es.e[1] = es.e[0];
+    es.e[1].mac[0] ^= 1;
+    es.n = 2;
+    authn_hmac_entries_add(&es, k, now, now);
+    CHECK(es.n == 1);
+    CHECK(authn_hmac_entries_find(&es, k, now, apr_time_from_sec(60),
+                                  apr_time_from_sec(3600), &vt, &ut) &&
+          vt == now && ut == now);
 }
 
 /* A user keeps its most recently used entries only: a third replaces the
