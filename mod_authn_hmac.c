@@ -46,6 +46,7 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define D_RDB      "AuthHMACRedisDatabase"
 #define D_MAXVER   "AuthHMACMaxVerifications"
 #define D_BACKLOG  "AuthHMACVerifyBacklog"
+#define D_SSTATUS  "AuthHMACServerStatus"
 
 #define MUTEX_TYPE     "authn-hmac-shm"
 #define NOTE           "authn-hmac"
@@ -112,6 +113,7 @@ static struct {
     authn_hmac_engine_t engine;          /* per child */
     int max_verifications;               /* 0: the number of cores */
     int backlog;                         /* -1: 4 per verification */
+    int server_status; /* the counters in mod_status's server-status */
 } g;
 
 /* ------------------------------------------------------------ directives */
@@ -378,6 +380,17 @@ static const char *set_global_int(cmd_parms *cmd, void *dc, const char *arg)
     return NULL;
 }
 
+static const char *set_server_status(cmd_parms *cmd, void *dc, int on)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+
+    (void)dc;
+    if (err)
+        return err;
+    g.server_status = on;
+    return NULL;
+}
+
 static const char *set_redis_prefix(cmd_parms *cmd, void *dc, const char *arg)
 {
     const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
@@ -417,8 +430,9 @@ static const command_rec cmds[] = {
     AP_INIT_FLAG(D_HIDE, ap_set_flag_slot,
                  (void *)APR_OFFSETOF(dir_conf, hide_unknown),
                  RSRC_CONF | ACCESS_CONF,
-                 "On (default): an unknown user costs a verification, as a "
-                 "known one does, so that timing does not tell names"),
+                 "On (default): an unknown or locked user costs what a "
+                 "known user's wrong password does, so that timing does not "
+                 "tell names"),
     AP_INIT_TAKE1(
         D_PEPPER, set_pepper, NULL, RSRC_CONF,
         "file holding the secret pepper (default: random, kept until httpd "
@@ -441,6 +455,10 @@ static const command_rec cmds[] = {
                   "(default: 4 per " D_MAXVER ")"),
     AP_INIT_TAKE1(D_RDB, set_global_int, &redis_db_spec, RSRC_CONF,
                   "Redis database number (default 0)"),
+    AP_INIT_FLAG(D_SSTATUS, set_server_status, NULL, RSRC_CONF,
+                 "On: mod_status's server-status shows the counters too "
+                 "(default Off: they tell unknown names from wrong passwords "
+                 "to whoever may read it)"),
     {NULL, {NULL}, NULL, 0, RAW_ARGS, NULL}};
 
 /* ----------------------------------------------------------------- hooks */
@@ -950,7 +968,10 @@ static int status_handler(request_rec *r)
  * ?notable), lines in ?auto. */
 static int status_hook(request_rec *r, int flags)
 {
-    if (!g.table)
+    /* NB: only when asked for. Debian enables mod_status for every local
+     * client, and behind a reverse proxy on the same host every client is
+     * local: unknown_user moving would tell names apart. */
+    if (!g.table || !g.server_status)
         return OK;
     if (flags & AP_STATUS_SHORT)
         ap_rputs(status_text(AUTHN_HMAC_FMT_AUTO, r->pool), r);

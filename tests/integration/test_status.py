@@ -20,7 +20,16 @@ ExtendedStatus On
 
 @pytest.fixture(scope="module", params=MPMS)
 def srv(request):
-    s = make_server(request.param, global_conf=STATUS.format(moddir=S["moddir"]))
+    s = make_server(request.param, global_conf=STATUS.format(moddir=S["moddir"]) +
+                    "AuthHMACServerStatus On\n")
+    yield from serve(s)
+
+
+@pytest.fixture(scope="module")
+def plain_status():
+    """mod_status as Debian enables it (every local client), and nothing of
+    the module's said about it."""
+    s = make_server("event", global_conf=STATUS.format(moddir=S["moddir"]))
     yield from serve(s)
 
 
@@ -96,3 +105,17 @@ def test_server_status_auto_and_page_match_json(srv):
                  for m in re.finditer(r"^(\w+): (\d+)$",
                                       notable.split("<h2>mod_authn_hmac</h2>")[1], re.M))
     assert set(lines) == set(js) and same(lines, js), (lines, js)
+
+
+def test_server_status_shows_no_counters_unless_asked(plain_status):
+    """Debian enables mod_status for every local client, and behind a
+    reverse proxy on the same host every client is local: unknown_user
+    moving told an unknown name from a wrong password. The counters are in
+    server-status only with AuthHMACServerStatus On."""
+    traffic(plain_status)
+    _, auto = get(plain_status, "/server-status?auto")
+    assert re.search(r"^Total Accesses: \d+", auto, re.M), auto
+    assert "authn_hmac" not in auto, auto
+    _, page = get(plain_status, "/server-status")
+    assert "mod_authn_hmac" not in page and "unknown_user" not in page
+    assert plain_status.status()["hits"] >= 2  # the module's own handler still
