@@ -157,6 +157,17 @@ def entry_keys(redis):
                if not k.startswith("authn_hmac:f:"))
 
 
+def verified_on_a(farm, user):
+    """A new user logs in on A under /long/: the Redis key that wrote."""
+    shared, redis, a, _ = farm
+    htpasswd(shared.users, user, PW, cost=4)
+    keys = entry_keys(redis)
+    assert a.status_code("/long/", user, PW) == 200
+    new = entry_keys(redis) - keys
+    assert len(new) == 1, new
+    return new.pop()
+
+
 def test_one_redis_entry_serves_both_ttls_across_the_farm(farm):
     """Verified on A under 300 s, the Redis entry is a hit on B under 60 s
     (it was refused there as expiring too far out), and B's turns between
@@ -176,13 +187,8 @@ def test_redis_entry_lives_for_the_max_age_of_the_section_that_stored_it(farm):
     """Its key's PX runs to the verification plus the storing section's max
     age (1 h under /long/), not to one section's idle timeout: a section of
     a longer TTL than the writer's must still find it."""
-    shared, redis, a, b = farm
-    htpasswd(shared.users, "pia", PW, cost=4)
-    keys = entry_keys(redis)
-    assert a.status_code("/long/", "pia", PW) == 200
-    new = entry_keys(redis) - keys
-    assert len(new) == 1, new
-    pttl = int(redis.cli("PTTL", new.pop()))
+    redis = farm[1]
+    pttl = int(redis.cli("PTTL", verified_on_a(farm, "pia")))
     assert 3600 * 1000 - 60 * 1000 < pttl <= 3600 * 1000, pttl
 
 
@@ -190,13 +196,8 @@ def test_a_value_of_the_previous_version_is_a_plain_miss(farm):
     """A farm is upgraded one server at a time: a value an older server
     wrote (version 3) is a miss, verified and replaced, and neither counted
     nor logged as forged."""
-    shared, redis, a, b = farm
-    htpasswd(shared.users, "olga", PW, cost=4)
-    keys = entry_keys(redis)
-    assert a.status_code("/long/", "olga", PW) == 200
-    new = entry_keys(redis) - keys
-    assert len(new) == 1, new
-    key = new.pop()
+    redis, b = farm[1], farm[3]
+    key = verified_on_a(farm, "olga")
     value = redis.cli("GET", key)
     assert value.startswith("4:"), value
     redis.cli("SET", key, "3" + value[1:], "PX", "600000")

@@ -2,8 +2,11 @@
 #ifndef AUTHN_HMAC_UNIT_H
 #define AUTHN_HMAC_UNIT_H
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <apr_general.h>
 #include <apr_pools.h>
@@ -26,6 +29,44 @@ static int unit_failures;
         printf("%s %s\n", unit_failures == before_ ? "ok  " : "FAIL", #fn);    \
         apr_pool_clear(pool);                                                  \
     } while (0)
+
+/* A process running `sleep 5` under pid, which a process that has died
+ * had: the pid is handed on through /proc/sys/kernel/ns_last_pid, which
+ * needs root. -1, with a line saying why the test is skipped, where that
+ * cannot be done or another process took the pid first. The caller kills
+ * and reaps it. */
+static inline pid_t unit_reuse_pid(pid_t pid)
+{
+    pid_t again;
+    FILE *f;
+    int ok;
+
+    usleep(50000); /* start times are in clock ticks (10 ms) */
+    if (!(f = fopen("/proc/sys/kernel/ns_last_pid", "w"))) {
+        printf("     (skipped: cannot set the next pid)\n");
+        return -1;
+    }
+    ok = fprintf(f, "%d", (int)pid - 1) >= 0;
+    if (fclose(f) != 0 || !ok) {
+        printf("     (skipped: cannot set the next pid)\n");
+        return -1;
+    }
+    again = fork();
+    if (again == 0) {
+        execl("/bin/sleep", "sleep", "5", (char *)NULL);
+        _exit(2);
+    }
+    if (again != pid) {
+        printf("     (skipped: the pid went to another process)\n");
+        if (again > 0) {
+            kill(again, SIGKILL);
+            waitpid(again, NULL, 0);
+        }
+        return -1;
+    }
+    usleep(100000); /* it runs sleep now */
+    return again;
+}
 
 static apr_pool_t *unit_start(void)
 {
