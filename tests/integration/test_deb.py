@@ -36,6 +36,9 @@ FILES = [os.path.join(S["moddir"], "mod_authn_hmac.so"),
 ENABLED = ["/etc/apache2/mods-enabled/authn_hmac.load",
            "/etc/apache2/mods-enabled/authn_hmac.conf"]
 STATE = "/var/lib/libapache2-mod-authn-hmac"  # the postinst's marker
+EXAMPLE = "/usr/share/doc/%s/examples/mediawiki-vhost.conf.example" % PKG
+# An enabled site that uses the module, while the test removes the package.
+SITE = "/etc/apache2/conf-enabled/zz-authn-hmac-test-site.conf"
 APT_ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
 APT = ["apt-get", "-y", "-q", "-o", "DPkg::Lock::Timeout=120"]
 
@@ -104,6 +107,29 @@ def build_deb(work):
     assert name.startswith("%s_%s-" % (PKG, version)), \
         "%s: its version is not configure.ac's %s (update debian/changelog)" % (name, version)
     return debs[0]
+
+
+def interpreters_depended_on(deb):
+    """The package names in the .deb's Depends (alternatives included)."""
+    rc, out = run(["dpkg-deb", "-f", deb, "Depends"])
+    assert rc == 0, out
+    return {re.split(r"[\s(:]", d.strip())[0] for d in re.split(r"[,|]", out) if d.strip()}
+
+
+def interpreter_package(path):
+    """The package a script's #! line needs, None for a binary or for an
+    interpreter that is Essential (sh, bash)."""
+    with open(path, "rb") as f:
+        first = f.readline()
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode().split()
+    prog = os.path.basename(words[1] if os.path.basename(words[0]) == "env" else words[0])
+    if prog in ("sh", "bash", "dash"):
+        return None
+    # /usr/bin/python3 is the python3 package's (python3-minimal's file,
+    # but a script needs the standard library that python3 brings).
+    return "python3" if prog.startswith("python3") else prog
 
 
 def purge():
@@ -250,7 +276,7 @@ def test_package_builds_installs_serves_and_purges():
     status = dpkg_status()
     if status:
         pytest.skip("%s is on this system (%s): the test would purge it" % (PKG, status))
-    present = [p for p in FILES + ENABLED + [PEPPER, STATE] if os.path.lexists(p)]
+    present = [p for p in FILES + ENABLED + [PEPPER, STATE, SITE] if os.path.lexists(p)]
     if present:
         pytest.skip("the purge would remove files that are here already: %s" % present)
 
@@ -266,6 +292,15 @@ def test_package_builds_installs_serves_and_purges():
             assert dpkg_status() == "install ok installed", dpkg_status()
             for p in FILES:
                 assert os.path.isfile(p), "%s not installed by the package" % p
+            assert os.path.isfile(EXAMPLE), "%s not installed by the package" % EXAMPLE
+            # What the installed scripts run is in Depends: on a clean
+            # system apt-get brings it.
+            depends = interpreters_depended_on(deb)
+            for p in FILES:
+                need = interpreter_package(p)
+                assert need is None or need in depends, \
+                    "%s runs %s, which the package does not depend on (Depends: %s)" % (
+                        p, need, sorted(depends))
 
             # The postinst made the pepper: 32 bytes, 0600, root's.
             st = os.lstat(PEPPER)
@@ -342,6 +377,16 @@ def test_package_builds_installs_serves_and_purges():
             assert "authentication failure" in log, "the wrong password was not logged:\n" + log
             assert srv.pid() is None or not os.path.exists("/proc/%d" % srv.pid()), \
                 "apache2 still runs"
+            # A site that still uses the module: removing the package
+            # warns, naming its file, before apache2 is left unable to start.
+            with open(SITE, "w") as f:
+                f.write(hmac_location("/still-hmac/", srv.path("users.htpasswd"), "site"))
+            try:
+                rc, out = run(APT + ["remove", PKG], env=APT_ENV)
+            finally:
+                os.unlink(SITE)
+            assert rc == 0, "apt-get remove %s failed:\n%s" % (PKG, out)
+            assert "WARNING: these Apache files still use" in out and SITE in out, out
         finally:
             purge_rc, purge_out = purge()
             # None of these was here before the test: what a purge left goes
@@ -365,6 +410,8 @@ def test_package_builds_installs_serves_and_purges():
             assert rc == 0, "apt-get install %s failed:\n%s" % (deb, out)
             purge_rc, purge_out = purge()
             assert purge_rc == 0, "apt-get purge %s failed:\n%s" % (PKG, purge_out)
+            # Nothing uses it now: no warning.
+            assert "still use" not in purge_out, purge_out
             with open(PEPPER, "rb") as f:
                 assert f.read() == admins, "the admin's pepper was replaced"
             left = [p for p in FILES + ENABLED + [STATE] if os.path.lexists(p)]
