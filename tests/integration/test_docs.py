@@ -3,6 +3,9 @@ section in docs/directives.md with the .htaccess context the code allows,
 and every log tag is used once and listed in docs/operations.md."""
 import os
 import re
+import shutil
+
+import pytest
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -57,3 +60,127 @@ def test_no_status_page_example_admits_local_clients():
             assert "Require local" not in block, (name, block)
             assert re.search(r"Require ip ", block), (name, block)
     assert seen >= 6, seen
+
+
+# ----------------------------------------------------------------------
+# Every ```apache block of README.md and docs/*.md passes `httpd -t`.
+
+DOC_FILES = ["README.md"] + [os.path.join("docs", f) for f in
+                             sorted(os.listdir(os.path.join(TOP, "docs"))) if f.endswith(".md")]
+# A block that truly cannot be checked (it needs a module this machine has
+# not) says why on the line before its fence; the test reports it as a
+# skip with that reason. Keep these few.
+OPT_OUT = re.compile(r"^\s*<!-- not checked by test_docs: (.+?) -->\s*$")
+MAX_OPT_OUTS = 2
+# Modules the blocks use beyond the harness's (the migration's "before").
+DOC_MODULES = ["authn_socache", "socache_shmcb"]
+# Absolute paths of the host that a block may name; each is moved under
+# the test's directory and made to exist.
+HOST_PATH = re.compile(r"(?<![\w.~-])/(?:etc|var|run|srv|opt|home)/[^\s\"'<>]*")
+
+
+def apache_blocks():
+    """(file, line of the fence, text, opt-out reason or None) of every
+    ```apache block, indented ones (in list items) included."""
+    blocks = []
+    for name in DOC_FILES:
+        lines = read(name).splitlines()
+        i = 0
+        while i < len(lines):
+            m = re.match(r"^(\s*)```apache\s*$", lines[i])
+            if not m:
+                i += 1
+                continue
+            indent, start = m.group(1), i
+            j = i + 1
+            while not re.match(r"^%s```\s*$" % indent, lines[j]):
+                j += 1
+            text = "\n".join(l[len(indent):] for l in lines[i + 1:j]) + "\n"
+            k = start - 1
+            while k >= 0 and not lines[k].strip():
+                k -= 1
+            opt = OPT_OUT.match(lines[k]) if k >= 0 else None
+            blocks.append((name, start + 1, text, opt.group(1) if opt else None))
+            i = j + 1
+    return blocks
+
+
+BLOCKS = apache_blocks()
+
+
+def test_docs_have_apache_blocks_and_few_opt_outs():
+    assert len(BLOCKS) >= 25, len(BLOCKS)
+    out = ["%s:%d: %s" % (n, l, why) for n, l, _, why in BLOCKS if why]
+    assert len(out) <= MAX_OPT_OUTS, out
+
+
+def make_paths(root, text):
+    """text with every host path moved under root, and what it names made:
+    a pepper or Redis auth file as the module requires it (mode 0600), an
+    htpasswd file by the real htpasswd, a directory for a <Directory>,
+    DocumentRoot or Mutex, and the parent directory of anything else."""
+    from harness import htpasswd
+
+    def move(m):
+        os.makedirs(os.path.dirname(root + m.group(0)), exist_ok=True)
+        return root + m.group(0)
+    text = HOST_PATH.sub(move, text)
+    for line in text.splitlines():
+        words = line.strip().lstrip("<").rstrip(">").replace('"', "").split()
+        if len(words) < 2 or words[0].startswith("#"):
+            continue
+        directive, arg = words[0], words[1]
+        if arg.startswith("file:"):
+            arg = arg[len("file:"):]
+        if not arg.startswith(root):
+            continue
+        if directive in ("Directory", "DocumentRoot", "Mutex"):
+            os.makedirs(arg, exist_ok=True)
+        elif directive == "AuthHMACPepperFile":
+            with open(arg, "wb") as f:
+                f.write(os.urandom(32))
+            os.chmod(arg, 0o600)
+        elif directive == "AuthHMACRedisAuthFile":
+            with open(arg, "w") as f:
+                f.write("authn-hmac a-long-random-password\n")
+            os.chmod(arg, 0o600)
+        elif directive in ("AuthHMACUserFile", "AuthUserFile"):
+            htpasswd(arg, "alice", "correct horse", cost=4, create=True)
+    return text
+
+
+@pytest.mark.parametrize("name,line,text,why", BLOCKS,
+                         ids=["%s:%d" % (b[0], b[1]) for b in BLOCKS])
+def test_apache_block_passes_configtest(name, line, text, why):
+    """The block, pasted into a server's configuration as it stands (server
+    config), or if it is a fragment for a section (an .htaccess, lines
+    for a <Location>) inside a <Directory>, passes `httpd -t` with the
+    module built from this tree: what an admin pastes is accepted."""
+    from harness import Httpd
+    if why:
+        pytest.skip("opt-out in %s:%d: %s" % (name, line, why))
+    srv = Httpd(name="docs", modules=DOC_MODULES)
+    try:
+        srv.global_conf = 'Define APACHE_LOG_DIR "%s"' % srv.path("logs")
+        block = make_paths(srv.path("host"), text)
+        tried = []
+        for context in ("server config", "<Directory>"):
+            conf = block
+            if context == "<Directory>":
+                os.makedirs(srv.path("fragment"), exist_ok=True)
+                conf = '<Directory "%s">\n%s</Directory>\n' % (srv.path("fragment"), block)
+            with open(srv.path("block.conf"), "w") as f:
+                f.write(conf)
+            srv.body = 'Include "%s"\n' % srv.path("block.conf")
+            srv.write_config()
+            rc, out = srv.configtest()
+            if rc == 0:
+                # NB: nothing else: a warning (a DocumentRoot that does not
+                # exist, say) means the block was not checked as written.
+                assert out.strip() == "Syntax OK", (name, line, out)
+                return
+            tried.append("as %s: exit %d\n%s" % (context, rc, out))
+        pytest.fail("%s:%d does not pass `httpd -t`:\n%s\n%s" % (name, line, text,
+                                                                 "\n".join(tried)))
+    finally:
+        shutil.rmtree(srv.dir, ignore_errors=True)
