@@ -4,6 +4,7 @@ and every log tag is used once and listed in docs/operations.md."""
 import os
 import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -72,8 +73,9 @@ DOC_FILES = ["README.md"] + [os.path.join("docs", f) for f in
 # skip with that reason. Keep these few.
 OPT_OUT = re.compile(r"^\s*<!-- not checked by test_docs: (.+?) -->\s*$")
 MAX_OPT_OUTS = 2
-# Modules the blocks use beyond the harness's (the migration's "before").
-DOC_MODULES = ["authn_socache", "socache_shmcb"]
+# Modules the blocks use beyond the harness's (the migration's "before",
+# the example virtual host's TLS).
+DOC_MODULES = ["authn_socache", "socache_shmcb", "ssl"]
 # Absolute paths of the host that a block may name; each is moved under
 # the test's directory and made to exist.
 HOST_PATH = re.compile(r"(?<![\w.~-])/(?:etc|var|run|srv|opt|home)/[^\s\"'<>]*")
@@ -102,6 +104,9 @@ def apache_blocks():
             opt = OPT_OUT.match(lines[k]) if k >= 0 else None
             blocks.append((name, start + 1, text, opt.group(1) if opt else None))
             i = j + 1
+    # The complete virtual host that the docs point to, as a whole.
+    example = os.path.join("conf", "mediawiki-vhost.conf.example")
+    blocks.append((example, 1, read(example), None))
     return blocks
 
 
@@ -146,6 +151,9 @@ def make_paths(root, text):
             os.chmod(arg, 0o600)
         elif directive in ("AuthHMACUserFile", "AuthUserFile"):
             htpasswd(arg, "alice", "correct horse", cost=4, create=True)
+        elif directive in ("SSLCertificateFile", "SSLCertificateKeyFile"):
+            with open(arg, "w") as f:  # httpd -t only checks that it is not empty
+                f.write("not a certificate\n")
     return text
 
 
@@ -184,3 +192,35 @@ def test_apache_block_passes_configtest(name, line, text, why):
                                                                  "\n".join(tried)))
     finally:
         shutil.rmtree(srv.dir, ignore_errors=True)
+
+
+def test_htpasswd_commands_say_their_bcrypt_cost():
+    """`htpasswd -B` alone writes cost 5 ($2y$05$, ~3 ms), not the cost 12
+    the docs speak of: every htpasswd command of the docs and the example
+    that writes bcrypt says -C, and what the docs say -B alone writes is
+    what the real htpasswd writes."""
+    from harness import S
+    files = DOC_FILES + [os.path.join("docs", f) for f in
+                         sorted(os.listdir(os.path.join(TOP, "docs"))) if f[-2:] in (".1", ".8")]
+    files += [os.path.join("conf", "mediawiki-vhost.conf.example")]
+    for name in files:
+        for m in re.finditer(r"`htpasswd -B`(.{0,20})", read(name), re.S):
+            assert re.match(r"\s+alone writes cost", m.group(1)), (name, m.group(0))
+    commands = []
+    for name in files:
+        # htpasswd, its options, then a file argument (not a number).
+        command = r"htpasswd((?:\s+-[A-Za-z0-9]+(?:\s+\d+)?)+)\s+[A-Za-z_/.]"
+        for m in re.finditer(command, read(name)):
+            commands.append((name, m.group(0)))
+            flags = "".join(w[1:] for w in m.group(1).split() if w.startswith("-"))
+            if "B" in flags:
+                assert re.search(r"-C \d+", m.group(1)), (name, m.group(0))
+    assert len(commands) >= 4, commands
+    claims = [(name, m.group(1), m.group(2)) for name in files for m in re.finditer(
+        r"`htpasswd -B` alone writes cost (\d+),\s+`(\$2y\$\d\d\$)`", read(name))]
+    assert len(claims) >= 2, claims
+    out = subprocess.run([S["htpasswd"], "-nbB", "alice", "x"], capture_output=True,
+                         text=True, check=True).stdout
+    for name, cost, prefix in claims:
+        assert out.startswith("alice:" + prefix) and prefix == "$2y$%02d$" % int(cost), \
+            (name, cost, prefix, out)
