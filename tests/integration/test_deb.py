@@ -416,6 +416,22 @@ def test_package_builds_installs_serves_and_purges():
                 assert f.read() == admins, "the admin's pepper was replaced"
             left = [p for p in FILES + ENABLED + [STATE] if os.path.lexists(p)]
             assert not left, "left after the purge: %s" % left
+
+            # A pepper the admin put in place of the package's (a rotation,
+            # or a farm's copy) is theirs too: a purge keeps it.
+            os.unlink(PEPPER)
+            rc, out = run(APT + ["install", deb], env=APT_ENV)
+            assert rc == 0 and os.path.isfile(PEPPER), "apt-get install %s:\n%s" % (deb, out)
+            os.unlink(PEPPER)
+            rc, out = run(["/usr/sbin/authn-hmac-pepper", PEPPER])
+            assert rc == 0, out
+            with open(PEPPER, "rb") as f:
+                rotated = f.read()
+            purge_rc, purge_out = purge()
+            assert purge_rc == 0, "apt-get purge %s failed:\n%s" % (PKG, purge_out)
+            with open(PEPPER, "rb") as f:
+                assert f.read() == rotated, "the rotated pepper was removed"
+            assert "keeping %s" % PEPPER in purge_out, purge_out
         finally:
             if not dpkg_status():
                 if os.path.lexists(PEPPER):
