@@ -229,6 +229,13 @@ def test_prometheus_conventions(redis_srv):
     # Every counter sample in the raw text, too (the parser adds _total).
     for m in re.finditer(r"^# TYPE (\S+) counter$", body, re.M):
         assert m.group(1).endswith("_total"), m.group(0)
+    # Each is listed in docs/operations.md (by its name in every output,
+    # or for the histograms, Prometheus's).
+    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(top, "docs", "operations.md")) as f:
+        ops = f.read()
+    for name in fams:
+        assert "`%s`" % name[len("authn_hmac_"):] in ops or "`%s`" % name in ops, name
     # Gauges of bytes say so; the start time is unix time, in seconds.
     assert "authn_hmac_cache_bytes" in fams
     start = fams["authn_hmac_start_time_seconds"].samples[0].value
