@@ -935,7 +935,7 @@ static const char *status_text(authn_hmac_format_t f, apr_pool_t *p)
     authn_hmac_table_stats(g.table, now, &st);
     st.redis = g.redis_name != NULL;
     st.max_verifications = (uint64_t)g.max_verifications;
-    return authn_hmac_status_format(&st, f, now, p);
+    return authn_hmac_status_format(&st, f, p);
 }
 
 static int status_handler(request_rec *r)

@@ -323,15 +323,18 @@ unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
 /* -------------------------------------------------- shared-memory table */
 
 /* Every counter, in one list: X(ID, kind, name, help), kind C for a count
- * that only grows (since the last start), G for a value that may be read
- * as a gauge (a high-water mark). The enum and every output of the status
- * page (text, JSON, Prometheus, mod_status) come from it; the status page
- * adds the gauges of AUTHN_HMAC_GAUGES. */
+ * that only grows (since the last start), U for one that counts
+ * microseconds and is shown in seconds (Prometheus wants base units), G for
+ * a value that may be read as a gauge (a high-water mark). The enum and
+ * every output of the status page (text, JSON, Prometheus, mod_status) come
+ * from it; the status page adds the gauges of gauges[] in util.c. */
 #define AUTHN_HMAC_COUNTERS(X)                                                 \
     X(HITS, C, "hits", "credentials found in shared memory")                   \
     X(MISSES, C, "misses", "credentials not in shared memory")                 \
     X(VERIFICATIONS, C, "verifications", "runs of the password hash (bcrypt)") \
-    X(VERIFY_USEC, C, "verify_usec", "microseconds spent in them")             \
+    X(VERIFY_USEC, U, "verify_seconds",                                        \
+      "seconds spent in runs of the password hash (bcrypt) for users in the "  \
+      "file")                                                                  \
     X(DENIED, C, "denied", "wrong passwords of known users")                   \
     X(UNKNOWN_USER, C, "unknown_user", "users not in the htpasswd file")       \
     X(ERRORS, C, "errors", "htpasswd files that could not be read")            \
@@ -372,9 +375,49 @@ typedef struct {
     const char *name;
     const char *help;
     int gauge; /* 0: a count that only grows */
+    int usec;  /* counts microseconds, shown in seconds */
 } authn_hmac_counter_info_t;
 
 extern const authn_hmac_counter_info_t authn_hmac_counter_info[];
+
+/* Histograms of durations, for Prometheus: X(ID, name, help). Each has
+ * AUTHN_HMAC_BUCKETS buckets of authn_hmac_bucket_bounds (microseconds, the
+ * last one +Inf), kept in the shared segment as atomic counts of the
+ * observations that fell in each (not cumulative: the page sums them, so
+ * that the +Inf bucket and the count always agree) and a sum. */
+#define AUTHN_HMAC_HISTOGRAMS(X)                                               \
+    X(VERIFY, "verify_duration_seconds",                                       \
+      "duration of a run of the password hash (bcrypt) for a user in the "     \
+      "file")                                                                  \
+    X(REDIS, "redis_duration_seconds",                                         \
+      "duration of a Redis operation: a connection from the pool, the "        \
+      "command and its whole reply")
+
+enum authn_hmac_histogram {
+#define AUTHN_HMAC_HISTOGRAM_ENUM(id, name, help) AUTHN_HMAC_H_##id,
+    AUTHN_HMAC_HISTOGRAMS(AUTHN_HMAC_HISTOGRAM_ENUM)
+#undef AUTHN_HMAC_HISTOGRAM_ENUM
+        AUTHN_HMAC_H_COUNT
+};
+
+#define AUTHN_HMAC_BUCKETS 14
+
+/* The upper bounds, in microseconds, of each histogram's buckets, in
+ * increasing order; the last is UINT64_MAX (+Inf). */
+extern const uint64_t authn_hmac_bucket_bounds[AUTHN_HMAC_H_COUNT]
+                                              [AUTHN_HMAC_BUCKETS];
+
+/* The bucket a duration of usec microseconds falls in: the first whose
+ * bound is at least usec (Prometheus's "le"). */
+unsigned authn_hmac_bucket(enum authn_hmac_histogram h, uint64_t usec);
+
+extern const char *const authn_hmac_histogram_name[AUTHN_HMAC_H_COUNT];
+extern const char *const authn_hmac_histogram_help[AUTHN_HMAC_H_COUNT];
+
+typedef struct {
+    uint64_t bucket[AUTHN_HMAC_BUCKETS]; /* observations in each, apart */
+    uint64_t sum_usec;
+} authn_hmac_histogram_t;
 
 typedef struct {
     uint64_t counter[AUTHN_HMAC_C_COUNT];
@@ -390,6 +433,7 @@ typedef struct {
     uint64_t max_verifications; /* the cap (AuthHMACMaxVerifications) */
     uint64_t bytes;             /* size of the shared segment */
     apr_time_t started;
+    authn_hmac_histogram_t hist[AUTHN_HMAC_H_COUNT];
 } authn_hmac_stats_t;
 
 typedef struct authn_hmac_table authn_hmac_table_t;
@@ -541,6 +585,10 @@ void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
 
 uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,
                                   enum authn_hmac_counter c);
+
+/* Adds a duration of usec microseconds to histogram h. Takes no lock. */
+void authn_hmac_table_observe(authn_hmac_table_t *t,
+                              enum authn_hmac_histogram h, uint64_t usec);
 
 /* Redis health shared by every process, so that an outage is logged once
  * and the breaker holds for all. Lives in the shared segment. */
@@ -875,9 +923,9 @@ typedef enum {
  * key: "json=1", "a&json"), else plain text. */
 authn_hmac_format_t authn_hmac_status_query(const char *args);
 
-/* Renders the counters and gauges in that format. */
+/* Renders the counters and gauges in that format, and for Prometheus the
+ * histograms. */
 const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
-                                     authn_hmac_format_t f, apr_time_t now,
-                                     apr_pool_t *p);
+                                     authn_hmac_format_t f, apr_pool_t *p);
 
 #endif /* AUTHN_HMAC_H */

@@ -36,12 +36,12 @@
 #include <bsd/string.h>
 #include <openssl/crypto.h>
 
-/* "ahmact", layout 9: any change to the layout or to what the MACs in it
+/* "ahmact", layout 10: any change to the layout or to what the MACs in it
  * are made of (7: the sets' user lines, encoding 3's digest; 8: a slot's
  * times are (verified, used), no longer (stored, expires); 9: the queue's
- * reap cursor, head and places' times) makes a kept segment start afresh,
- * across a graceful restart after an upgrade too. */
-#define TABLE_MAGIC 0x61686d6163740009ULL
+ * reap cursor, head and places' times; 10: the histograms) makes a kept
+ * segment start afresh, across a graceful restart after an upgrade too. */
+#define TABLE_MAGIC 0x61686d616374000aULL
 #define FLIGHTS     64 /* verifications in flight, per server */
 #define WAYS        8  /* slots per set */
 #define READ_TRIES  64 /* then treat the slot as a miss */
@@ -138,6 +138,7 @@ typedef struct {
     /* NB: hits, the counter every hit adds to, by CPU, a line for each: a
      * line that both cores add to costs two threads 0.1 µs a hit. */
     uint64_t hits[HIT_STRIPES][8];
+    authn_hmac_histogram_t hist[AUTHN_HMAC_H_COUNT];
 } header_t;
 
 #define HEADER_SIZE ((sizeof(header_t) + 63) & ~(size_t)63)
@@ -569,6 +570,36 @@ uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,
     return n;
 }
 
+/* Bcrypt costs 3 ms at cost 5 (htpasswd -B), 0.2 s at 12, seconds at 15
+ * and more on a busy machine; a Redis round trip 0.1 ms on a LAN, up to
+ * the timeout (AuthHMACRedisTimeout, 1 s at most is sensible). */
+const uint64_t
+    authn_hmac_bucket_bounds[AUTHN_HMAC_H_COUNT][AUTHN_HMAC_BUCKETS] = {
+        {1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
+         2500000, 5000000, 10000000, UINT64_MAX},
+        {100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
+         500000, 1000000, UINT64_MAX},
+};
+
+unsigned authn_hmac_bucket(enum authn_hmac_histogram h, uint64_t usec)
+{
+    unsigned b = 0;
+
+    while (usec > authn_hmac_bucket_bounds[h][b])
+        b++;
+    return b;
+}
+
+void authn_hmac_table_observe(authn_hmac_table_t *t,
+                              enum authn_hmac_histogram h, uint64_t usec)
+{
+    authn_hmac_histogram_t *hist = &t->hdr->hist[h];
+
+    __atomic_fetch_add(&hist->bucket[authn_hmac_bucket(h, usec)], 1,
+                       __ATOMIC_RELAXED);
+    __atomic_fetch_add(&hist->sum_usec, usec, __ATOMIC_RELAXED);
+}
+
 authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t)
 {
     return &t->hdr->redis;
@@ -578,12 +609,19 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
                             authn_hmac_stats_t *out)
 {
     uint64_t n = t->region[POSITIVE].nsets * WAYS;
-    int c;
+    int c, b;
 
     memset(out, 0, sizeof(*out));
     for (c = 0; c < AUTHN_HMAC_C_COUNT; c++)
         out->counter[c] =
             authn_hmac_table_counter(t, (enum authn_hmac_counter)c);
+    for (c = 0; c < AUTHN_HMAC_H_COUNT; c++) {
+        for (b = 0; b < AUTHN_HMAC_BUCKETS; b++)
+            out->hist[c].bucket[b] =
+                __atomic_load_n(&t->hdr->hist[c].bucket[b], __ATOMIC_RELAXED);
+        out->hist[c].sum_usec =
+            __atomic_load_n(&t->hdr->hist[c].sum_usec, __ATOMIC_RELAXED);
+    }
     /* NB: O(1): the count is kept as slots fill, never by a scan. */
     out->entries = __atomic_load_n(t->region[POSITIVE].used, __ATOMIC_RELAXED);
     out->negative_entries =

@@ -84,75 +84,130 @@ authn_hmac_format_t authn_hmac_status_query(const char *args)
 }
 
 const authn_hmac_counter_info_t authn_hmac_counter_info[] = {
-#define C                                             0
-#define G                                             1
-#define AUTHN_HMAC_COUNTER_INFO(id, kind, name, help) {name, help, kind},
+#define C 0
+#define G 1
+#define U 2
+#define AUTHN_HMAC_COUNTER_INFO(id, kind, name, help)                          \
+    {name, help, (kind) == G, (kind) == U},
     AUTHN_HMAC_COUNTERS(AUTHN_HMAC_COUNTER_INFO)
 #undef AUTHN_HMAC_COUNTER_INFO
 #undef C
 #undef G
+#undef U
 };
 
-/* The gauges the status page adds to the counters, in this order. */
+const char *const authn_hmac_histogram_name[] = {
+#define AUTHN_HMAC_HISTOGRAM_NAME(id, name, help) name,
+    AUTHN_HMAC_HISTOGRAMS(AUTHN_HMAC_HISTOGRAM_NAME)
+#undef AUTHN_HMAC_HISTOGRAM_NAME
+};
+
+const char *const authn_hmac_histogram_help[] = {
+#define AUTHN_HMAC_HISTOGRAM_HELP(id, name, help) help,
+    AUTHN_HMAC_HISTOGRAMS(AUTHN_HMAC_HISTOGRAM_HELP)
+#undef AUTHN_HMAC_HISTOGRAM_HELP
+};
+
+/* The gauges the status page adds to the counters, in this order. NB: each
+ * help text stands alone (Prometheus shows it alone), and names carry base
+ * units only (seconds, bytes). */
 static const authn_hmac_counter_info_t gauges[] = {
-    {"verify_avg_usec", "average microseconds of a verification", 1},
-    {"redis", "1 if a Redis server is configured", 1},
-    {"redis_breaker_open", "1 while the breaker skips Redis", 1},
-    {"redis_connections", "open Redis connections, all processes", 1},
-    {"entries", "shared-memory slots holding an entry", 1},
-    {"slots", "entries shared memory can hold", 1},
-    {"negative_entries", "slots of the negative cache in use", 1},
-    {"negative_slots", "entries the negative cache can hold", 1},
-    {"verifying", "verifications running now, all processes", 1},
-    {"verify_waiting", "verifications waiting for a turn now", 1},
+    {"redis", "1 if a Redis server is configured", 1, 0},
+    {"redis_breaker_open", "1 while the breaker skips Redis", 1, 0},
+    {"redis_connections", "open Redis connections, all processes", 1, 0},
+    {"entries", "shared-memory slots holding an entry", 1, 0},
+    {"slots", "entries shared memory can hold", 1, 0},
+    {"negative_entries", "slots of the negative cache in use", 1, 0},
+    {"negative_slots", "entries the negative cache can hold", 1, 0},
+    {"verifying", "verifications running now, all processes", 1, 0},
+    {"verify_waiting", "verifications waiting for a turn now", 1, 0},
     {"max_verifications",
      "verifications allowed at once "
      "(AuthHMACMaxVerifications)",
-     1},
-    {"cache_bytes", "size of the shared-memory segment", 1},
-    {"uptime_sec", "seconds since the cache was made", 1},
+     1, 0},
+    {"cache_bytes", "size of the shared-memory segment", 1, 0},
+    {"start_time_seconds",
+     "when the shared-memory segment was made, in seconds since the Unix "
+     "epoch",
+     1, 0},
 };
 
 #define NGAUGES (sizeof(gauges) / sizeof(gauges[0]))
 
+/* usec microseconds as seconds, exactly: "0.25", "3", "0.000104". */
+static const char *seconds(uint64_t usec, apr_pool_t *p)
+{
+    char *s = apr_psprintf(p, "%" APR_UINT64_T_FMT ".%06u", usec / 1000000,
+                           (unsigned)(usec % 1000000));
+    size_t n = strlen(s);
+
+    while (s[n - 1] == '0')
+        s[--n] = '\0';
+    if (s[n - 1] == '.')
+        s[n - 1] = '\0';
+    return s;
+}
+
 static const char *line(authn_hmac_format_t f, const char *out, int first,
-                        const authn_hmac_counter_info_t *i, uint64_t v,
+                        const authn_hmac_counter_info_t *i, uint64_t n,
                         apr_pool_t *p)
 {
+    const char *v =
+        i->usec ? seconds(n, p) : apr_psprintf(p, "%" APR_UINT64_T_FMT, n);
+    const char *total = i->gauge ? "" : "_total";
+
     switch (f) {
     case AUTHN_HMAC_FMT_JSON:
-        return apr_psprintf(p, "%s%s\n  \"%s\": %" APR_UINT64_T_FMT, out,
-                            first ? "" : ",", i->name, v);
+        return apr_psprintf(p, "%s%s\n  \"%s\": %s", out, first ? "" : ",",
+                            i->name, v);
     case AUTHN_HMAC_FMT_PROMETHEUS:
         return apr_psprintf(p,
                             "%s# HELP authn_hmac_%s%s %s\n"
                             "# TYPE authn_hmac_%s%s %s\n"
-                            "authn_hmac_%s%s %" APR_UINT64_T_FMT "\n",
-                            out, i->name, i->gauge ? "" : "_total", i->help,
-                            i->name, i->gauge ? "" : "_total",
-                            i->gauge ? "gauge" : "counter", i->name,
-                            i->gauge ? "" : "_total", v);
+                            "authn_hmac_%s%s %s\n",
+                            out, i->name, total, i->help, i->name, total,
+                            i->gauge ? "gauge" : "counter", i->name, total, v);
     case AUTHN_HMAC_FMT_AUTO:
-        return apr_psprintf(p, "%sauthn_hmac_%s: %" APR_UINT64_T_FMT "\n", out,
-                            i->name, v);
+        return apr_psprintf(p, "%sauthn_hmac_%s: %s\n", out, i->name, v);
     case AUTHN_HMAC_FMT_HTML:
-        return apr_psprintf(p,
-                            "%s<tr><td>%s</td><td>%" APR_UINT64_T_FMT
-                            "</td><td>%s</td></tr>\n",
+        return apr_psprintf(p, "%s<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n",
                             out, i->name, v, i->help);
     default:
-        return apr_psprintf(p, "%s%s: %" APR_UINT64_T_FMT "\n", out, i->name,
-                            v);
+        return apr_psprintf(p, "%s%s: %s\n", out, i->name, v);
     }
 }
 
-const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
-                                     authn_hmac_format_t f, apr_time_t now,
-                                     apr_pool_t *p)
+/* A histogram in Prometheus's text format: cumulative buckets, the last
+ * one +Inf, then _sum and _count. */
+static const char *histogram(const char *out, enum authn_hmac_histogram h,
+                             const authn_hmac_histogram_t *hist, apr_pool_t *p)
 {
-    uint64_t v = s->counter[AUTHN_HMAC_C_VERIFICATIONS];
+    const char *name = authn_hmac_histogram_name[h];
+    uint64_t n = 0;
+    unsigned b;
+
+    out = apr_psprintf(p,
+                       "%s# HELP authn_hmac_%s %s\n"
+                       "# TYPE authn_hmac_%s histogram\n",
+                       out, name, authn_hmac_histogram_help[h], name);
+    for (b = 0; b < AUTHN_HMAC_BUCKETS; b++) {
+        uint64_t le = authn_hmac_bucket_bounds[h][b];
+
+        n += hist->bucket[b];
+        out = apr_psprintf(
+            p, "%sauthn_hmac_%s_bucket{le=\"%s\"} %" APR_UINT64_T_FMT "\n", out,
+            name, le == UINT64_MAX ? "+Inf" : seconds(le, p), n);
+    }
+    return apr_psprintf(p,
+                        "%sauthn_hmac_%s_sum %s\n"
+                        "authn_hmac_%s_count %" APR_UINT64_T_FMT "\n",
+                        out, name, seconds(hist->sum_usec, p), name, n);
+}
+
+const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
+                                     authn_hmac_format_t f, apr_pool_t *p)
+{
     uint64_t g[NGAUGES] = {
-        v ? s->counter[AUTHN_HMAC_C_VERIFY_USEC] / v : 0,
         (uint64_t)s->redis,
         s->redis_breaker,
         s->redis_conns,
@@ -164,7 +219,7 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
         s->waiting,
         s->max_verifications,
         s->bytes,
-        now > s->started ? (uint64_t)apr_time_sec(now - s->started) : 0,
+        s->started > 0 ? (uint64_t)apr_time_sec(s->started) : 0,
     };
     const char *out = "";
     size_t c;
@@ -180,6 +235,11 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
             line(f, out, c == 0, &authn_hmac_counter_info[c], s->counter[c], p);
     for (c = 0; c < NGAUGES; c++)
         out = line(f, out, 0, &gauges[c], g[c], p);
+    /* NB: the histograms only for Prometheus, which computes percentiles;
+     * the other outputs keep one number per name. */
+    if (f == AUTHN_HMAC_FMT_PROMETHEUS)
+        for (c = 0; c < AUTHN_HMAC_H_COUNT; c++)
+            out = histogram(out, (enum authn_hmac_histogram)c, &s->hist[c], p);
     if (f == AUTHN_HMAC_FMT_JSON)
         return apr_pstrcat(p, out, "\n}\n", NULL);
     if (f == AUTHN_HMAC_FMT_HTML)

@@ -1,12 +1,38 @@
 """The counters where admins look: mod_status's server-status (its HTML page
 and ?auto) and Prometheus's text format, each against the JSON."""
+import os
 import re
 import subprocess
+import sys
+import time
 
 import pytest
 
 from conftest import MPMS, make_server, serve
-from harness import S
+from harness import S, Redis
+
+
+def prometheus_parser():
+    """prometheus_client's parser, from this interpreter or else from
+    Debian's python3-prometheus-client (pure Python: tools/deps --test), on
+    the path for the import only. Never a silent skip."""
+    try:
+        from prometheus_client import parser
+        return parser
+    except ImportError:
+        pass
+    sys.path.append("/usr/lib/python3/dist-packages")
+    try:
+        from prometheus_client import parser
+        return parser
+    except ImportError as e:
+        pytest.fail("cannot import prometheus_client (%s) with %s nor from "
+                    "/usr/lib/python3/dist-packages: install python3-prometheus-client "
+                    "(tools/deps --test) or pip install prometheus-client"
+                    % (e, sys.executable), pytrace=False)
+    finally:
+        if sys.path[-1] == "/usr/lib/python3/dist-packages":
+            sys.path.pop()
 
 STATUS = """
 LoadModule status_module {moddir}/mod_status.so
@@ -49,9 +75,15 @@ def traffic(srv):
 
 
 def same(a, b):
-    """The values agree, but for the clock."""
-    return {k: v for k, v in a.items() if k != "uptime_sec"} == \
-        {k: v for k, v in b.items() if k != "uptime_sec"}
+    """The values agree (the start time too: it is the segment's)."""
+    return a == b
+
+
+NUMBER = r"(\d+(?:\.\d+)?)"
+
+
+def number(s):
+    return float(s) if "." in s else int(s)
 
 
 def test_prometheus_matches_json(srv):
@@ -61,13 +93,18 @@ def test_prometheus_matches_json(srv):
     assert re.search(r"(?i)^content-type: text/plain; version=0\.0\.4", head, re.M), head
     values, types = {}, {}
     for line in body.splitlines():
-        m = re.match(r"# TYPE authn_hmac_(\w+) (counter|gauge)$", line)
+        m = re.match(r"# TYPE authn_hmac_(\w+) (counter|gauge|histogram)$", line)
         if m:
             types[m.group(1)] = m.group(2)
         elif not line.startswith("# HELP authn_hmac_"):
             name, value = line.split(" ")
             assert name.startswith("authn_hmac_"), line
-            values[name[len("authn_hmac_"):]] = int(value)
+            values[name[len("authn_hmac_"):]] = number(value)
+    # The histograms are Prometheus's alone (test_prometheus_conventions).
+    hist = [t for t in types if types[t] == "histogram"]
+    types = {k: v for k, v in types.items() if k not in hist}
+    values = {k: v for k, v in values.items()
+              if not any(k.startswith(h + "_") for h in hist)}
     assert set(types) == set(values)
     # Counters carry Prometheus's _total; gauges do not.
     prom = {}
@@ -88,21 +125,21 @@ def test_server_status_auto_and_page_match_json(srv):
     js = srv.status()
     _, auto = get(srv, "/server-status?auto")
     assert re.search(r"^Total Accesses: \d+", auto, re.M), auto  # mod_status's own
-    mine = dict((m.group(1), int(m.group(2)))
-                for m in re.finditer(r"^authn_hmac_(\w+): (\d+)$", auto, re.M))
+    mine = dict((m.group(1), number(m.group(2)))
+                for m in re.finditer(r"^authn_hmac_(\w+): %s$" % NUMBER, auto, re.M))
     assert set(mine) == set(js), set(mine) ^ set(js)
     assert same(mine, js), (mine, js)
     head, page = get(srv, "/server-status")
     assert "<h2>mod_authn_hmac</h2>" in page, page[-2000:]
-    rows = dict((m.group(1), int(m.group(2)))
-                for m in re.finditer(r"<tr><td>(\w+)</td><td>(\d+)</td>",
+    rows = dict((m.group(1), number(m.group(2)))
+                for m in re.finditer(r"<tr><td>(\w+)</td><td>%s</td>" % NUMBER,
                                      page.split("<h2>mod_authn_hmac</h2>")[1].split("</table>")[0]))
     assert set(rows) == set(js), set(rows) ^ set(js)
     assert same(rows, js), (rows, js)
     assert js["hits"] >= 2
     _, notable = get(srv, "/server-status?notable")
-    lines = dict((m.group(1), int(m.group(2)))
-                 for m in re.finditer(r"^(\w+): (\d+)$",
+    lines = dict((m.group(1), number(m.group(2)))
+                 for m in re.finditer(r"^(\w+): %s$" % NUMBER,
                                       notable.split("<h2>mod_authn_hmac</h2>")[1], re.M))
     assert set(lines) == set(js) and same(lines, js), (lines, js)
 
@@ -119,3 +156,120 @@ def test_server_status_shows_no_counters_unless_asked(plain_status):
     _, page = get(plain_status, "/server-status")
     assert "mod_authn_hmac" not in page and "unknown_user" not in page
     assert plain_status.status()["hits"] >= 2  # the module's own handler still
+
+
+@pytest.fixture(scope="module", params=MPMS)
+def redis_srv(request):
+    """A server with Redis (and so a pepper file): misses make round trips."""
+    redis = Redis(password=None).start()
+    s = make_server(request.param)
+    pepper = s.path("pepper")
+    with open(pepper, "wb") as f:
+        f.write(os.urandom(32))
+    os.chmod(pepper, 0o600)
+    s.global_conf += ("AuthHMACPepperFile %s\nAuthHMACRedisServer %s\n"
+                      "AuthHMACRedisTimeout 1000\n" % (pepper, redis.address))
+    s.write_config()
+    try:
+        yield from serve(s)
+    finally:
+        redis.cleanup()
+
+
+# Units other than base ones (seconds, bytes), as words of a metric name.
+NOT_BASE = {"us", "usec", "usecs", "micros", "microseconds", "ms", "msec", "msecs",
+            "millis", "milliseconds", "ns", "nsec", "nanoseconds", "sec", "secs",
+            "min", "mins", "minutes", "hour", "hours", "days", "kb", "kib", "mb",
+            "mib", "gb", "gib", "kilobytes", "megabytes", "gigabytes", "avg", "average"}
+
+
+def scrape(srv):
+    """?prometheus: (raw text, {family name: family}) by prometheus_client."""
+    parser = prometheus_parser()
+    _, body = get(srv, "/authn-hmac-status?prometheus")
+    fams = {f.name: f for f in parser.text_string_to_metric_families(body)}
+    assert fams, body
+    return body, fams
+
+
+def buckets(fam):
+    """[(le, cumulative count)], _sum and _count of a histogram family."""
+    bs = [(float(s.labels["le"]), s.value) for s in fam.samples
+          if s.name == fam.name + "_bucket"]
+    one = {s.name: s.value for s in fam.samples if not s.name.endswith("_bucket")}
+    return bs, one[fam.name + "_sum"], one[fam.name + "_count"]
+
+
+def test_prometheus_conventions(redis_srv):
+    """Prometheus's naming conventions, checked by its own client's parser:
+    counters in _total, base units only, HELP and TYPE for every family,
+    histograms of verification and Redis time with their buckets."""
+    srv = redis_srv
+    assert srv.status_code("/a/index.html", "alice", "correct horse") == 200  # Redis, bcrypt
+    assert srv.status_code("/a/index.html", "alice", "correct horse") == 200  # hit
+    assert srv.status_code("/a/index.html", "alice", "not it") == 401
+    assert srv.status_code("/a/index.html", "nobody", "no such password") == 401  # a dummy
+    body, fams = scrape(srv)
+    js = srv.status()
+    assert js["redis_misses"] >= 1 and js["verifications"] >= 1, js
+    for name, fam in fams.items():
+        assert name.startswith("authn_hmac_"), name
+        assert fam.type in ("counter", "gauge", "histogram"), (name, fam.type)
+        assert fam.documentation.strip(), "no HELP for %s" % name
+        # The raw text: HELP and TYPE under the name the samples carry.
+        shown = name + "_total" if fam.type == "counter" else name
+        assert re.search(r"^# HELP %s \S" % shown, body, re.M), shown
+        assert re.search(r"^# TYPE %s %s$" % (shown, fam.type), body, re.M), shown
+        for smp in fam.samples:
+            words = smp.name.split("_")
+            assert not NOT_BASE & set(words), "not a base unit: %s" % smp.name
+            if fam.type == "counter":
+                assert smp.name.endswith("_total"), smp.name
+        assert "them" not in fam.documentation.split(), fam.documentation
+    # Every counter sample in the raw text, too (the parser adds _total).
+    for m in re.finditer(r"^# TYPE (\S+) counter$", body, re.M):
+        assert m.group(1).endswith("_total"), m.group(0)
+    # Each is listed in docs/operations.md (by its name in every output,
+    # or for the histograms, Prometheus's).
+    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(top, "docs", "operations.md")) as f:
+        ops = f.read()
+    for name in fams:
+        assert "`%s`" % name[len("authn_hmac_"):] in ops or "`%s`" % name in ops, name
+    # Gauges of bytes say so; the start time is unix time, in seconds.
+    assert "authn_hmac_cache_bytes" in fams
+    start = fams["authn_hmac_start_time_seconds"].samples[0].value
+    assert abs(start - time.time()) < 3600, start
+    assert fams["authn_hmac_verify_seconds"].type == "counter"
+    hists = {n: f for n, f in fams.items() if f.type == "histogram"}
+    assert set(hists) == {"authn_hmac_verify_duration_seconds",
+                          "authn_hmac_redis_duration_seconds"}, set(hists)
+    for name, fam in hists.items():
+        bs, total, count = buckets(fam)
+        les = [le for le, _ in bs]
+        assert len(bs) >= 5 and les[-1] == float("inf"), (name, les)
+        assert les == sorted(les) and len(set(les)) == len(les), (name, les)
+        counts = [c for _, c in bs]
+        assert counts == sorted(counts), (name, counts)  # cumulative
+        assert counts[-1] == count, (name, counts, count)
+        assert count >= 1 and total > 0, (name, count, total)
+    # Bounds that fit: bcrypt from ms to seconds, Redis from 100 µs to 1 s.
+    vles = [le for le, _ in buckets(hists["authn_hmac_verify_duration_seconds"])[0]]
+    rles = [le for le, _ in buckets(hists["authn_hmac_redis_duration_seconds"])[0]]
+    assert vles[0] <= 0.001 and 5 <= vles[-2] <= 60, vles
+    assert rles[0] <= 0.0001 and 1 <= rles[-2] <= 10, rles
+    # Real verifications only, as verifications counts them; the time is
+    # verify_seconds'.
+    v = buckets(hists["authn_hmac_verify_duration_seconds"])
+    assert v[2] == fams["authn_hmac_verifications"].samples[0].value == js["verifications"]
+    assert v[1] == pytest.approx(js["verify_seconds"], abs=1e-6)
+
+    # A verification after that scrape shows in the histogram: /nocache/
+    # verifies every time.
+    assert srv.status_code("/nocache/index.html", "alice", "correct horse") == 200
+    _, fams2 = scrape(srv)
+    before, after = v, buckets(fams2["authn_hmac_verify_duration_seconds"])
+    assert after[2] == before[2] + 1, (before, after)
+    assert after[1] > before[1], (before, after)
+    moved = [a - b for (_, a), (_, b) in zip(after[0], before[0])]
+    assert moved[-1] == 1 and sorted(moved) == moved and set(moved) <= {0, 1}, moved

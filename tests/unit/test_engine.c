@@ -560,6 +560,18 @@ static void test_runner_dies_or_is_late(apr_pool_t *p)
  * grant, and never against a user's own hash: the password of the typical
  * hash is refused and remembered as any other (it was an oracle: its
  * repeats cost a verification each, any other password's none). */
+static uint64_t verify_observations(authn_hmac_engine_t *e)
+{
+    authn_hmac_stats_t st;
+    uint64_t n = 0;
+    unsigned b;
+
+    authn_hmac_table_stats(e->table, apr_time_now(), &st);
+    for (b = 0; b < AUTHN_HMAC_BUCKETS; b++)
+        n += st.hist[AUTHN_HMAC_H_VERIFY].bucket[b];
+    return n;
+}
+
 static void test_unknown_users_cost_a_verification(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
@@ -593,6 +605,11 @@ static void test_unknown_users_cost_a_verification(apr_pool_t *p)
     CHECK(check(&e, 300, "ghost2", "x", NULL, p) == AUTHN_HMAC_UNKNOWN_USER);
     CHECK(check(&e, 300, "erin", "x", "*", p) == AUTHN_HMAC_DENIED);
     CHECK(*calls == 4);
+    /* Dummies stay out of the verification histogram, as out of
+     * verifications; a known user's run goes in. */
+    CHECK(verify_observations(&e) == 0);
+    CHECK(check(&e, 300, "bob", "wrong", "H-right", p) == AUTHN_HMAC_DENIED);
+    CHECK(*calls == 5 && verify_observations(&e) == 1);
     negative_ttl_us = 0;
 }
 

@@ -694,6 +694,95 @@ static void test_queue_full_share_and_order(apr_pool_t *p)
     shared_done();
 }
 
+/* A duration falls in the first bucket whose bound is at least it (le);
+ * beyond the last bound, in +Inf. Processes add without a lock and lose
+ * nothing, and the sum is exact to the microsecond. */
+static void test_histograms(apr_pool_t *p)
+{
+    static const struct {
+        enum authn_hmac_histogram h;
+        uint64_t usec;
+        unsigned bucket;
+    } cases[] = {
+        {AUTHN_HMAC_H_VERIFY, 0, 0},
+        {AUTHN_HMAC_H_VERIFY, 1000, 0},
+        {AUTHN_HMAC_H_VERIFY, 1001, 1},
+        {AUTHN_HMAC_H_VERIFY, 3000, 2},
+        {AUTHN_HMAC_H_VERIFY, 200000, 7},
+        {AUTHN_HMAC_H_VERIFY, 10000000, 12},
+        {AUTHN_HMAC_H_VERIFY, 10000001, 13},
+        {AUTHN_HMAC_H_REDIS, 100, 0},
+        {AUTHN_HMAC_H_REDIS, 101, 1},
+        {AUTHN_HMAC_H_REDIS, 1000000, 12},
+        {AUTHN_HMAC_H_REDIS, 1000001, 13},
+    };
+    size_t size = authn_hmac_table_size(64u << 10);
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    authn_hmac_table_t *t;
+    authn_hmac_stats_t st;
+    pid_t pids[4];
+    unsigned h, b, i;
+    int status, ok = 1;
+    uint64_t n;
+
+    for (h = 0; h < AUTHN_HMAC_H_COUNT; h++) {
+        for (b = 1; b < AUTHN_HMAC_BUCKETS; b++)
+            CHECK(authn_hmac_bucket_bounds[h][b] >
+                  authn_hmac_bucket_bounds[h][b - 1]);
+        CHECK(authn_hmac_bucket_bounds[h][AUTHN_HMAC_BUCKETS - 1] ==
+              UINT64_MAX);
+        CHECK(authn_hmac_bucket((enum authn_hmac_histogram)h, UINT64_MAX) ==
+              AUTHN_HMAC_BUCKETS - 1);
+    }
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        CHECK(authn_hmac_bucket(cases[i].h, cases[i].usec) == cases[i].bucket);
+
+    CHECK(m != MAP_FAILED);
+    CHECK(authn_hmac_table_format(m, size, SEC(1)) == APR_SUCCESS);
+    t = authn_hmac_table_attach(m, NULL, p);
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        authn_hmac_table_observe(t, cases[i].h, cases[i].usec);
+    authn_hmac_table_stats(t, SEC(1), &st);
+    CHECK(st.hist[AUTHN_HMAC_H_VERIFY].bucket[0] == 2);
+    CHECK(st.hist[AUTHN_HMAC_H_VERIFY].bucket[1] == 1);
+    CHECK(st.hist[AUTHN_HMAC_H_VERIFY].bucket[3] == 0);
+    CHECK(st.hist[AUTHN_HMAC_H_VERIFY].bucket[13] == 1);
+    CHECK(st.hist[AUTHN_HMAC_H_VERIFY].sum_usec ==
+          1000 + 1001 + 3000 + 200000 + 10000000 + 10000001);
+    CHECK(st.hist[AUTHN_HMAC_H_REDIS].bucket[0] == 1);
+    CHECK(st.hist[AUTHN_HMAC_H_REDIS].bucket[13] == 1);
+    CHECK(st.hist[AUTHN_HMAC_H_REDIS].sum_usec ==
+          100 + 101 + 1000000 + 1000001);
+    /* The counters are apart from the histograms. */
+    CHECK(st.counter[AUTHN_HMAC_C_VERIFICATIONS] == 0);
+
+    CHECK(authn_hmac_table_format(m, size, SEC(1)) == APR_SUCCESS);
+    for (i = 0; i < 4; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            apr_pool_t *cp;
+
+            apr_pool_create(&cp, NULL);
+            t = authn_hmac_table_attach(m, NULL, cp);
+            for (n = 0; n < 50000; n++)
+                authn_hmac_table_observe(t, AUTHN_HMAC_H_REDIS, 100 + n % 2);
+            _exit(0);
+        }
+    }
+    for (i = 0; i < 4; i++) {
+        CHECK(waitpid(pids[i], &status, 0) == pids[i]);
+        ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    CHECK(ok);
+    t = authn_hmac_table_attach(m, NULL, p);
+    authn_hmac_table_stats(t, SEC(1), &st);
+    CHECK(st.hist[AUTHN_HMAC_H_REDIS].bucket[0] == 100000);
+    CHECK(st.hist[AUTHN_HMAC_H_REDIS].bucket[1] == 100000);
+    CHECK(st.hist[AUTHN_HMAC_H_REDIS].sum_usec == 200000 * 100 + 100000);
+    munmap(m, size);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -711,5 +800,6 @@ int main(void)
     RUN(test_queue_reaps_a_few_at_a_time, p);
     RUN(test_queue_reads_proc_only_for_old_places, p);
     RUN(test_queue_full_share_and_order, p);
+    RUN(test_histograms, p);
     return unit_end();
 }

@@ -82,17 +82,26 @@ static void test_status_format(apr_pool_t *p)
     s.counter[AUTHN_HMAC_C_VERIFY_USEC] = 500000;
     s.counter[AUTHN_HMAC_C_VERIFYING_MAX] = 2;
     s.entries = 1;
-    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, 0, p);
-    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, 0, p);
-    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, 0, p);
-    aut = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_AUTO, 0, p);
-    html = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_HTML, 0, p);
+    s.started = apr_time_from_sec(1764000000);
+    /* 1 ms and 2 ms (cost-5 bcrypt), a 12 s one beyond the last bound. */
+    s.hist[AUTHN_HMAC_H_VERIFY].bucket[0] = 1;
+    s.hist[AUTHN_HMAC_H_VERIFY].bucket[1] = 1;
+    s.hist[AUTHN_HMAC_H_VERIFY].bucket[AUTHN_HMAC_BUCKETS - 1] = 1;
+    s.hist[AUTHN_HMAC_H_VERIFY].sum_usec = 12003000;
+    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, p);
+    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
+    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, p);
+    aut = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_AUTO, p);
+    html = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_HTML, p);
     CHECK(strstr(txt, "hits: 12\n"));
-    CHECK(strstr(txt, "verify_avg_usec: 250000\n"));
+    CHECK(strstr(txt, "verify_seconds: 0.5\n"));
+    CHECK(!strstr(txt, "avg") && !strstr(txt, "usec"));
+    CHECK(!strstr(txt, "_bucket"));
     CHECK(json[0] == '{' && strstr(json, "\"hits\": 12,"));
     CHECK(strstr(json, "\"entries\": 1,"));
     CHECK(strstr(json, "\"evictions\": 0,"));
-    CHECK(strstr(json, "\"uptime_sec\": 0\n}\n"));
+    CHECK(strstr(json, "\"verify_seconds\": 0.5,"));
+    CHECK(strstr(json, "\"start_time_seconds\": 1764000000\n}\n"));
     /* Prometheus: counters end in _total, each with HELP and TYPE. */
     CHECK(strstr(prom, "# HELP authn_hmac_hits_total credentials found in "
                        "shared memory\n# TYPE authn_hmac_hits_total counter\n"
@@ -101,8 +110,38 @@ static void test_status_format(apr_pool_t *p)
                        "authn_hmac_verifying_max 2\n"));
     CHECK(strstr(prom, "# TYPE authn_hmac_entries gauge\n"
                        "authn_hmac_entries 1\n"));
+    /* Base units: seconds, with the microseconds kept. */
+    CHECK(strstr(prom, "# TYPE authn_hmac_verify_seconds_total counter\n"
+                       "authn_hmac_verify_seconds_total 0.5\n"));
+    CHECK(strstr(prom, "# TYPE authn_hmac_start_time_seconds gauge\n"
+                       "authn_hmac_start_time_seconds 1764000000\n"));
+    CHECK(!strstr(prom, "avg") && !strstr(prom, "usec") &&
+          !strstr(prom, "uptime"));
+    /* Histograms: cumulative buckets up to +Inf, which is the count. */
+    CHECK(strstr(prom,
+                 "# TYPE authn_hmac_verify_duration_seconds histogram\n"
+                 "authn_hmac_verify_duration_seconds_bucket{le=\"0.001\"} "
+                 "1\n"
+                 "authn_hmac_verify_duration_seconds_bucket{le=\"0.0025\"} "
+                 "2\n"));
+    CHECK(strstr(prom,
+                 "authn_hmac_verify_duration_seconds_bucket{le=\"10\"} 2\n"
+                 "authn_hmac_verify_duration_seconds_bucket{le=\"+Inf\"} "
+                 "3\n"
+                 "authn_hmac_verify_duration_seconds_sum 12.003\n"
+                 "authn_hmac_verify_duration_seconds_count 3\n"));
+    CHECK(strstr(prom,
+                 "# TYPE authn_hmac_redis_duration_seconds histogram\n"
+                 "authn_hmac_redis_duration_seconds_bucket{le=\"0.0001\"} "
+                 "0\n"));
+    CHECK(strstr(prom,
+                 "authn_hmac_redis_duration_seconds_bucket{le=\"+Inf\"} 0\n"
+                 "authn_hmac_redis_duration_seconds_sum 0\n"
+                 "authn_hmac_redis_duration_seconds_count 0\n"));
     CHECK(strstr(aut, "authn_hmac_hits: 12\n"));
-    CHECK(strstr(aut, "authn_hmac_verify_avg_usec: 250000\n"));
+    CHECK(strstr(aut, "authn_hmac_verify_seconds: 0.5\n"));
+    CHECK(!strstr(aut, "_bucket") && !strstr(json, "_bucket") &&
+          !strstr(html, "_bucket"));
     CHECK(strstr(html, "<tr><td>hits</td><td>12</td>"));
     CHECK(strstr(html, "</table>\n"));
 }
