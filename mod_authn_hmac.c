@@ -240,7 +240,7 @@ static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
 {
     const ttl_spec *spec = cmd->info;
     uint64_t v;
-    const char *err = authn_hmac_parse_seconds(arg, &v);
+    const char *err = authn_hmac_parse_seconds(arg, &v, cmd->pool);
 
     if (!err && v > spec->max)
         err = "too long";
@@ -269,11 +269,9 @@ static const char *set_pepper(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    if (!path)
-        return apr_pstrcat(cmd->pool, D_PEPPER ": invalid path '", arg, "'",
-                           NULL);
-    err = authn_hmac_secret_read(&g.pepper, path, AUTHN_HMAC_PEPPER_MIN,
-                                 AUTHN_HMAC_SECRET_MAX, cmd->pool);
+    err = path ? authn_hmac_secret_read(&g.pepper, path, AUTHN_HMAC_PEPPER_MIN,
+                                        AUTHN_HMAC_SECRET_MAX, cmd->pool)
+               : apr_pstrcat(cmd->pool, "invalid path '", arg, "'", NULL);
     if (err)
         return apr_psprintf(cmd->pool,
                             D_PEPPER ": %s (a file of %d to %d random bytes, "
@@ -290,7 +288,7 @@ static const char *set_size(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    err = authn_hmac_parse_size(arg, &v);
+    err = authn_hmac_parse_size(arg, &v, cmd->pool);
     if (!err && v != 0 && (v < MIN_SIZE || v > MAX_SIZE))
         err = "out of range";
     if (err)
@@ -311,11 +309,14 @@ static const char *set_redis(cmd_parms *cmd, void *dc, const char *arg)
     if (err)
         return err;
     err = authn_hmac_redis_parse_server(arg, &g.redis, cmd->pool);
+    /* NB: a value with '@' may hold a password (redis://:pw@host). */
     if (err)
-        return apr_psprintf(cmd->pool,
-                            D_REDIS ": '%s': %s (host:port, [IPv6]:port or "
-                                    "/path/to/redis.sock)",
-                            arg, err);
+        return apr_psprintf(
+            cmd->pool,
+            D_REDIS ": %s%s (host:port, [IPv6]:port or /path/to/redis.sock)",
+            strchr(arg, '@') ? ""
+                             : apr_pstrcat(cmd->pool, "'", arg, "': ", NULL),
+            err);
     g.redis_name = apr_pstrdup(cmd->pool, arg);
     return NULL;
 }
@@ -328,11 +329,9 @@ static const char *set_redis_auth(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    if (!path)
-        return apr_pstrcat(cmd->pool, D_RAUTH ": invalid path '", arg, "'",
-                           NULL);
-    err = authn_hmac_secret_read(&g.redis_secret, path, 1,
-                                 AUTHN_HMAC_SECRET_MAX, cmd->pool);
+    err = path ? authn_hmac_secret_read(&g.redis_secret, path, 1,
+                                        AUTHN_HMAC_SECRET_MAX, cmd->pool)
+               : apr_pstrcat(cmd->pool, "invalid path '", arg, "'", NULL);
     if (!err)
         err = authn_hmac_redis_parse_auth(g.redis_secret, &g.redis);
     if (err)
@@ -373,9 +372,12 @@ static const char *set_global_int(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    if (authn_hmac_parse_uint(arg, spec->max, &v) || v < spec->min)
-        return apr_psprintf(cmd->pool, "%s: '%s' is not valid (%s)",
-                            cmd->cmd->name, arg, spec->accepts);
+    err = authn_hmac_parse_uint(arg, spec->max, &v);
+    if (!err && v < spec->min)
+        err = "too small";
+    if (err)
+        return apr_psprintf(cmd->pool, "%s: '%s' is %s (%s)", cmd->cmd->name,
+                            arg, err, spec->accepts);
     *spec->field = (int)v;
     return NULL;
 }
