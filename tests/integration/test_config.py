@@ -220,3 +220,73 @@ def test_shipped_conf_is_valid_and_serves_no_counters(srv):
     assert rc == 0, out
     srv.start()
     assert srv.status_code("/authn-hmac-status") == 403
+
+
+@pytest.mark.parametrize("value,says", [
+    ("redis://127.0.0.1:6379", "a URL is not accepted: write 127.0.0.1:6379"),
+    ("redis://redis.example.org:6380/2", "a URL is not accepted: write "
+     "redis.example.org:6380 (and the database number in AuthHMACRedisDatabase)"),
+    ("unix:/run/redis/redis.sock", "a URL is not accepted: write /run/redis/redis.sock"),
+    ("rediss://redis.example.org:6380", "a URL is not accepted, nor TLS"),
+])
+def test_redis_url_is_refused_with_the_form(srv, value, says):
+    rc, out = configure(srv, "AuthHMACPepperFile %s\nAuthHMACRedisServer %s"
+                        % (pepper(srv), value))
+    assert rc != 0
+    assert "AuthHMACRedisServer: '%s': %s" % (value, says) in out, out
+    assert "(host:port, [IPv6]:port or /path/to/redis.sock)" in out, out
+    assert "IPv6 address needs" not in out, out
+
+
+def test_redis_url_password_is_not_repeated(srv):
+    rc, out = configure(srv, "AuthHMACPepperFile %s\n"
+                        "AuthHMACRedisServer redis://app:S3CRET-PW@10.0.0.5:6379"
+                        % pepper(srv))
+    assert rc != 0
+    assert "a URL is not accepted; its user and password go in AuthHMACRedisAuthFile" \
+        in out, out
+    assert "S3CRET" not in out, out
+
+
+@pytest.mark.parametrize("directive", ["AuthHMACPepperFile", "AuthHMACRedisAuthFile"])
+def test_symlinked_secret_is_refused_with_the_reason(srv, directive):
+    real = pepper(srv)
+    link = srv.path("pepper-link")
+    os.symlink(real, link)
+    rc, out = configure(srv, "%s %s" % (directive, link))
+    assert rc != 0
+    assert ("%s: '%s' is a symbolic link, and those are refused: the owner and mode "
+            "checks would apply to its target, which whoever may change the link could "
+            "repoint; name the file itself ('%s')" % (directive, link, real)) in out, out
+    assert "Too many levels of symbolic links" not in out, out
+
+
+@pytest.mark.parametrize("directive,value,says", [
+    ("AuthHMACCacheTTL", "300.5", "no smaller unit makes it whole: round it"),
+    ("AuthHMACCacheTTL", "1.5h", "write 90m"),
+    ("AuthHMACCacheTTL", "2.5m", "write 150s"),
+    ("AuthHMACNegativeTTL", "0.5m", "write 30s"),
+    ("AuthHMACCacheMaxAge", "1.5d", "write 36h"),
+    ("AuthHMACCacheSize", "1.5M", "write 1536K"),
+])
+def test_fraction_is_refused_with_a_whole_number(srv, directive, value, says):
+    if directive == "AuthHMACCacheSize":
+        rc, out = configure(srv, "%s %s" % (directive, value))
+    else:
+        rc, out = configure(srv, ttl="%s %s" % (directive, value))
+    assert rc != 0
+    assert "%s: '%s' is a fraction, which is not accepted" % (directive, value) in out, out
+    assert says in out and "unknown unit" not in out, out
+
+
+@pytest.mark.parametrize("directive,value,says", [
+    ("AuthHMACMaxVerifications", "2.5", "'2.5' is a fraction, which is not accepted "
+     "(verifications at once in the server, from 1 to 64)"),
+    ("AuthHMACMaxVerifications", "0", "'0' is too small (verifications"),
+    ("AuthHMACRedisTimeout", "20000", "'20000' is too large (milliseconds from 1 to 10000)"),
+    ("AuthHMACRedisDatabase", "one", "'one' is not a number (a database number"),
+])
+def test_bad_number_says_why(srv, directive, value, says):
+    rc, out = configure(srv, "%s %s" % (directive, value))
+    assert rc != 0
+    assert "%s: %s" % (directive, says) in out, out
