@@ -73,8 +73,8 @@ apr_time_t authn_hmac_monotonic(void)
  * password ('@') is repeated: the password goes in AuthHMACRedisAuthFile. */
 static const char *url_problem(const char *arg, apr_pool_t *p)
 {
-    const char *rest = strstr(arg, "://");
-    size_t n;
+    const char *rest = strstr(arg, "://"), *db;
+    size_t n, dbn;
 
     if (strchr(arg, '@'))
         return "a URL is not accepted; its user and password go in "
@@ -86,11 +86,11 @@ static const char *url_problem(const char *arg, apr_pool_t *p)
     n = strcspn(rest, *rest == '/' ? "?" : "/?");
     if (n == 0 || n > 200 || (!strstr(arg, "://") && *rest != '/'))
         return "a URL is not accepted";
-    return apr_psprintf(p, "a URL is not accepted: write %.*s%s", (int)n, rest,
-                        *rest != '/' && rest[n] == '/' && rest[n + 1]
-                            ? " (and the database number in "
-                              "AuthHMACRedisDatabase)"
-                            : "");
+    db = *rest != '/' && rest[n] == '/' ? rest + n + 1 : "";
+    dbn = strspn(db, "0123456789");
+    return apr_psprintf(p, "a URL is not accepted: write %.*s%s%.*s", (int)n,
+                        rest, dbn ? ", and AuthHMACRedisDatabase " : "",
+                        (int)dbn, db);
 }
 
 const char *authn_hmac_redis_parse_server(const char *arg,
