@@ -481,8 +481,8 @@ static int pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
 /* ------------------------------------------- sections without a user file */
 
 /* AuthBasicProvider hmac in a section with no AuthHMACUserFile is a 500
- * for each request (AHMAC0003), most often because the section kept
- * mod_authn_file's AuthUserFile. The parsed configuration tells, at start,
+ * for each request (see check_password), most often because the section
+ * kept mod_authn_file's AuthUserFile. The parsed configuration tells, at start,
  * where the file is missing. NB: the file may come from elsewhere than the
  * section and its enclosing ones: httpd merges, for a request, every
  * <Directory>, <Files>, <Location> and <If> that applies to it, of its
@@ -543,8 +543,7 @@ static void survey(check_state *st, const ap_directive_t *d,
                   has_word(d->args, D_USERFILE, st->p)))
             st->htaccess = 1;
         if (d->first_child)
-            survey(st, d->first_child,
-                   is(d, "<VirtualHost") ? d : vhost);
+            survey(st, d->first_child, is(d, "<VirtualHost") ? d : vhost);
     }
 }
 
@@ -568,9 +567,9 @@ static int could_have_userfile(const check_state *st, const check_scope *sc)
 
 static const char *section_name(const ap_directive_t *section, apr_pool_t *p)
 {
-    return section ? apr_pstrcat(p, section->directive, " ", section->args,
-                                 NULL)
-                   : "the server configuration";
+    return section
+               ? apr_pstrcat(p, section->directive, " ", section->args, NULL)
+               : "the server configuration";
 }
 
 /* Checks the sections of one level (first: its first directive), then
@@ -593,11 +592,11 @@ static void check_level(check_state *st, const ap_directive_t *first,
         int file = has_word(provider->args, "file", st->p);
 
         hint = sc->authuserfile && !file
-                   ? apr_psprintf(st->p,
-                                  "; AuthUserFile is set; did you mean "
-                                  D_USERFILE "? (AuthUserFile at %s:%d)",
-                                  sc->authuserfile->filename,
-                                  sc->authuserfile->line_num)
+                   ? apr_psprintf(
+                         st->p,
+                         "; AuthUserFile is set; did you mean " D_USERFILE
+                         "? (AuthUserFile at %s:%d)",
+                         sc->authuserfile->filename, sc->authuserfile->line_num)
                    : "";
         if (!could_have_userfile(st, sc)) {
             st->refused = 1;

@@ -56,8 +56,8 @@ static const char *whole_in_smaller_unit(uint64_t v, uint64_t frac,
 
 /* Parses digits then an optional one-letter unit of units. A fraction is
  * refused, saying (if p) how to write the same amount as a whole number. */
-static const char *parse_scaled(const char *arg, const unit_t *units,
-                                size_t n, uint64_t *out, apr_pool_t *p)
+static const char *parse_scaled(const char *arg, const unit_t *units, size_t n,
+                                uint64_t *out, apr_pool_t *p)
 {
     const char *s = arg, *whole;
     uint64_t v = 0, m = 1, frac = 0, scale = 1;
@@ -100,8 +100,7 @@ static const char *parse_scaled(const char *arg, const unit_t *units,
     return NULL;
 }
 
-const char *authn_hmac_parse_size(const char *arg, uint64_t *out,
-                                  apr_pool_t *p)
+const char *authn_hmac_parse_size(const char *arg, uint64_t *out, apr_pool_t *p)
 {
     static const unit_t units[] = {{'\0', 1},
                                    {'K', UINT64_C(1) << 10},
@@ -114,7 +113,8 @@ const char *authn_hmac_parse_size(const char *arg, uint64_t *out,
 const char *authn_hmac_parse_seconds(const char *arg, uint64_t *out,
                                      apr_pool_t *p)
 {
-    static const unit_t units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
+    static const unit_t units[] = {
+        {'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
 
     return parse_scaled(arg, units, 4, out, p);
 }

@@ -48,9 +48,9 @@ static void test_parse_server(apr_pool_t *p)
                  "write [::1]:7000, and AuthHMACRedisDatabase 2"));
     CHECK(!strcmp(authn_hmac_redis_parse_server("unix:/run/r.sock", &c, p),
                   "a URL is not accepted: write /run/r.sock"));
-    CHECK(!strcmp(authn_hmac_redis_parse_server("unix:///run/r.sock?db=1", &c,
-                                                p),
-                  "a URL is not accepted: write /run/r.sock"));
+    CHECK(
+        !strcmp(authn_hmac_redis_parse_server("unix:///run/r.sock?db=1", &c, p),
+                "a URL is not accepted: write /run/r.sock"));
     CHECK(strstr(authn_hmac_redis_parse_server("rediss://host:6380", &c, p),
                  "nor TLS"));
     CHECK(!strstr(authn_hmac_redis_parse_server("redis://u:SECRET@h:1", &c, p),
