@@ -1,6 +1,7 @@
 """The tools an admin runs: each one's --help and a real run."""
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -100,8 +101,7 @@ def test_stat_usage_error_says_why(args, says):
     p = run(*(args + url))
     assert p.returncode == 2, p
     lines = p.stderr.splitlines()
-    assert lines[0] == "authn-hmac-stat: " + says or lines[0].startswith(
-        "authn-hmac-stat: " + says), p.stderr
+    assert lines[0].startswith("authn-hmac-stat: " + says), p.stderr
     assert lines[1].startswith("usage: authn-hmac-stat [--watch]"), p.stderr
     assert "2 on a usage error" in run("--help").stdout
 
@@ -126,7 +126,6 @@ def test_stat_help_and_man_page_agree_on_exit_status():
 def test_stat_closed_pipe_is_quiet(srv):
     """authn-hmac-stat URL | head: the reader going is not the URL's fault.
     It stops as cat would, killed by SIGPIPE, saying nothing."""
-    import signal
     p = subprocess.Popen([sys.executable, STAT, "--watch", "--interval", "0.2",
                           srv.url + "/authn-hmac-status"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
