@@ -240,7 +240,7 @@ static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
 {
     const ttl_spec *spec = cmd->info;
     uint64_t v;
-    const char *err = authn_hmac_parse_seconds(arg, &v);
+    const char *err = authn_hmac_parse_seconds(arg, &v, cmd->pool);
 
     if (!err && v > spec->max)
         err = "too long";
@@ -269,11 +269,9 @@ static const char *set_pepper(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    if (!path)
-        return apr_pstrcat(cmd->pool, D_PEPPER ": invalid path '", arg, "'",
-                           NULL);
-    err = authn_hmac_secret_read(&g.pepper, path, AUTHN_HMAC_PEPPER_MIN,
-                                 AUTHN_HMAC_SECRET_MAX, cmd->pool);
+    err = path ? authn_hmac_secret_read(&g.pepper, path, AUTHN_HMAC_PEPPER_MIN,
+                                        AUTHN_HMAC_SECRET_MAX, cmd->pool)
+               : apr_pstrcat(cmd->pool, "invalid path '", arg, "'", NULL);
     if (err)
         return apr_psprintf(cmd->pool,
                             D_PEPPER ": %s (a file of %d to %d random bytes, "
@@ -290,7 +288,7 @@ static const char *set_size(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    err = authn_hmac_parse_size(arg, &v);
+    err = authn_hmac_parse_size(arg, &v, cmd->pool);
     if (!err && v != 0 && (v < MIN_SIZE || v > MAX_SIZE))
         err = "out of range";
     if (err)
@@ -311,11 +309,14 @@ static const char *set_redis(cmd_parms *cmd, void *dc, const char *arg)
     if (err)
         return err;
     err = authn_hmac_redis_parse_server(arg, &g.redis, cmd->pool);
+    /* NB: a value with '@' may hold a password (redis://:pw@host). */
     if (err)
-        return apr_psprintf(cmd->pool,
-                            D_REDIS ": '%s': %s (host:port, [IPv6]:port or "
-                                    "/path/to/redis.sock)",
-                            arg, err);
+        return apr_psprintf(
+            cmd->pool,
+            D_REDIS ": %s%s (host:port, [IPv6]:port or /path/to/redis.sock)",
+            strchr(arg, '@') ? ""
+                             : apr_pstrcat(cmd->pool, "'", arg, "': ", NULL),
+            err);
     g.redis_name = apr_pstrdup(cmd->pool, arg);
     return NULL;
 }
@@ -328,11 +329,9 @@ static const char *set_redis_auth(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    if (!path)
-        return apr_pstrcat(cmd->pool, D_RAUTH ": invalid path '", arg, "'",
-                           NULL);
-    err = authn_hmac_secret_read(&g.redis_secret, path, 1,
-                                 AUTHN_HMAC_SECRET_MAX, cmd->pool);
+    err = path ? authn_hmac_secret_read(&g.redis_secret, path, 1,
+                                        AUTHN_HMAC_SECRET_MAX, cmd->pool)
+               : apr_pstrcat(cmd->pool, "invalid path '", arg, "'", NULL);
     if (!err)
         err = authn_hmac_redis_parse_auth(g.redis_secret, &g.redis);
     if (err)
@@ -373,9 +372,12 @@ static const char *set_global_int(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    if (authn_hmac_parse_uint(arg, spec->max, &v) || v < spec->min)
-        return apr_psprintf(cmd->pool, "%s: '%s' is not valid (%s)",
-                            cmd->cmd->name, arg, spec->accepts);
+    err = authn_hmac_parse_uint(arg, spec->max, &v);
+    if (!err && v < spec->min)
+        err = "too small";
+    if (err)
+        return apr_psprintf(cmd->pool, "%s: '%s' is %s (%s)", cmd->cmd->name,
+                            arg, err, spec->accepts);
     *spec->field = (int)v;
     return NULL;
 }
@@ -476,13 +478,182 @@ static int pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
     return ap_mutex_register(pconf, MUTEX_TYPE, NULL, APR_LOCK_DEFAULT, 0);
 }
 
+/* ------------------------------------------- sections without a user file */
+
+/* AuthBasicProvider hmac in a section with no AuthHMACUserFile is a 500
+ * for each request (see check_password), most often because the section
+ * kept mod_authn_file's AuthUserFile. The parsed configuration tells, at start,
+ * where the file is missing. NB: the file may come from elsewhere than the
+ * section and its enclosing ones: httpd merges, for a request, every
+ * <Directory>, <Files>, <Location> and <If> that applies to it, of its
+ * virtual host and of the main server, and .htaccess files. So httpd is
+ * refused a start only when no AuthHMACUserFile could apply: none in the
+ * section, in the sections enclosing it, in any section of its virtual
+ * host or of the main server (any at all, for a section of the main
+ * server, whose sections apply to every virtual host), and no
+ * AllowOverride lets .htaccess set one. When one could, but the section
+ * (with the ones enclosing it) sets AuthUserFile and not AuthHMACUserFile,
+ * and its provider list has no "file" to use AuthUserFile, a warning. */
+
+/* One level of the tree: a section's directives, or the top level's. */
+typedef struct {
+    const ap_directive_t *section; /* NULL: the top level */
+    const ap_directive_t *vhost;   /* the enclosing <VirtualHost>, or NULL */
+    int userfile;                  /* AuthHMACUserFile here or above */
+    const ap_directive_t *authuserfile; /* AuthUserFile here or above */
+} check_scope;
+
+typedef struct {
+    apr_pool_t *p;
+    int htaccess; /* an AllowOverride lets .htaccess set AuthHMACUserFile */
+    apr_array_header_t *userfiles; /* each AuthHMACUserFile's vhost */
+    int refused;                   /* a section can never have a file */
+    int warn;                      /* log the sections that may not */
+    server_rec *s;
+} check_state;
+
+/* Whether the arguments args hold word (any case). */
+static int has_word(const char *args, const char *word, apr_pool_t *p)
+{
+    const char *w;
+
+    while (args && *(w = ap_getword_conf(p, &args)))
+        if (!strcasecmp(w, word))
+            return 1;
+    return 0;
+}
+
+static int is(const ap_directive_t *d, const char *name)
+{
+    return d->directive && !strcasecmp(d->directive, name);
+}
+
+/* Notes every AuthHMACUserFile (with its virtual host) and whether
+ * .htaccess may set one. */
+static void survey(check_state *st, const ap_directive_t *d,
+                   const ap_directive_t *vhost)
+{
+    for (; d; d = d->next) {
+        if (is(d, D_USERFILE))
+            APR_ARRAY_PUSH(st->userfiles, const ap_directive_t *) = vhost;
+        else if ((is(d, "AllowOverride") &&
+                  (has_word(d->args, "All", st->p) ||
+                   has_word(d->args, "AuthConfig", st->p))) ||
+                 (is(d, "AllowOverrideList") &&
+                  has_word(d->args, D_USERFILE, st->p)))
+            st->htaccess = 1;
+        if (d->first_child)
+            survey(st, d->first_child, is(d, "<VirtualHost") ? d : vhost);
+    }
+}
+
+/* Whether an AuthHMACUserFile outside sc and the sections enclosing it
+ * could apply to its requests. */
+static int could_have_userfile(const check_state *st, const check_scope *sc)
+{
+    int i;
+
+    if (st->htaccess)
+        return 1;
+    for (i = 0; i < st->userfiles->nelts; i++) {
+        const ap_directive_t *v =
+            APR_ARRAY_IDX(st->userfiles, i, const ap_directive_t *);
+
+        if (!v || !sc->vhost || v == sc->vhost)
+            return 1;
+    }
+    return 0;
+}
+
+static const char *section_name(const ap_directive_t *section, apr_pool_t *p)
+{
+    return section
+               ? apr_pstrcat(p, section->directive, " ", section->args, NULL)
+               : "the server configuration";
+}
+
+/* Checks the sections of one level (first: its first directive), then
+ * the levels below. */
+static void check_level(check_state *st, const ap_directive_t *first,
+                        check_scope *sc)
+{
+    const ap_directive_t *d, *provider = NULL;
+    const char *hint;
+
+    for (d = first; d; d = d->next) {
+        if (is(d, D_USERFILE))
+            sc->userfile = 1;
+        else if (is(d, "AuthUserFile"))
+            sc->authuserfile = d;
+        else if (is(d, "AuthBasicProvider") && has_word(d->args, "hmac", st->p))
+            provider = d;
+    }
+    if (provider && !sc->userfile) {
+        int file = has_word(provider->args, "file", st->p);
+
+        hint = sc->authuserfile && !file
+                   ? apr_psprintf(
+                         st->p,
+                         "; AuthUserFile is set; did you mean " D_USERFILE
+                         "? (AuthUserFile at %s:%d)",
+                         sc->authuserfile->filename, sc->authuserfile->line_num)
+                   : "";
+        if (!could_have_userfile(st, sc)) {
+            st->refused = 1;
+            ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, st->s,
+                         "AHMAC0019: AuthBasicProvider hmac in %s (%s:%d) "
+                         "has no " D_USERFILE ", and none could apply to "
+                         "it: none is set there nor in any section that "
+                         "could apply with it, and no AllowOverride lets "
+                         ".htaccess set one%s",
+                         section_name(sc->section, st->p), provider->filename,
+                         provider->line_num, hint);
+        }
+        else if (st->warn && *hint)
+            ap_log_error(APLOG_MARK, APLOG_WARNING, 0, st->s,
+                         "AHMAC0020: AuthBasicProvider hmac in %s (%s:%d) "
+                         "has no " D_USERFILE " there nor in an enclosing "
+                         "section%s (fine if one from another section or "
+                         "from .htaccess applies to all of its requests)",
+                         section_name(sc->section, st->p), provider->filename,
+                         provider->line_num, hint);
+    }
+    for (d = first; d; d = d->next) {
+        check_scope below = *sc;
+
+        if (!d->first_child)
+            continue;
+        below.section = d;
+        if (is(d, "<VirtualHost"))
+            below.vhost = d;
+        check_level(st, d->first_child, &below);
+    }
+}
+
+/* Returns whether some section can never have an AuthHMACUserFile (each
+ * is logged); with warn, also logs those that may not have one. */
+static int check_userfiles(apr_pool_t *ptemp, server_rec *s, int warn)
+{
+    check_state st;
+    check_scope top;
+
+    memset(&st, 0, sizeof(st));
+    memset(&top, 0, sizeof(top));
+    st.p = ptemp;
+    st.s = s;
+    st.warn = warn;
+    st.userfiles = apr_array_make(ptemp, 8, sizeof(const ap_directive_t *));
+    survey(&st, ap_conftree, NULL);
+    check_level(&st, ap_conftree, &top);
+    return st.refused;
+}
+
 /* Checks that span directives, so that `apachectl -t` sees them. */
 static int check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                         server_rec *s)
 {
     (void)pconf;
     (void)plog;
-    (void)ptemp;
     if (g.redis_name && !g.pepper) {
         ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s,
                      "AHMAC0008: " D_REDIS " needs " D_PEPPER
@@ -490,6 +661,11 @@ static int check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                      "Redis must share one pepper");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
+    /* NB: the warnings go to the error log once per start (post_config);
+     * `apachectl -t` prints them here. */
+    if (check_userfiles(ptemp, s,
+                        ap_state_query(AP_SQ_RUN_MODE) == AP_SQ_RM_CONFIG_TEST))
+        return HTTP_INTERNAL_SERVER_ERROR;
     return OK;
 }
 
@@ -597,7 +773,6 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     apr_status_t rv;
 
     (void)plog;
-    (void)ptemp;
     if (g.max_verifications == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -610,6 +785,7 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     /* NB: the first pass at startup only tests the configuration. */
     if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG)
         return OK;
+    (void)check_userfiles(ptemp, s, 1);
     rd = ap_retained_data_get(RETAINED);
     if (!rd)
         rd = ap_retained_data_create(RETAINED, sizeof(*rd));
@@ -806,6 +982,18 @@ static void busy_unname(request_rec *r)
     r->user = NULL;
 }
 
+/* Whether mod_authn_file has an AuthUserFile for r (set in place of
+ * AuthHMACUserFile, as in .htaccess, where no start-up check sees it).
+ * NB: its per-directory record is private; its first (and only) member
+ * has been the file's path since httpd 2.1. */
+static int authuserfile_set(request_rec *r)
+{
+    module *m = ap_find_linked_module("mod_authn_file.c");
+    char **pwfile = m ? ap_get_module_config(r->per_dir_config, m) : NULL;
+
+    return pwfile && *pwfile;
+}
+
 /* The provider: finds the user's stored hash, and lets the engine (src/
  * engine.c) do the rest. */
 static authn_status check_password(request_rec *r, const char *user,
@@ -822,7 +1010,11 @@ static authn_status check_password(request_rec *r, const char *user,
 
     if (!c->uf || !g.table) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
-                      "AHMAC0003: AuthBasicProvider hmac needs " D_USERFILE);
+                      "AHMAC0003: AuthBasicProvider hmac needs " D_USERFILE
+                      "%s",
+                      authuserfile_set(r) ? " (AuthUserFile is set; did you "
+                                            "mean " D_USERFILE "?)"
+                                          : "");
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
     rv = authn_hmac_userfile_lookup_id(c->uf, user, g.mac, c->scope,

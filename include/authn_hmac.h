@@ -900,12 +900,16 @@ int authn_hmac_retry_after(const authn_hmac_engine_t *e);
 
 /* ------------------------------------------------------------- utilities */
 
-/* "4M", "512K", "1G", "65536" -> bytes. Returns NULL or what is wrong. */
-const char *authn_hmac_parse_size(const char *arg, uint64_t *out);
+/* "4M", "512K", "1G", "65536" -> bytes. Returns NULL or what is wrong;
+ * with p, a fraction's message gives the amount as a whole number in a
+ * smaller unit ("1.5M": "write 1536K"). */
+const char *authn_hmac_parse_size(const char *arg, uint64_t *out,
+                                  apr_pool_t *p);
 
 /* "300", "300s", "5m", "2h", "1d" -> seconds. Returns NULL or what is
- * wrong. */
-const char *authn_hmac_parse_seconds(const char *arg, uint64_t *out);
+ * wrong; with p, as for authn_hmac_parse_size ("1.5h": "write 90m"). */
+const char *authn_hmac_parse_seconds(const char *arg, uint64_t *out,
+                                     apr_pool_t *p);
 
 /* A plain decimal number from 0 to max. Returns NULL or what is wrong. */
 const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -66,6 +67,32 @@ apr_time_t authn_hmac_monotonic(void)
            (apr_time_t)(ts.tv_nsec / 1000);
 }
 
+/* What to say of a URL (redis://host:6379/0, rediss://..., unix:/path),
+ * the form most Redis clients take: what to write instead, from its host
+ * and port or its socket path. NB: nothing of a URL with a user or a
+ * password ('@') is repeated: the password goes in AuthHMACRedisAuthFile. */
+static const char *url_problem(const char *arg, apr_pool_t *p)
+{
+    const char *rest = strstr(arg, "://"), *db;
+    size_t n, dbn;
+
+    if (strchr(arg, '@'))
+        return "a URL is not accepted; its user and password go in "
+               "AuthHMACRedisAuthFile";
+    if (strncasecmp(arg, "rediss:", 7) == 0)
+        return "a URL is not accepted, nor TLS (rediss://): for TLS, point "
+               "this at the local end of a tunnel such as stunnel";
+    rest = rest ? rest + 3 : arg + 5; /* unix:/path */
+    n = strcspn(rest, *rest == '/' ? "?" : "/?");
+    if (n == 0 || n > 200 || (!strstr(arg, "://") && *rest != '/'))
+        return "a URL is not accepted";
+    db = *rest != '/' && rest[n] == '/' ? rest + n + 1 : "";
+    dbn = strspn(db, "0123456789");
+    return apr_psprintf(p, "a URL is not accepted: write %.*s%s%.*s", (int)n,
+                        rest, dbn ? ", and AuthHMACRedisDatabase " : "",
+                        (int)dbn, db);
+}
+
 const char *authn_hmac_redis_parse_server(const char *arg,
                                           authn_hmac_redis_conf_t *conf,
                                           apr_pool_t *p)
@@ -76,6 +103,8 @@ const char *authn_hmac_redis_parse_server(const char *arg,
 
     if (!arg || !*arg)
         return "empty";
+    if (strstr(arg, "://") || strncasecmp(arg, "unix:", 5) == 0)
+        return url_problem(arg, p);
     if (*arg == '/') {
         if (strlen(arg) > 100)
             return "socket path too long";

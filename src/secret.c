@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -81,7 +82,23 @@ const char *authn_hmac_secret_read(authn_hmac_secret_t **out, const char *path,
     size_t got = 0;
     int fd;
 
+    /* NB: not through a symbolic link. The checks below see only the file
+     * it points to; whoever may write the link's directory could point it
+     * at another file, between two reads or for good. */
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ELOOP && lstat(path, &st) == 0 &&
+        S_ISLNK(st.st_mode)) {
+        char *real = realpath(path, NULL);
+
+        err = apr_psprintf(
+            p,
+            "'%s' is a symbolic link, and those are refused: the owner and "
+            "mode checks would apply to its target, which whoever may change "
+            "the link could repoint; name the file itself%s%s%s",
+            path, real ? " ('" : "", real ? real : "", real ? "')" : "");
+        free(real);
+        return err;
+    }
     if (fd < 0)
         return apr_psprintf(p, "cannot open '%s': %s", path, strerror(errno));
     if (fstat(fd, &st) != 0) {

@@ -9,24 +9,90 @@
 #include <apr_lib.h>
 #include <apr_strings.h>
 
-/* Parses digits then an optional one-letter unit from units/mults. */
-static const char *parse_scaled(const char *arg, const char *units,
-                                const uint64_t *mults, uint64_t *out)
-{
-    const char *p = arg, *u;
-    uint64_t v = 0, m = 1;
+/* A unit: its letter, as a suggestion writes it ('\0': none, for the base
+ * unit of sizes), and its multiple. units[0] is the base unit. */
+typedef struct {
+    char letter;
+    uint64_t mult;
+} unit_t;
 
-    if (!arg || !apr_isdigit(*p))
+/* The unit letter c names in units (any case), or n. */
+static size_t find_unit(const unit_t *units, size_t n, char c)
+{
+    size_t u;
+
+    for (u = 0; u < n; u++)
+        if (units[u].letter && apr_tolower(units[u].letter) == apr_tolower(c))
+            break;
+    return u;
+}
+
+/* A value with a fraction, v + frac / scale in units[u] ("1.5h"), as a
+ * whole number in that unit or the largest smaller one that holds it
+ * exactly ("90m"); NULL if none does. */
+static const char *whole_in_smaller_unit(uint64_t v, uint64_t frac,
+                                         uint64_t scale, const unit_t *units,
+                                         size_t u, apr_pool_t *p)
+{
+    uint64_t total; /* the amount in base units, times scale */
+
+    if (v > (UINT64_MAX - frac) / scale ||
+        v * scale + frac > UINT64_MAX / units[u].mult)
+        return NULL;
+    total = (v * scale + frac) * units[u].mult;
+    for (;; u--) {
+        if (units[u].mult <= UINT64_MAX / scale &&
+            total % (units[u].mult * scale) == 0) {
+            const char *n = apr_psprintf(p, "%" APR_UINT64_T_FMT,
+                                         total / (units[u].mult * scale));
+
+            return units[u].letter ? apr_psprintf(p, "%s%c", n, units[u].letter)
+                                   : n;
+        }
+        if (u == 0)
+            return NULL;
+    }
+}
+
+/* Parses digits then an optional one-letter unit of units. A fraction is
+ * refused, saying (if p) how to write the same amount as a whole number. */
+static const char *parse_scaled(const char *arg, const unit_t *units, size_t n,
+                                uint64_t *out, apr_pool_t *p)
+{
+    const char *s = arg, *whole;
+    uint64_t v = 0, m = 1, frac = 0, scale = 1;
+    size_t u = 0;
+
+    if (!arg || !apr_isdigit(*s))
         return "not a number";
-    for (; apr_isdigit(*p); p++) {
+    for (; apr_isdigit(*s); s++) {
         if (v > (UINT64_MAX - 9) / 10)
             return "too large";
-        v = v * 10 + (uint64_t)(*p - '0');
+        v = v * 10 + (uint64_t)(*s - '0');
     }
-    if (*p) {
-        if (p[1] || !(u = strchr(units, apr_tolower(*p))))
+    if (*s == '.' && apr_isdigit(s[1])) {
+        for (s++; apr_isdigit(*s) && scale < UINT64_C(1000000000); s++) {
+            frac = frac * 10 + (uint64_t)(*s - '0');
+            scale *= 10;
+        }
+        if (*s)
+            u = s[1] ? n : find_unit(units, n, *s);
+        if (u >= n)
+            return apr_isdigit(*s) ? "too long a fraction" : "unknown unit";
+        if (!p || n == 1)
+            return "a fraction, which is not accepted";
+        whole = whole_in_smaller_unit(v, frac, scale, units, u, p);
+        if (!whole)
+            return "a fraction, which is not accepted; no smaller unit "
+                   "makes it whole: round it";
+        return apr_pstrcat(p, "a fraction, which is not accepted: write ",
+                           whole, NULL);
+    }
+    if (*s) {
+        u = find_unit(units, n, *s);
+        if (s[1] || u >= n)
             return "unknown unit";
-        m = mults[u - units];
+        m = units[u].mult;
     }
     if (v && m > UINT64_MAX / v)
         return "too large";
@@ -34,26 +100,30 @@ static const char *parse_scaled(const char *arg, const char *units,
     return NULL;
 }
 
-const char *authn_hmac_parse_size(const char *arg, uint64_t *out)
+const char *authn_hmac_parse_size(const char *arg, uint64_t *out, apr_pool_t *p)
 {
-    static const uint64_t mults[] = {UINT64_C(1) << 10, UINT64_C(1) << 20,
-                                     UINT64_C(1) << 30};
+    static const unit_t units[] = {{'\0', 1},
+                                   {'K', UINT64_C(1) << 10},
+                                   {'M', UINT64_C(1) << 20},
+                                   {'G', UINT64_C(1) << 30}};
 
-    return parse_scaled(arg, "kmg", mults, out);
+    return parse_scaled(arg, units, 4, out, p);
 }
 
-const char *authn_hmac_parse_seconds(const char *arg, uint64_t *out)
+const char *authn_hmac_parse_seconds(const char *arg, uint64_t *out,
+                                     apr_pool_t *p)
 {
-    static const uint64_t mults[] = {1, 60, 3600, 86400};
+    static const unit_t units[] = {
+        {'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
 
-    return parse_scaled(arg, "smhd", mults, out);
+    return parse_scaled(arg, units, 4, out, p);
 }
 
 const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out)
 {
-    static const uint64_t none[] = {1};
+    static const unit_t none[] = {{'\0', 1}};
     uint64_t v = 0;
-    const char *err = parse_scaled(arg, "", none, &v);
+    const char *err = parse_scaled(arg, none, 1, &v, NULL);
 
     if (!err && v > max)
         err = "too large";

@@ -22,9 +22,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     apr_pool_create(&p, root);
     memcpy(s, data, size);
     s[size] = '\0';
-    if (!authn_hmac_parse_size(s, &v) && v == 0 && s[0] != '0')
+    if (!authn_hmac_parse_size(s, &v, p) && v == 0 && s[0] != '0')
         abort();
-    (void)authn_hmac_parse_seconds(s, &v);
+    (void)authn_hmac_parse_seconds(s, &v, p);
     if (!authn_hmac_parse_uint(s, 65535, &v) && v > 65535)
         abort();
     memset(&rc, 0, sizeof(rc));

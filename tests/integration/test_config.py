@@ -220,3 +220,194 @@ def test_shipped_conf_is_valid_and_serves_no_counters(srv):
     assert rc == 0, out
     srv.start()
     assert srv.status_code("/authn-hmac-status") == 403
+
+
+@pytest.mark.parametrize("value,says", [
+    ("redis://127.0.0.1:6379", "a URL is not accepted: write 127.0.0.1:6379"),
+    ("redis://redis.example.org:6380/2", "a URL is not accepted: write "
+     "redis.example.org:6380, and AuthHMACRedisDatabase 2 (host:port"),
+    ("unix:/run/redis/redis.sock", "a URL is not accepted: write /run/redis/redis.sock"),
+    ("rediss://redis.example.org:6380", "a URL is not accepted, nor TLS"),
+])
+def test_redis_url_is_refused_with_the_form(srv, value, says):
+    rc, out = configure(srv, "AuthHMACPepperFile %s\nAuthHMACRedisServer %s"
+                        % (pepper(srv), value))
+    assert rc != 0
+    assert "AuthHMACRedisServer: '%s': %s" % (value, says) in out, out
+    assert "(host:port, [IPv6]:port or /path/to/redis.sock)" in out, out
+    assert "IPv6 address needs" not in out, out
+
+
+def test_redis_url_password_is_not_repeated(srv):
+    rc, out = configure(srv, "AuthHMACPepperFile %s\n"
+                        "AuthHMACRedisServer redis://app:S3CRET-PW@10.0.0.5:6379"
+                        % pepper(srv))
+    assert rc != 0
+    assert "a URL is not accepted; its user and password go in AuthHMACRedisAuthFile" \
+        in out, out
+    assert "S3CRET" not in out, out
+
+
+@pytest.mark.parametrize("directive", ["AuthHMACPepperFile", "AuthHMACRedisAuthFile"])
+def test_symlinked_secret_is_refused_with_the_reason(srv, directive):
+    real = pepper(srv)
+    link = srv.path("pepper-link")
+    os.symlink(real, link)
+    rc, out = configure(srv, "%s %s" % (directive, link))
+    assert rc != 0
+    assert ("%s: '%s' is a symbolic link, and those are refused: the owner and mode "
+            "checks would apply to its target, which whoever may change the link could "
+            "repoint; name the file itself ('%s')" % (directive, link, real)) in out, out
+    assert "Too many levels of symbolic links" not in out, out
+
+
+@pytest.mark.parametrize("directive,value,says", [
+    ("AuthHMACCacheTTL", "300.5", "no smaller unit makes it whole: round it"),
+    ("AuthHMACCacheTTL", "1.5h", "write 90m"),
+    ("AuthHMACCacheTTL", "2.5m", "write 150s"),
+    ("AuthHMACNegativeTTL", "0.5m", "write 30s"),
+    ("AuthHMACCacheMaxAge", "1.5d", "write 36h"),
+    ("AuthHMACCacheSize", "1.5M", "write 1536K"),
+])
+def test_fraction_is_refused_with_a_whole_number(srv, directive, value, says):
+    if directive == "AuthHMACCacheSize":
+        rc, out = configure(srv, "%s %s" % (directive, value))
+    else:
+        rc, out = configure(srv, ttl="%s %s" % (directive, value))
+    assert rc != 0
+    assert "%s: '%s' is a fraction, which is not accepted" % (directive, value) in out, out
+    assert says in out and "unknown unit" not in out, out
+
+
+@pytest.mark.parametrize("directive,value,says", [
+    ("AuthHMACMaxVerifications", "2.5", "'2.5' is a fraction, which is not accepted "
+     "(verifications at once in the server, from 1 to 64)"),
+    ("AuthHMACMaxVerifications", "0", "'0' is too small (verifications"),
+    ("AuthHMACRedisTimeout", "20000", "'20000' is too large (milliseconds from 1 to 10000)"),
+    ("AuthHMACRedisDatabase", "one", "'one' is not a number (a database number"),
+])
+def test_bad_number_says_why(srv, directive, value, says):
+    rc, out = configure(srv, "%s %s" % (directive, value))
+    assert rc != 0
+    assert "%s: %s" % (directive, says) in out, out
+
+
+def auth_section(kind, where, *lines):
+    return "<%s %s>\n%s</%s>\n" % (kind, where, "".join("    %s\n" % l for l in lines), kind)
+
+
+def basic(*extra):
+    return ("AuthType Basic", 'AuthName "a"', "AuthBasicProvider hmac") + extra + \
+        ("Require valid-user",)
+
+
+def line_of(path, text):
+    with open(path) as f:
+        return 1 + f.read().split(text)[0].count("\n")
+
+
+def test_authuserfile_instead_of_hmac_userfile_is_refused_at_start(srv):
+    """AuthBasicProvider hmac with AuthUserFile, and no AuthHMACUserFile
+    anywhere that could apply: every request would be a 500 (AHMAC0003), so
+    httpd does not start, naming the section, its file:line and the hint."""
+    users = srv.path("a.htpasswd")
+    htpasswd(users, "alice", "pw for alice", create=True)
+    srv.body = auth_section("Location", "/a/", *basic('AuthUserFile "%s"' % users))
+    srv.write_config()
+    rc, out = srv.configtest()
+    assert rc != 0, out
+    provider = line_of(srv.conf, "AuthBasicProvider hmac")
+    authuserfile = line_of(srv.conf, "AuthUserFile")
+    assert ("AHMAC0019: AuthBasicProvider hmac in <Location /a/> (%s:%d) has no "
+            "AuthHMACUserFile, and none could apply to it" % (srv.conf, provider)) in out, out
+    assert ("AuthUserFile is set; did you mean AuthHMACUserFile? (AuthUserFile at %s:%d)"
+            % (srv.conf, authuserfile)) in out, out
+
+
+def test_provider_without_any_user_file_is_refused_at_start(srv):
+    srv.body = "<VirtualHost 127.0.0.1:%d>\n%s</VirtualHost>\n" % (
+        srv.port, auth_section("Directory", srv.path("htdocs"), *basic()))
+    # A file in another virtual host never applies to this one's requests.
+    srv.body += "<VirtualHost 127.0.0.2:%d>\n%s</VirtualHost>\n" % (
+        srv.port, auth_section("Location", "/", 'AuthHMACUserFile "%s"' % srv.path("x")))
+    srv.write_config()
+    rc, out = srv.configtest()
+    assert rc != 0, out
+    assert "AHMAC0019: AuthBasicProvider hmac in <Directory %s>" % srv.path("htdocs") in out
+    assert "did you mean" not in out, out
+
+
+def test_user_file_from_another_section_still_starts(srv):
+    """A <Location> may get its AuthHMACUserFile from a <Directory> (not a
+    section enclosing it): that works, so httpd starts, serves and says
+    nothing."""
+    users = srv.path("a.htpasswd")
+    htpasswd(users, "alice", "pw for alice", create=True)
+    os.makedirs(srv.path("htdocs", "a"), exist_ok=True)
+    with open(srv.path("htdocs", "a", "index.html"), "w") as f:
+        f.write("a\n")
+    srv.body = auth_section("Directory", srv.path("htdocs", "a"),
+                            'AuthHMACUserFile "%s"' % users) + \
+        auth_section("Location", "/a/", *basic())
+    srv.write_config()
+    rc, out = srv.configtest()
+    assert rc == 0 and "AHMAC" not in out, out
+    srv.start()
+    assert srv.status_code("/a/", "alice", "pw for alice") == 200
+    assert srv.status_code("/a/", "alice", "wrong") == 401
+    srv.stop()
+    assert not srv.log_problems()
+
+
+def test_authuserfile_where_a_user_file_may_apply_warns(srv):
+    """The same, with AuthUserFile left in the <Location>: it works (the
+    <Directory>'s file applies), so a warning only, once per start, naming
+    the section."""
+    users = srv.path("a.htpasswd")
+    htpasswd(users, "alice", "pw for alice", create=True)
+    os.makedirs(srv.path("htdocs", "a"), exist_ok=True)
+    with open(srv.path("htdocs", "a", "index.html"), "w") as f:
+        f.write("a\n")
+    srv.body = auth_section("Directory", srv.path("htdocs", "a"),
+                            'AuthHMACUserFile "%s"' % users) + \
+        auth_section("Location", "/a/", *basic('AuthUserFile "%s"' % users))
+    srv.write_config()
+    warning = ("AHMAC0020: AuthBasicProvider hmac in <Location /a/> (%s:%d) has no "
+               "AuthHMACUserFile there nor in an enclosing section; AuthUserFile is set; "
+               "did you mean AuthHMACUserFile?" % (srv.conf,
+                                                   line_of(srv.conf, "AuthBasicProvider")))
+    rc, out = srv.configtest()
+    assert rc == 0 and warning in out, out
+    srv.expect_log(r"AHMAC0020: AuthBasicProvider hmac in <Location /a/>")
+    srv.start()
+    assert srv.status_code("/a/", "alice", "pw for alice") == 200
+    srv.restart()
+    assert srv.status_code("/a/", "alice", "pw for alice") == 200
+    srv.stop()
+    assert srv.error_log().count(warning) == 2, srv.error_log()  # start + restart
+    assert not srv.log_problems()
+
+
+def test_htaccess_may_set_the_user_file_so_no_refusal(srv):
+    """With AllowOverride AuthConfig, a .htaccess may name the file: httpd
+    starts; a .htaccess that names AuthUserFile instead gets a 500 whose log
+    line has the hint."""
+    users = srv.path("a.htpasswd")
+    htpasswd(users, "alice", "pw for alice", create=True)
+    os.makedirs(srv.path("htdocs", "a"), exist_ok=True)
+    with open(srv.path("htdocs", "a", "index.html"), "w") as f:
+        f.write("a\n")
+    with open(srv.path("htdocs", "a", ".htaccess"), "w") as f:
+        f.write("\n".join(basic('AuthUserFile "%s"' % users)) + "\n")
+    srv.body = auth_section("Directory", srv.path("htdocs"), "AllowOverride AuthConfig")
+    srv.write_config()
+    rc, out = srv.configtest()
+    assert rc == 0 and "AHMAC" not in out, out
+    srv.expect_log(r"AHMAC0003: AuthBasicProvider hmac needs AuthHMACUserFile \(AuthUserFile "
+                   r"is set; did you mean AuthHMACUserFile\?\)")
+    srv.start()
+    assert srv.status_code("/a/", "alice", "pw for alice") == 500
+    assert "AHMAC0003: AuthBasicProvider hmac needs AuthHMACUserFile (AuthUserFile is set; " \
+        "did you mean AuthHMACUserFile?)" in srv.error_log()
+    srv.stop()
+    assert not srv.log_problems()

@@ -1,6 +1,7 @@
 """The tools an admin runs: each one's --help and a real run."""
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -82,3 +83,63 @@ def test_stat_wrong_url_is_a_clear_error(srv):
     assert p.returncode == 1 and "cannot read" in p.stderr, p.stderr
     p = run(srv.url + "/")
     assert p.returncode == 1 and "no counters" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--interval", "0"], "--interval must be more than 0 and at most 86400 seconds, not 0"),
+    (["--interval", "86401"], "--interval must be more than 0 and at most 86400 seconds"),
+    (["--interval", "soon"], "argument --interval: invalid float value: 'soon'"),
+    (["--count", "-1"], "--count must be 0 (until interrupted) or more, not -1"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    ([], "no URL given"),
+])
+def test_stat_usage_error_says_why(args, says):
+    """A usage error names what is wrong, then the short usage; exit 2, as
+    --help says."""
+    url = [] if args == [] else ["http://127.0.0.1:1/authn-hmac-status"]
+    p = run(*(args + url))
+    assert p.returncode == 2, p
+    lines = p.stderr.splitlines()
+    assert lines[0].startswith("authn-hmac-stat: " + says), p.stderr
+    assert lines[1].startswith("usage: authn-hmac-stat [--watch]"), p.stderr
+    assert "2 on a usage error" in run("--help").stdout
+
+
+def test_stat_url_without_scheme_is_a_usage_error():
+    p = run("127.0.0.1/authn-hmac-status")
+    assert p.returncode == 2
+    assert p.stderr.startswith("authn-hmac-stat: URL must start with http:// or https://"), \
+        p.stderr
+
+
+def test_stat_help_and_man_page_agree_on_exit_status():
+    man = os.path.join(os.path.dirname(TOOLS), "docs", "authn-hmac-stat.1")
+    with open(man) as f:
+        text = f.read()
+    assert "0 on success, 1 if the handler could not be read, 2 on a usage error" in text
+    assert "Exit status: 0, 1 if the handler could not be read, 2 on a usage error" \
+        in run("--help").stdout
+    assert "SIGPIPE" in text and "SIGPIPE" in run("--help").stdout
+
+
+def test_stat_closed_pipe_is_quiet(srv):
+    """authn-hmac-stat URL | head: the reader going is not the URL's fault.
+    It stops as cat would, killed by SIGPIPE, saying nothing."""
+    p = subprocess.Popen([sys.executable, STAT, "--watch", "--interval", "0.2",
+                          srv.url + "/authn-hmac-status"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline()
+    p.stdout.close()
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGPIPE, (p.returncode, err)
+    assert err == "", err
+
+
+def test_stat_http_errors_say_what_to_do(srv):
+    p = run(srv.url + "/nothing-here")
+    assert p.returncode == 1
+    assert "HTTP 404 Not Found (is there a <Location> at this path with " \
+        "\"SetHandler authn-hmac-status\"?)" in p.stderr, p.stderr
+    p = run(srv.url + "/a/index.html")
+    assert p.returncode == 1
+    assert "HTTP 401 Unauthorized (this tool sends no password" in p.stderr, p.stderr

@@ -569,6 +569,13 @@ static void test_secret_file_checks(apr_pool_t *p)
     err = authn_hmac_secret_read(&s, apr_pstrcat(p, dir, "/none", NULL), 32,
                                  1024, p);
     CHECK(err && strstr(err, "cannot open"));
+    /* A symbolic link, even to a good file: refused, naming the file. */
+    CHECK(symlink(apr_pstrcat(p, dir, "/ok", NULL),
+                  apr_pstrcat(p, dir, "/link", NULL)) == 0);
+    err = authn_hmac_secret_read(&s, apr_pstrcat(p, dir, "/link", NULL), 32,
+                                 1024, p);
+    CHECK(err && strstr(err, "is a symbolic link, and those are refused") &&
+          strstr(err, "/ok')"));
     /* NB: no message may quote the file's contents. */
     CHECK(err && !strstr(err, "kkkk"));
     CHECK(system(apr_pstrcat(p, "rm -rf ", dir, NULL)) == 0);

@@ -40,6 +40,23 @@ static void test_parse_server(apr_pool_t *p)
     CHECK(authn_hmac_redis_parse_server("[::1", &c, p));
     CHECK(authn_hmac_redis_parse_server("[::1]x", &c, p));
     CHECK(authn_hmac_redis_parse_server("ho st:1", &c, p));
+    /* A URL: refused, saying what to write instead, and never repeating
+     * a user or password. */
+    CHECK(!strcmp(authn_hmac_redis_parse_server("redis://host:6379", &c, p),
+                  "a URL is not accepted: write host:6379"));
+    CHECK(strstr(authn_hmac_redis_parse_server("REDIS://[::1]:7000/2", &c, p),
+                 "write [::1]:7000, and AuthHMACRedisDatabase 2"));
+    CHECK(!strcmp(authn_hmac_redis_parse_server("unix:/run/r.sock", &c, p),
+                  "a URL is not accepted: write /run/r.sock"));
+    CHECK(
+        !strcmp(authn_hmac_redis_parse_server("unix:///run/r.sock?db=1", &c, p),
+                "a URL is not accepted: write /run/r.sock"));
+    CHECK(strstr(authn_hmac_redis_parse_server("rediss://host:6380", &c, p),
+                 "nor TLS"));
+    CHECK(!strstr(authn_hmac_redis_parse_server("redis://u:SECRET@h:1", &c, p),
+                  "SECRET"));
+    CHECK(!strcmp(authn_hmac_redis_parse_server("unix:sock", &c, p),
+                  "a URL is not accepted"));
 }
 
 static authn_hmac_secret_t *secret(apr_pool_t *p, const char *text)

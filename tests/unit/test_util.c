@@ -9,19 +9,19 @@ static void test_sizes(apr_pool_t *p)
     uint64_t v = 0;
 
     (void)p;
-    CHECK(!authn_hmac_parse_size("4M", &v) && v == 4u << 20);
-    CHECK(!authn_hmac_parse_size("512k", &v) && v == 512u << 10);
-    CHECK(!authn_hmac_parse_size("1G", &v) && v == 1u << 30);
-    CHECK(!authn_hmac_parse_size("65536", &v) && v == 65536);
-    CHECK(!authn_hmac_parse_size("0", &v) && v == 0);
-    CHECK(authn_hmac_parse_size("", &v));
-    CHECK(authn_hmac_parse_size("-1", &v));
-    CHECK(authn_hmac_parse_size("4MB", &v));
-    CHECK(authn_hmac_parse_size("4 M", &v));
-    CHECK(authn_hmac_parse_size("M", &v));
-    CHECK(authn_hmac_parse_size("4T", &v));
-    CHECK(authn_hmac_parse_size("99999999999999999999", &v));
-    CHECK(authn_hmac_parse_size("18014398509481984G", &v));
+    CHECK(!authn_hmac_parse_size("4M", &v, p) && v == 4u << 20);
+    CHECK(!authn_hmac_parse_size("512k", &v, p) && v == 512u << 10);
+    CHECK(!authn_hmac_parse_size("1G", &v, p) && v == 1u << 30);
+    CHECK(!authn_hmac_parse_size("65536", &v, p) && v == 65536);
+    CHECK(!authn_hmac_parse_size("0", &v, p) && v == 0);
+    CHECK(authn_hmac_parse_size("", &v, p));
+    CHECK(authn_hmac_parse_size("-1", &v, p));
+    CHECK(authn_hmac_parse_size("4MB", &v, p));
+    CHECK(authn_hmac_parse_size("4 M", &v, p));
+    CHECK(authn_hmac_parse_size("M", &v, p));
+    CHECK(authn_hmac_parse_size("4T", &v, p));
+    CHECK(authn_hmac_parse_size("99999999999999999999", &v, p));
+    CHECK(authn_hmac_parse_size("18014398509481984G", &v, p));
 }
 
 static void test_seconds(apr_pool_t *p)
@@ -29,14 +29,50 @@ static void test_seconds(apr_pool_t *p)
     uint64_t v = 0;
 
     (void)p;
-    CHECK(!authn_hmac_parse_seconds("300", &v) && v == 300);
-    CHECK(!authn_hmac_parse_seconds("300s", &v) && v == 300);
-    CHECK(!authn_hmac_parse_seconds("5m", &v) && v == 300);
-    CHECK(!authn_hmac_parse_seconds("2h", &v) && v == 7200);
-    CHECK(!authn_hmac_parse_seconds("1d", &v) && v == 86400);
-    CHECK(authn_hmac_parse_seconds("1.5", &v));
-    CHECK(authn_hmac_parse_seconds("abc", &v));
-    CHECK(authn_hmac_parse_seconds("10x", &v));
+    CHECK(!authn_hmac_parse_seconds("300", &v, p) && v == 300);
+    CHECK(!authn_hmac_parse_seconds("300s", &v, p) && v == 300);
+    CHECK(!authn_hmac_parse_seconds("5m", &v, p) && v == 300);
+    CHECK(!authn_hmac_parse_seconds("2h", &v, p) && v == 7200);
+    CHECK(!authn_hmac_parse_seconds("1d", &v, p) && v == 86400);
+    CHECK(authn_hmac_parse_seconds("1.5", &v, p));
+    CHECK(authn_hmac_parse_seconds("abc", &v, p));
+    CHECK(authn_hmac_parse_seconds("10x", &v, p));
+}
+
+/* A fraction is refused with the amount as a whole number in a smaller
+ * unit, where one holds it. */
+static void test_fractions(apr_pool_t *p)
+{
+    uint64_t v = 7;
+    const char *err;
+
+    err = authn_hmac_parse_seconds("1.5h", &v, p);
+    CHECK(err && !strcmp(err, "a fraction, which is not accepted: write 90m"));
+    err = authn_hmac_parse_seconds("0.25D", &v, p);
+    CHECK(err && strstr(err, "write 6h"));
+    err = authn_hmac_parse_seconds("2.5m", &v, p);
+    CHECK(err && strstr(err, "write 150s"));
+    err = authn_hmac_parse_seconds("1.0h", &v, p);
+    CHECK(err && strstr(err, "write 1h"));
+    err = authn_hmac_parse_seconds("300.5", &v, p);
+    CHECK(err && strstr(err, "not accepted; no smaller unit makes it whole"));
+    err = authn_hmac_parse_seconds("300.5", &v, NULL);
+    CHECK(err && !strcmp(err, "a fraction, which is not accepted"));
+    err = authn_hmac_parse_size("1.5M", &v, p);
+    CHECK(err && strstr(err, "write 1536K"));
+    err = authn_hmac_parse_size("0.5k", &v, p);
+    CHECK(err && strstr(err, "write 512"));
+    err = authn_hmac_parse_size("1.5", &v, p);
+    CHECK(err && strstr(err, "round it"));
+    CHECK(authn_hmac_parse_size("1.5x", &v, p) &&
+          !strcmp(authn_hmac_parse_size("1.5x", &v, p), "unknown unit"));
+    err = authn_hmac_parse_size("1.12345678901G", &v, p);
+    CHECK(err && !strstr(err, "write"));
+    err = authn_hmac_parse_size("99999999999999999.5G", &v, p);
+    CHECK(err && strstr(err, "round it"));
+    err = authn_hmac_parse_uint("2.5", 10, &v);
+    CHECK(err && !strcmp(err, "a fraction, which is not accepted"));
+    CHECK(v == 7);
 }
 
 static void test_uint(apr_pool_t *p)
@@ -152,6 +188,7 @@ int main(void)
 
     RUN(test_sizes, p);
     RUN(test_seconds, p);
+    RUN(test_fractions, p);
     RUN(test_uint, p);
     RUN(test_json_query, p);
     RUN(test_status_format, p);
