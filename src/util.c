@@ -54,6 +54,10 @@ static const char *whole_in_smaller_unit(uint64_t v, uint64_t frac,
     }
 }
 
+/* What a value with a unit that units (n of them) do not have is. */
+#define UNKNOWN_UNIT(n)                                                        \
+    ((n) == 1 ? "not a whole number" : "not a number with a known unit")
+
 /* Parses digits then an optional one-letter unit of units. A fraction is
  * refused, saying (if p) how to write the same amount as a whole number. */
 static const char *parse_scaled(const char *arg, const unit_t *units, size_t n,
@@ -78,7 +82,7 @@ static const char *parse_scaled(const char *arg, const unit_t *units, size_t n,
         if (*s)
             u = s[1] ? n : find_unit(units, n, *s);
         if (u >= n)
-            return apr_isdigit(*s) ? "too long a fraction" : "unknown unit";
+            return apr_isdigit(*s) ? "too long a fraction" : UNKNOWN_UNIT(n);
         if (!p || n == 1)
             return "a fraction, which is not accepted";
         whole = whole_in_smaller_unit(v, frac, scale, units, u, p);
@@ -91,7 +95,7 @@ static const char *parse_scaled(const char *arg, const unit_t *units, size_t n,
     if (*s) {
         u = find_unit(units, n, *s);
         if (s[1] || u >= n)
-            return "unknown unit";
+            return UNKNOWN_UNIT(n);
         m = units[u].mult;
     }
     if (v && m > UINT64_MAX / v)
