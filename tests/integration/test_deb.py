@@ -441,3 +441,29 @@ def test_package_builds_installs_serves_and_purges():
         print("deb test: built in %.0f s, %.0f s in all" % (built, time.monotonic() - t0))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="no unshare (util-linux)")
+def test_prerm_names_each_file_as_it_is():
+    """The prerm's warning lists each file that uses the module once, as
+    named: a site file with a space or a '*' in its name is one line, not
+    split into words or expanded as a pattern. Run from the tree against
+    a private /etc/apache2 (a bind mount in a mount namespace of its own)."""
+    etc = tempfile.mkdtemp(prefix="authn_hmac_prerm_")
+    try:
+        for d in ("sites-enabled", "conf-enabled", "mods-enabled"):
+            os.makedirs(os.path.join(etc, d))
+        for name in ("my site.conf", "*", "plain.conf"):
+            with open(os.path.join(etc, "sites-enabled", name), "w") as f:
+                f.write("<Location />\n    AuthBasicProvider hmac\n</Location>\n")
+        with open(os.path.join(etc, "sites-enabled", "other.conf"), "w") as f:
+            f.write("<Location />\n    AuthBasicProvider file\n</Location>\n")
+        prerm = os.path.join(SRC, "debian", "%s.prerm" % PKG)
+        rc, out = run(["unshare", "-m", "sh", "-c",
+                       'mount --bind "$0" /etc/apache2 && exec sh "$1" remove', etc, prerm])
+        assert rc == 0, out
+        listed = [l.strip() for l in out.splitlines() if l.startswith("    ")]
+        assert sorted(listed) == sorted("/etc/apache2/sites-enabled/" + n
+                                        for n in ("my site.conf", "*", "plain.conf")), out
+    finally:
+        shutil.rmtree(etc)
