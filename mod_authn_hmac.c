@@ -309,13 +309,15 @@ static const char *set_redis(cmd_parms *cmd, void *dc, const char *arg)
     if (err)
         return err;
     err = authn_hmac_redis_parse_server(arg, &g.redis, cmd->pool);
-    /* NB: a value with '@' may hold a password (redis://:pw@host). */
+    /* NB: a value with '@' or '?' may hold a password (redis://:pw@host,
+     * unix:///run/redis.sock?password=pw as redis-py takes it): not
+     * repeated; the message still gives the form to write. */
     if (err)
         return apr_psprintf(
             cmd->pool,
             D_REDIS ": %s%s (host:port, [IPv6]:port or /path/to/redis.sock)",
-            strchr(arg, '@') ? ""
-                             : apr_pstrcat(cmd->pool, "'", arg, "': ", NULL),
+            strpbrk(arg, "@?") ? ""
+                               : apr_pstrcat(cmd->pool, "'", arg, "': ", NULL),
             err);
     g.redis_name = apr_pstrdup(cmd->pool, arg);
     return NULL;

@@ -248,6 +248,23 @@ def test_redis_url_password_is_not_repeated(srv):
     assert "S3CRET" not in out, out
 
 
+@pytest.mark.parametrize("value,says", [
+    ("unix:///run/redis.sock?db=0&password=S3CRET-PW", "write /run/redis.sock"),
+    ("redis://10.0.0.5:6379/0?password=S3CRET-PW", "write 10.0.0.5:6379, and "
+     "AuthHMACRedisDatabase 0"),
+    ("rediss://10.0.0.5:6380?password=S3CRET-PW", "nor TLS"),
+    ("10.0.0.5:6379?password=S3CRET-PW", "bad port"),
+])
+def test_redis_url_password_in_query_is_not_repeated(srv, value, says):
+    """redis-py and others take the password in the query too: a value with
+    '?' is not repeated either (httpd's message names the file and line)."""
+    rc, out = configure(srv, "AuthHMACPepperFile %s\nAuthHMACRedisServer %s"
+                        % (pepper(srv), value))
+    assert rc != 0
+    assert "AuthHMACRedisServer: " in out and says in out, out
+    assert "S3CRET" not in out, out
+
+
 @pytest.mark.parametrize("directive", ["AuthHMACPepperFile", "AuthHMACRedisAuthFile"])
 def test_symlinked_secret_is_refused_with_the_reason(srv, directive):
     real = pepper(srv)

@@ -441,3 +441,71 @@ def test_package_builds_installs_serves_and_purges():
         print("deb test: built in %.0f s, %.0f s in all" % (built, time.monotonic() - t0))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="no unshare (util-linux)")
+def test_prerm_names_each_file_as_it_is():
+    """The prerm's warning lists each file that uses the module once, as
+    named: a site file with a space or a '*' in its name is one line, not
+    split into words or expanded as a pattern. Run from the tree against
+    a private /etc/apache2 (a bind mount in a mount namespace of its own)."""
+    etc = tempfile.mkdtemp(prefix="authn_hmac_prerm_")
+    try:
+        for d in ("sites-enabled", "conf-enabled", "mods-enabled"):
+            os.makedirs(os.path.join(etc, d))
+        for name in ("my site.conf", "*", "plain.conf"):
+            with open(os.path.join(etc, "sites-enabled", name), "w") as f:
+                f.write("<Location />\n    AuthBasicProvider hmac\n</Location>\n")
+        with open(os.path.join(etc, "sites-enabled", "other.conf"), "w") as f:
+            f.write("<Location />\n    AuthBasicProvider file\n</Location>\n")
+        prerm = os.path.join(SRC, "debian", "%s.prerm" % PKG)
+        rc, out = run(["unshare", "-m", "sh", "-c",
+                       'mount --bind "$0" /etc/apache2 && exec sh "$1" remove', etc, prerm])
+        assert rc == 0, out
+        listed = [l.strip() for l in out.splitlines() if l.startswith("    ")]
+        assert sorted(listed) == sorted("/etc/apache2/sites-enabled/" + n
+                                        for n in ("my site.conf", "*", "plain.conf")), out
+    finally:
+        shutil.rmtree(etc)
+
+
+def run_postrm_purge(etc, marker):
+    """The tree's postrm purge against a private /etc/apache2 (etc) and a
+    private /var/lib holding the postinst's marker with marker in it, in a
+    mount namespace of its own; (exit code, output)."""
+    postrm = os.path.join(SRC, "debian", "%s.postrm" % PKG)
+    return run(["unshare", "-m", "sh", "-c",
+                'mount --bind "$0" /etc/apache2 && mount -t tmpfs tmpfs /var/lib && '
+                'mkdir "$2" && printf "%s" "$3" > "$2/pepper-made-by-package" && '
+                'exec sh "$1" purge', etc, postrm, STATE,
+                marker(os.path.join(etc, os.path.basename(PEPPER)))])
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="no unshare (util-linux)")
+def test_postrm_knows_its_pepper_by_inode_and_time():
+    """The purge tells the package's pepper by its inode and modification
+    time. Not by its device number too: that of an LVM or device-mapper
+    volume, or of an overlay, may differ after a reboot, and the pepper the
+    package made would then be kept. A rotated one (another time) stays."""
+    etc = tempfile.mkdtemp(prefix="authn_hmac_postrm_")
+    pepper = os.path.join(etc, os.path.basename(PEPPER))
+
+    def stat(path, fmt):
+        return subprocess.run(["stat", "-c", fmt, path], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    try:
+        for marker, gone in [
+                # As this postinst records it.
+                (lambda p: stat(p, "%i %.9Y"), True),
+                # As the first record did, on a device numbered otherwise now.
+                (lambda p: "4242 " + stat(p, "%i %.9Y"), True),
+                # Rotated since: another modification time.
+                (lambda p: stat(p, "%i") + " 1.000000000", False)]:
+            with open(pepper, "wb") as f:
+                f.write(os.urandom(32))
+            rc, out = run_postrm_purge(etc, marker)
+            assert rc == 0, out
+            assert os.path.exists(pepper) != gone, (marker(pepper), out)
+            assert ("keeping" in out) != gone, out
+    finally:
+        shutil.rmtree(etc)

@@ -2,8 +2,10 @@
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -143,3 +145,34 @@ def test_stat_http_errors_say_what_to_do(srv):
     p = run(srv.url + "/a/index.html")
     assert p.returncode == 1
     assert "HTTP 401 Unauthorized (this tool sends no password" in p.stderr, p.stderr
+
+
+def answer_once(reply):
+    """A server that answers one request with the bytes reply: its port."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+
+    def run():
+        c, _ = s.accept()
+        c.recv(65536)
+        c.sendall(reply)
+        c.close()
+        s.close()
+    threading.Thread(target=run, daemon=True).start()
+    return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("reply,says", [
+    (b"HTTP/1.0 500 \x1b]0;owned\x07\x1b[2JOops\r\n\r\n", "HTTP 500 \\x1b]0;owned"),
+    (b"\x1b[31mEVIL\xc2\x9b2J\r\n\r\n", "\\x1b[31mEVIL"),
+])
+def test_stat_server_words_reach_the_terminal_escaped(reply, says):
+    """A reason phrase or a bad status line is the server's text: it must not
+    drive the admin's terminal (retitle it, clear it, reorder the line)."""
+    p = subprocess.run([sys.executable, STAT, "http://127.0.0.1:%d/s" % answer_once(reply)],
+                       capture_output=True, timeout=60)
+    err = p.stderr.decode("utf-8", "replace")
+    assert p.returncode == 1, p
+    assert says in err, err
+    assert not [c for c in err.rstrip("\n") if not c.isprintable()], ascii(err)
