@@ -493,15 +493,21 @@ static int pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
  * section, in the sections enclosing it, in any section of its virtual
  * host or of the main server (any at all, for a section of the main
  * server, whose sections apply to every virtual host), and no
- * AllowOverride lets .htaccess set one. When one could, but the section
- * (with the ones enclosing it) sets AuthUserFile and not AuthHMACUserFile,
- * and its provider list has no "file" to use AuthUserFile, a warning. */
+ * AllowOverride lets .htaccess set one; and only when the section surely
+ * authenticates with it: AuthType Basic there or in an enclosing section,
+ * and no "file" before it in the provider list (with "file hmac", the
+ * users in AuthUserFile still get in). Such a section is a 500 for every
+ * request it authenticates. Otherwise (no AuthType Basic seen, "file
+ * hmac", or a file that could come from elsewhere while the section sets
+ * AuthUserFile) a warning: a configuration that starts today keeps
+ * starting after an upgrade. */
 
 /* One level of the tree: a section's directives, or the top level's. */
 typedef struct {
     const ap_directive_t *section; /* NULL: the top level */
     const ap_directive_t *vhost;   /* the enclosing <VirtualHost>, or NULL */
     int userfile;                  /* AuthHMACUserFile here or above */
+    int basic;                     /* AuthType Basic here or above */
     const ap_directive_t *authuserfile; /* AuthUserFile here or above */
 } check_scope;
 
@@ -522,6 +528,19 @@ static int has_word(const char *args, const char *word, apr_pool_t *p)
     while (args && *(w = ap_getword_conf(p, &args)))
         if (!strcasecmp(w, word))
             return 1;
+    return 0;
+}
+
+/* Whether the provider list args names "file" before "hmac": then the
+ * users in AuthUserFile are answered by mod_authn_file, and only the
+ * others reach hmac. */
+static int file_first(const char *args, apr_pool_t *p)
+{
+    const char *w;
+
+    while (args && *(w = ap_getword_conf(p, &args)))
+        if (!strcasecmp(w, "file") || !strcasecmp(w, "hmac"))
+            return !strcasecmp(w, "file");
     return 0;
 }
 
@@ -587,11 +606,14 @@ static void check_level(check_state *st, const ap_directive_t *first,
             sc->userfile = 1;
         else if (is(d, "AuthUserFile"))
             sc->authuserfile = d;
+        else if (is(d, "AuthType"))
+            sc->basic = has_word(d->args, "Basic", st->p);
         else if (is(d, "AuthBasicProvider") && has_word(d->args, "hmac", st->p))
             provider = d;
     }
     if (provider && !sc->userfile) {
-        int file = has_word(provider->args, "file", st->p);
+        int file = file_first(provider->args, st->p);
+        int none = !could_have_userfile(st, sc);
 
         hint = sc->authuserfile && !file
                    ? apr_psprintf(
@@ -600,7 +622,7 @@ static void check_level(check_state *st, const ap_directive_t *first,
                          "? (AuthUserFile at %s:%d)",
                          sc->authuserfile->filename, sc->authuserfile->line_num)
                    : "";
-        if (!could_have_userfile(st, sc)) {
+        if (none && sc->basic && !file) {
             st->refused = 1;
             ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, st->s,
                          "AHMAC0019: AuthBasicProvider hmac in %s (%s:%d) "
@@ -611,14 +633,17 @@ static void check_level(check_state *st, const ap_directive_t *first,
                          section_name(sc->section, st->p), provider->filename,
                          provider->line_num, hint);
         }
-        else if (st->warn && *hint)
+        else if (st->warn && (none || *hint))
             ap_log_error(APLOG_MARK, APLOG_WARNING, 0, st->s,
                          "AHMAC0020: AuthBasicProvider hmac in %s (%s:%d) "
                          "has no " D_USERFILE " there nor in an enclosing "
-                         "section%s (fine if one from another section or "
-                         "from .htaccess applies to all of its requests)",
+                         "section%s (%s)",
                          section_name(sc->section, st->p), provider->filename,
-                         provider->line_num, hint);
+                         provider->line_num, hint,
+                         none ? "and none could apply to it: each request "
+                                "it authenticates through hmac will be a 500"
+                              : "fine if one from another section or from "
+                                ".htaccess applies to all of its requests");
     }
     for (d = first; d; d = d->next) {
         check_scope below = *sc;

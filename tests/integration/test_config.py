@@ -354,6 +354,40 @@ def test_provider_without_any_user_file_is_refused_at_start(srv):
     assert "did you mean" not in out, out
 
 
+@pytest.mark.parametrize("lines,who", [
+    # mod_authn_file answers the users of its file; only the others would
+    # reach hmac (and get a 500).
+    (("AuthType Basic", 'AuthName "a"', "AuthBasicProvider file hmac",
+      'AuthUserFile "{users}"', "Require valid-user"), "alice"),
+    # No AuthType Basic here: nothing asks for a password.
+    (("AuthType None", "AuthBasicProvider hmac", "Require all granted"), None),
+], ids=["file-before-hmac", "authtype-none"])
+def test_section_that_may_not_reach_hmac_starts_with_a_warning(srv, lines, who):
+    """A section with AuthBasicProvider hmac and no AuthHMACUserFile that
+    may never authenticate through hmac started before the check existed:
+    it still starts (an upgrade must not stop apache2), with a warning that
+    names it, and serves as before."""
+    users = srv.path("a.htpasswd")
+    htpasswd(users, "alice", "pw for alice", create=True)
+    os.makedirs(srv.path("htdocs", "a"), exist_ok=True)
+    with open(srv.path("htdocs", "a", "index.html"), "w") as f:
+        f.write("a\n")
+    srv.body = auth_section("Location", "/a/", *[l.format(users=users) for l in lines])
+    srv.write_config()
+    rc, out = srv.configtest()
+    warning = ("AHMAC0020: AuthBasicProvider hmac in <Location /a/> (%s:%d) has no "
+               "AuthHMACUserFile there nor in an enclosing section (and none could apply"
+               % (srv.conf, line_of(srv.conf, "AuthBasicProvider")))
+    assert rc == 0 and warning in out and "AHMAC0019" not in out, out
+    srv.expect_log(r"AHMAC0020: AuthBasicProvider hmac in <Location /a/>")
+    srv.start()
+    if who:
+        assert srv.status_code("/a/", who, "pw for alice") == 200
+        assert srv.status_code("/a/", who, "wrong") == 401
+    else:
+        assert srv.status_code("/a/") == 200
+
+
 def test_user_file_from_another_section_still_starts(srv):
     """A <Location> may get its AuthHMACUserFile from a <Directory> (not a
     section enclosing it): that works, so httpd starts, serves and says
