@@ -25,7 +25,9 @@
 #include "apr_lib.h"
 #include "apr_strings.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <bsd/string.h>
 
 #include "authn_hmac.h"
@@ -47,6 +49,11 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define D_MAXVER   "AuthHMACMaxVerifications"
 #define D_BACKLOG  "AuthHMACVerifyBacklog"
 #define D_SSTATUS  "AuthHMACServerStatus"
+#define D_TLS      "AuthHMACRedisTLS"
+#define D_TLSCA    "AuthHMACRedisTLSCACertificateFile"
+#define D_TLSNAME  "AuthHMACRedisTLSServerName"
+#define D_TLSCERT  "AuthHMACRedisTLSCertificateFile"
+#define D_TLSKEY   "AuthHMACRedisTLSKeyFile"
 
 #define MUTEX_TYPE     "authn-hmac-shm"
 #define NOTE           "authn-hmac"
@@ -109,6 +116,9 @@ static struct {
     const char *redis_name; /* as configured; NULL: no Redis */
     authn_hmac_redis_conf_t redis;
     authn_hmac_secret_t *redis_secret;   /* from AuthHMACRedisAuthFile */
+    int redis_tls;                       /* AuthHMACRedisTLS on */
+    authn_hmac_redis_tls_conf_t tls;     /* the other TLS directives */
+    authn_hmac_secret_t *tls_key;        /* wiped once in the context */
     authn_hmac_redis_pool_t *redis_pool; /* per child */
     authn_hmac_engine_t engine;          /* per child */
     int max_verifications;               /* 0: the number of cores */
@@ -415,6 +425,138 @@ static const char *set_redis_prefix(cmd_parms *cmd, void *dc, const char *arg)
     return NULL;
 }
 
+static const char *set_tls(cmd_parms *cmd, void *dc, int on)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+
+    (void)dc;
+    if (err)
+        return err;
+    g.redis_tls = on;
+    return NULL;
+}
+
+/* AuthHMACRedisTLSCACertificateFile and AuthHMACRedisTLSCertificateFile:
+ * a readable file (what it holds is checked with the TLS context). */
+static const char *set_tls_file(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    const char *path = ap_server_root_relative(cmd->pool, arg);
+    apr_finfo_t fi;
+    apr_status_t rv;
+
+    (void)dc;
+    if (err)
+        return err;
+    if (!path)
+        return apr_psprintf(cmd->pool, "%s: invalid path '%s'", cmd->cmd->name,
+                            arg);
+    rv = apr_stat(&fi, path, APR_FINFO_TYPE, cmd->pool);
+    if (rv == APR_SUCCESS && fi.filetype != APR_REG)
+        rv = APR_EINVAL;
+    if (rv == APR_SUCCESS && access(path, R_OK) != 0)
+        rv = errno;
+    if (rv != APR_SUCCESS)
+        return apr_psprintf(cmd->pool,
+                            "%s: cannot read '%s': %pm (a PEM file of "
+                            "certificates)",
+                            cmd->cmd->name, path, &rv);
+    if (cmd->info)
+        g.tls.cert_file = path;
+    else
+        g.tls.ca_file = path;
+    return NULL;
+}
+
+static const char *set_tls_name(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    const char *c;
+
+    (void)dc;
+    if (err)
+        return err;
+    for (c = arg; *c; c++)
+        if (!apr_isalnum(*c) && !strchr(".-_:", *c))
+            break;
+    if (*c || !*arg || strlen(arg) > 253)
+        return apr_psprintf(cmd->pool,
+                            D_TLSNAME ": '%s' is not valid (the host name or "
+                                      "IP address the Redis server's "
+                                      "certificate names)",
+                            arg);
+    g.tls.server_name = apr_pstrdup(cmd->pool, arg);
+    return NULL;
+}
+
+static const char *set_tls_key(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    const char *path = ap_server_root_relative(cmd->pool, arg);
+
+    (void)dc;
+    if (err)
+        return err;
+    if (!path)
+        return apr_pstrcat(cmd->pool, D_TLSKEY ": invalid path '", arg, "'",
+                           NULL);
+    err = authn_hmac_secret_read(&g.tls_key, path, 1,
+                                 authn_hmac_redis_tls_key_max(), cmd->pool);
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            D_TLSKEY ": %s (a PEM private key, not encrypted, "
+                                     "mode 0600 or 0400, owned by root)",
+                            err);
+    g.tls.key = g.tls_key;
+    return NULL;
+}
+
+/* The TLS context, made once per reading of the configuration (in the
+ * parent; the children share it), or what is wrong, logged. */
+static int check_tls(server_rec *s, apr_pool_t *pconf)
+{
+    static const char *const part_name[] = {
+        [AUTHN_HMAC_TLS_OTHER] = D_TLS,  [AUTHN_HMAC_TLS_NAME] = D_TLSNAME,
+        [AUTHN_HMAC_TLS_CA] = D_TLSCA,   [AUTHN_HMAC_TLS_CERT] = D_TLSCERT,
+        [AUTHN_HMAC_TLS_KEY] = D_TLSKEY,
+    };
+    const char *set = g.tls.ca_file       ? D_TLSCA
+                      : g.tls.server_name ? D_TLSNAME
+                      : g.tls.cert_file   ? D_TLSCERT
+                      : g.tls_key         ? D_TLSKEY
+                                          : NULL;
+    const char *err = NULL;
+    authn_hmac_tls_part part = AUTHN_HMAC_TLS_OTHER;
+
+    if (!g.redis_tls && set)
+        err = apr_pstrcat(pconf, set, " needs " D_TLS " on", NULL);
+    else if (!g.redis_tls)
+        return OK;
+    else if (!g.redis_name)
+        err = D_TLS " on needs " D_REDIS;
+    else if (g.redis.socket)
+        err = D_TLS " on needs a host:port in " D_REDIS
+                    ", not a unix socket (which is local: no TLS)";
+    else if (!g.tls.cert_file != !g.tls_key)
+        err = g.tls_key ? D_TLSKEY " needs " D_TLSCERT
+                        : D_TLSCERT " needs " D_TLSKEY;
+    else {
+        err = authn_hmac_redis_tls_create(&g.redis.tls, &g.tls, g.redis.host,
+                                          &part, pconf);
+        if (err)
+            err = apr_pstrcat(pconf, part_name[part], ": ", err, NULL);
+        /* NB: the context holds the key now, in OpenSSL's secure heap. */
+        authn_hmac_secret_wipe(g.tls_key);
+        g.tls_key = NULL;
+        g.tls.key = NULL;
+    }
+    if (!err)
+        return OK;
+    ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s, "AHMAC0019: %s",
+                 err);
+    return HTTP_INTERNAL_SERVER_ERROR;
+}
+
 static const command_rec cmds[] = {
     AP_INIT_TAKE1(D_USERFILE, set_userfile, NULL,
                   RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
@@ -459,6 +601,20 @@ static const command_rec cmds[] = {
                   "(default: 4 per " D_MAXVER ")"),
     AP_INIT_TAKE1(D_RDB, set_global_int, &redis_db_spec, RSRC_CONF,
                   "Redis database number (default 0)"),
+    AP_INIT_FLAG(D_TLS, set_tls, NULL, RSRC_CONF,
+                 "On: connect to Redis over TLS, verifying its certificate "
+                 "(default Off)"),
+    AP_INIT_TAKE1(D_TLSCA, set_tls_file, NULL, RSRC_CONF,
+                  "the CA certificates Redis's certificate is verified "
+                  "against (default: OpenSSL's system store)"),
+    AP_INIT_TAKE1(D_TLSNAME, set_tls_name, NULL, RSRC_CONF,
+                  "the name Redis's certificate must carry (default: the "
+                  "host of " D_REDIS ")"),
+    AP_INIT_TAKE1(D_TLSCERT, set_tls_file, (void *)1, RSRC_CONF,
+                  "a client certificate for a Redis that requires one"),
+    AP_INIT_TAKE1(D_TLSKEY, set_tls_key, NULL, RSRC_CONF,
+                  "the client certificate's key (mode 0600 or 0400, owned by "
+                  "root)"),
     AP_INIT_FLAG(D_SSTATUS, set_server_status, NULL, RSRC_CONF,
                  "On: mod_status's server-status shows the counters too "
                  "(default Off: they tell unknown names from wrong passwords "
@@ -693,7 +849,7 @@ static int check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     if (check_userfiles(ptemp, s,
                         ap_state_query(AP_SQ_RUN_MODE) == AP_SQ_RM_CONFIG_TEST))
         return HTTP_INTERNAL_SERVER_ERROR;
-    return OK;
+    return check_tls(s, pconf);
 }
 
 /* What outlives a restart, graceful or not, in the process pool: the

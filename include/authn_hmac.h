@@ -421,9 +421,11 @@ typedef struct {
 
 typedef struct {
     uint64_t counter[AUTHN_HMAC_C_COUNT];
-    int redis;                 /* Redis is configured */
-    uint64_t redis_breaker;    /* 1 while the breaker skips Redis */
-    uint64_t redis_conns;      /* open connections, all processes */
+    int redis;                     /* Redis is configured */
+    uint64_t redis_breaker;        /* 1 while the breaker skips Redis */
+    uint64_t redis_conns;          /* open connections, all processes */
+    uint64_t redis_tls_handshakes; /* TLS connections made */
+    uint64_t redis_tls_resumed;    /* of which resumed a session */
     uint64_t entries;          /* slots holding an entry (live or expired) */
     uint64_t slots;            /* capacity in entries */
     uint64_t negative_entries; /* slots of the negative region in use */
@@ -593,15 +595,17 @@ void authn_hmac_table_observe(authn_hmac_table_t *t,
 /* Redis health shared by every process, so that an outage is logged once
  * and the breaker holds for all. Lives in the shared segment. */
 typedef struct {
-    uint64_t failures;      /* within the window that began at window */
-    int64_t window;         /* monotonic */
-    uint64_t opens;         /* consecutive breaker openings: the backoff */
-    int64_t breaker_until;  /* monotonic; 0: closed; else skip Redis before */
-    int64_t down_since;     /* monotonic; 0 while healthy */
-    int64_t conns;          /* open connections */
-    uint64_t epoch;         /* outages so far: older connections are stale */
-    uint64_t forged_warned; /* a forged value was logged */
-    int64_t last_failure;   /* monotonic: when the last incident was seen */
+    uint64_t failures;       /* within the window that began at window */
+    int64_t window;          /* monotonic */
+    uint64_t opens;          /* consecutive breaker openings: the backoff */
+    int64_t breaker_until;   /* monotonic; 0: closed; else skip Redis before */
+    int64_t down_since;      /* monotonic; 0 while healthy */
+    int64_t conns;           /* open connections */
+    uint64_t epoch;          /* outages so far: older connections are stale */
+    uint64_t forged_warned;  /* a forged value was logged */
+    int64_t last_failure;    /* monotonic: when the last incident was seen */
+    uint64_t tls_handshakes; /* TLS connections made */
+    uint64_t tls_resumed;    /* of which resumed a session */
 } authn_hmac_redis_health_t;
 
 authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t);
@@ -614,6 +618,10 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
 
 #define AUTHN_HMAC_REDIS_PORT 6379
 
+/* A TLS client context (redis_tls.c), shared by a configuration's
+ * connections. */
+typedef struct authn_hmac_redis_tls authn_hmac_redis_tls_t;
+
 typedef struct {
     const char *host; /* NULL for a unix socket */
     int port;
@@ -624,6 +632,7 @@ typedef struct {
     const char *user;     /* ACL user, or NULL */
     const char *password; /* NULL: no AUTH. NB: points into a secret page */
     size_t password_len;
+    authn_hmac_redis_tls_t *tls; /* NULL: plain TCP */
 } authn_hmac_redis_conf_t;
 
 /* "host:port", "host", "[v6addr]:port" or "/path/to.sock". Returns NULL or
@@ -649,6 +658,82 @@ typedef enum {
 /* The clock of every deadline and of the breaker: CLOCK_MONOTONIC, in
  * microseconds. */
 apr_time_t authn_hmac_monotonic(void);
+
+/* Waits for fd to be ready for ev (poll's) until deadline (monotonic): 1
+ * when ready, 0 at the deadline, -1 on error. */
+int authn_hmac_redis_wait_fd(int fd, short ev, apr_time_t deadline);
+
+/* ------------------------------------------------------------- Redis TLS */
+
+/* What the TLS directives say. */
+typedef struct {
+    const char *ca_file;            /* NULL: OpenSSL's default store */
+    const char *server_name;        /* NULL: the host of the server */
+    const char *cert_file;          /* a client certificate, or NULL */
+    const authn_hmac_secret_t *key; /* its key (PEM), or NULL */
+} authn_hmac_redis_tls_conf_t;
+
+/* Which of them a context could not be made of. */
+typedef enum {
+    AUTHN_HMAC_TLS_OTHER,
+    AUTHN_HMAC_TLS_NAME,
+    AUTHN_HMAC_TLS_CA,
+    AUTHN_HMAC_TLS_CERT,
+    AUTHN_HMAC_TLS_KEY
+} authn_hmac_tls_part;
+
+/* The largest key file read (bytes). */
+size_t authn_hmac_redis_tls_key_max(void);
+
+/* The name the server's certificate must carry: name if set, else host;
+ * *is_ip says whether it is an IPv4 or IPv6 address (checked against the
+ * certificate's IP addresses, and not sent as SNI). NULL if neither. */
+const char *authn_hmac_redis_tls_peer(const char *name, const char *host,
+                                      int *is_ip);
+
+/* Makes the client context, once per configuration in the parent: TLS 1.2
+ * or later, the server's certificate verified against the CA file (else
+ * OpenSSL's default store) for the name above, and the client certificate
+ * and key if given (the key is then kept in OpenSSL's secure heap: the
+ * caller may wipe its secret). Returns NULL, or what is wrong with *part.
+ * Freed with p. */
+const char *authn_hmac_redis_tls_create(authn_hmac_redis_tls_t **out,
+                                        const authn_hmac_redis_tls_conf_t *tc,
+                                        const char *host,
+                                        authn_hmac_tls_part *part,
+                                        apr_pool_t *p);
+
+/* A TLS session over a connected non-blocking socket, its handshake done
+ * before the deadline, offering this process's last session; *resumed says
+ * whether the server took it. On failure *why says what went wrong (the
+ * reason a certificate did not verify, as OpenSSL gives it). */
+struct ssl_st;
+authn_hmac_redis_rc authn_hmac_redis_tls_connect(authn_hmac_redis_tls_t *t,
+                                                 int fd, apr_time_t deadline,
+                                                 struct ssl_st **out,
+                                                 int *resumed, const char **why,
+                                                 apr_pool_t *p);
+
+/* Writes len bytes, all of them before the deadline. */
+authn_hmac_redis_rc authn_hmac_redis_tls_write(struct ssl_st *ssl, int fd,
+                                               const void *buf, size_t len,
+                                               apr_time_t deadline,
+                                               const char *doing,
+                                               const char **why, apr_pool_t *p);
+
+/* Reads what comes (1 to len bytes, *got) before the deadline. */
+authn_hmac_redis_rc authn_hmac_redis_tls_read(struct ssl_st *ssl, int fd,
+                                              void *buf, size_t len,
+                                              size_t *got, apr_time_t deadline,
+                                              const char *doing,
+                                              const char **why, apr_pool_t *p);
+
+/* Whether an idle connection may be used: nothing to read but TLS's own
+ * messages (which it takes), not closed. */
+int authn_hmac_redis_tls_idle_ok(struct ssl_st *ssl);
+
+/* Frees the session, without waiting for anything. */
+void authn_hmac_redis_tls_close(struct ssl_st *ssl);
 
 /* Idle connections of one process, for its threads. A connection is taken
  * per operation and given back, or closed if it failed. The server's name

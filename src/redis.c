@@ -54,6 +54,7 @@
 
 struct authn_hmac_redis_conn {
     int fd;
+    struct ssl_st *ssl; /* NULL: plain TCP or a unix socket */
     redisReader *reader;
     uint64_t epoch; /* the shared outage count when it was made */
 };
@@ -243,7 +244,7 @@ static const char *reply_error(const redisReply *r, apr_pool_t *p)
  * 0 at the deadline, -1 on error. NB: past the deadline, one last look
  * without waiting: a reply that came while this thread was not running is
  * not late. */
-static int wait_fd(int fd, short ev, apr_time_t deadline)
+int authn_hmac_redis_wait_fd(int fd, short ev, apr_time_t deadline)
 {
     for (;;) {
         apr_time_t left = deadline - authn_hmac_monotonic();
@@ -286,7 +287,7 @@ static authn_hmac_redis_rc send_all(int fd, struct iovec *iov, int n,
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 return io_fail(why, doing, strerror(errno), p);
-            ready = wait_fd(fd, POLLOUT, deadline);
+            ready = authn_hmac_redis_wait_fd(fd, POLLOUT, deadline);
             if (ready <= 0)
                 return io_fail(why, doing,
                                ready ? strerror(errno) : "timed out", p);
@@ -305,6 +306,61 @@ static authn_hmac_redis_rc send_all(int fd, struct iovec *iov, int n,
     return AUTHN_HMAC_REDIS_OK;
 }
 
+/* The same over TLS: the pieces go in one record (a record each would
+ * cost a seal each). The longest command is a few hundred bytes, AUTH
+ * with a password of up to AUTHN_HMAC_SECRET_MAX. NB: the buffer holds
+ * AUTH's password for as long as the write takes, and is wiped then. */
+static authn_hmac_redis_rc send_tls(authn_hmac_redis_conn_t *c,
+                                    const struct iovec *iov, int n,
+                                    apr_time_t deadline, const char *doing,
+                                    const char **why, apr_pool_t *p)
+{
+    char buf[4096];
+    size_t len = 0;
+    authn_hmac_redis_rc rc;
+    int i;
+
+    for (i = 0; i < n; i++) {
+        if (iov[i].iov_len > sizeof(buf) - len) {
+            explicit_bzero(buf, len);
+            return io_fail(why, doing, "command too long", p);
+        }
+        memcpy(buf + len, iov[i].iov_base, iov[i].iov_len);
+        len += iov[i].iov_len;
+    }
+    rc = authn_hmac_redis_tls_write(c->ssl, c->fd, buf, len, deadline, doing,
+                                    why, p);
+    explicit_bzero(buf, len);
+    return rc;
+}
+
+/* Reads what comes, up to len bytes, before the deadline: *got > 0. */
+static authn_hmac_redis_rc recv_some(authn_hmac_redis_conn_t *c, char *buf,
+                                     size_t len, size_t *got,
+                                     apr_time_t deadline, const char *doing,
+                                     const char **why, apr_pool_t *p)
+{
+    if (c->ssl)
+        return authn_hmac_redis_tls_read(c->ssl, c->fd, buf, len, got, deadline,
+                                         doing, why, p);
+    for (;;) {
+        ssize_t n;
+        int ready = authn_hmac_redis_wait_fd(c->fd, POLLIN, deadline);
+
+        if (ready <= 0)
+            return io_fail(why, doing, ready ? strerror(errno) : "timed out",
+                           p);
+        n = read(c->fd, buf, len);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return io_fail(why, doing,
+                           n ? strerror(errno) : "connection closed", p);
+        *got = (size_t)n;
+        return AUTHN_HMAC_REDIS_OK;
+    }
+}
+
 /* Reads exactly one reply, of at most REPLY_MAX bytes, before the deadline.
  * Anything longer, or bytes after it, is a protocol error. */
 static authn_hmac_redis_rc recv_reply(authn_hmac_redis_conn_t *c,
@@ -318,22 +374,16 @@ static authn_hmac_redis_rc recv_reply(authn_hmac_redis_conn_t *c,
 
     *out = NULL;
     for (;;) {
-        ssize_t n;
-        int ready = wait_fd(c->fd, POLLIN, deadline);
+        size_t n = 0;
+        authn_hmac_redis_rc rc = recv_some(c, buf + got, sizeof(buf) - got, &n,
+                                           deadline, doing, why, p);
 
-        if (ready <= 0)
-            return io_fail(why, doing, ready ? strerror(errno) : "timed out",
-                           p);
-        n = read(c->fd, buf + got, sizeof(buf) - got);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0)
-            return io_fail(why, doing,
-                           n ? strerror(errno) : "connection closed", p);
-        if (redisReaderFeed(c->reader, buf + got, (size_t)n) != REDIS_OK ||
+        if (rc != AUTHN_HMAC_REDIS_OK)
+            return rc;
+        if (redisReaderFeed(c->reader, buf + got, n) != REDIS_OK ||
             redisReaderGetReply(c->reader, &reply) != REDIS_OK)
             return io_fail(why, doing, "malformed reply", p);
-        got += (size_t)n;
+        got += n;
         if (reply)
             break;
         if (got == sizeof(buf))
@@ -379,7 +429,8 @@ authn_hmac_redis_rc authn_hmac_redis_command(
     }
     {
         authn_hmac_redis_rc rc =
-            send_all(c->fd, iov, n, deadline, argv[0], why, p);
+            c->ssl ? send_tls(c, iov, n, deadline, argv[0], why, p)
+                   : send_all(c->fd, iov, n, deadline, argv[0], why, p);
 
         if (rc != AUTHN_HMAC_REDIS_OK)
             return rc;
@@ -427,6 +478,7 @@ authn_hmac_redis_conn_t *authn_hmac_redis_conn_wrap(int fd)
 void authn_hmac_redis_close(authn_hmac_redis_conn_t *c)
 {
     if (c) {
+        authn_hmac_redis_tls_close(c->ssl);
         if (c->fd >= 0)
             close(c->fd);
         redisReaderFree(c->reader);
@@ -502,7 +554,7 @@ static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len,
         return 0;
     if (errno != EINPROGRESS)
         return errno; /* EAGAIN: a unix socket's backlog is full */
-    ready = wait_fd(fd, POLLOUT, deadline);
+    ready = authn_hmac_redis_wait_fd(fd, POLLOUT, deadline);
     if (ready == 0)
         return ETIMEDOUT;
     if (ready < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
@@ -568,6 +620,19 @@ static authn_hmac_redis_rc pool_connect(authn_hmac_redis_pool_t *rp,
         close(fd);
         *why = "connect: out of memory";
         return AUTHN_HMAC_REDIS_ERROR;
+    }
+    if (conf->tls) {
+        int resumed = 0;
+
+        rc = authn_hmac_redis_tls_connect(conf->tls, fd, deadline, &c->ssl,
+                                          &resumed, why, p);
+        if (rc != AUTHN_HMAC_REDIS_OK) {
+            authn_hmac_redis_close(c);
+            return rc;
+        }
+        __atomic_add_fetch(&rp->health->tls_handshakes, 1, __ATOMIC_RELAXED);
+        if (resumed)
+            __atomic_add_fetch(&rp->health->tls_resumed, 1, __ATOMIC_RELAXED);
     }
     if (conf->password) {
         /* NB: the password goes from its locked page to the socket. */
@@ -656,7 +721,8 @@ authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
         /* NB: an idle connection with bytes to read (a late answer, or a
          * server closing it) would answer the next command out of step. */
         if ((*c)->epoch != epoch ||
-            recv((*c)->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) {
+            ((*c)->ssl ? !authn_hmac_redis_tls_idle_ok((*c)->ssl)
+                       : recv((*c)->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0)) {
             pool_close(rp, *c);
             *c = NULL;
         }

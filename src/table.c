@@ -39,9 +39,10 @@
 /* "ahmact", layout 10: any change to the layout or to what the MACs in it
  * are made of (7: the sets' user lines, encoding 3's digest; 8: a slot's
  * times are (verified, used), no longer (stored, expires); 9: the queue's
- * reap cursor, head and places' times; 10: the histograms) makes a kept
+ * reap cursor, head and places' times; 10: the histograms; 11: the Redis
+ * health's TLS handshake counts) makes a kept
  * segment start afresh, across a graceful restart after an upgrade too. */
-#define TABLE_MAGIC 0x61686d616374000aULL
+#define TABLE_MAGIC 0x61686d616374000bULL
 #define FLIGHTS     64 /* verifications in flight, per server */
 #define WAYS        8  /* slots per set */
 #define READ_TRIES  64 /* then treat the slot as a miss */
@@ -635,6 +636,10 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
         __atomic_load_n(&t->hdr->redis.breaker_until, __ATOMIC_RELAXED) != 0;
     out->redis_conns =
         (uint64_t)__atomic_load_n(&t->hdr->redis.conns, __ATOMIC_RELAXED);
+    out->redis_tls_handshakes =
+        __atomic_load_n(&t->hdr->redis.tls_handshakes, __ATOMIC_RELAXED);
+    out->redis_tls_resumed =
+        __atomic_load_n(&t->hdr->redis.tls_resumed, __ATOMIC_RELAXED);
     out->slots = n;
     out->bytes = t->hdr->size;
     out->started = t->hdr->started;

@@ -1,0 +1,355 @@
+/* redis_tls.c: TLS to Redis, for the connection layer of redis.c.
+ *
+ * One client context per configuration, made in the parent when the
+ * configuration is read and shared by the children: TLS 1.2 or later, the
+ * server's certificate verified (there is no switch that turns that off)
+ * against the CA file or OpenSSL's default store, and its name checked
+ * against the configured name (an IP address against the IP SANs); the
+ * name goes as SNI unless it is an address. A client certificate's key
+ * comes from a secret page (read as the pepper is) and lives, parsed, in
+ * OpenSSL's secure heap: locked, and out of core dumps.
+ *
+ * Each connection's handshake, writes and reads run on the connection's
+ * non-blocking socket under the deadline of its operation, as plain ones
+ * do. The last session the server gave each process is offered on the
+ * next connect, so that reconnecting (a breaker's new epoch, a dropped
+ * connection) costs a resumption, not a full handshake. */
+#include "authn_hmac.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+
+#include <apr_strings.h>
+#include <bsd/string.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+/* The secure heap holds the parsed client key; OpenSSL also takes its
+ * handshakes' temporary keys from it while it is set up. */
+#define SECURE_HEAP     (1 << 20)
+#define SECURE_HEAP_MIN 16
+#define KEY_FILE_MAX    16384
+
+struct authn_hmac_redis_tls {
+    SSL_CTX *ctx;
+    const char *peer; /* the name the certificate must carry */
+    int peer_is_ip;
+    pthread_mutex_t lock; /* of last */
+    SSL_SESSION *last;    /* this process's newest session, or NULL */
+};
+
+size_t authn_hmac_redis_tls_key_max(void)
+{
+    return KEY_FILE_MAX;
+}
+
+const char *authn_hmac_redis_tls_peer(const char *name, const char *host,
+                                      int *is_ip)
+{
+    const char *peer = name && *name ? name : host;
+    unsigned char buf[16];
+
+    *is_ip = 0;
+    if (!peer || !*peer)
+        return NULL;
+    *is_ip = inet_pton(AF_INET, peer, buf) == 1 ||
+             inet_pton(AF_INET6, peer, buf) == 1;
+    return peer;
+}
+
+/* OpenSSL's first queued error, as text, and the queue emptied. */
+static const char *ssl_error(const char *fallback, apr_pool_t *p)
+{
+    unsigned long e = ERR_peek_last_error();
+    char buf[256];
+
+    if (!e)
+        return fallback;
+    ERR_error_string_n(e, buf, sizeof(buf));
+    ERR_clear_error();
+    return apr_pstrdup(p, buf);
+}
+
+/* Keeps the newest session the server gave (with TLS 1.3 the tickets come
+ * after the handshake, with the first reply). */
+static int new_session(SSL *ssl, SSL_SESSION *sess)
+{
+    authn_hmac_redis_tls_t *t = SSL_get_app_data(ssl);
+    SSL_SESSION *old;
+
+    if (!t || !SSL_SESSION_is_resumable(sess))
+        return 0;
+    pthread_mutex_lock(&t->lock);
+    old = t->last;
+    t->last = sess;
+    pthread_mutex_unlock(&t->lock);
+    if (old)
+        SSL_SESSION_free(old);
+    return 1; /* the reference is ours */
+}
+
+static apr_status_t tls_cleanup(void *data)
+{
+    authn_hmac_redis_tls_t *t = data;
+
+    if (t->last)
+        SSL_SESSION_free(t->last);
+    t->last = NULL;
+    SSL_CTX_free(t->ctx);
+    t->ctx = NULL;
+    return APR_SUCCESS;
+}
+
+/* The client key, from its PEM text in a secret page. */
+static const char *use_key(SSL_CTX *ctx, const authn_hmac_secret_t *key,
+                           apr_pool_t *p)
+{
+    BIO *bio;
+    EVP_PKEY *pkey;
+
+    /* NB: before the key is parsed, so that its numbers go there; best
+     * effort (already set up by another module, or no memory to lock). */
+    if (!CRYPTO_secure_malloc_initialized())
+        (void)CRYPTO_secure_malloc_init(SECURE_HEAP, SECURE_HEAP_MIN);
+    bio = BIO_new_mem_buf(key->data, (int)key->len);
+    if (!bio)
+        return "out of memory";
+    /* NB: the empty pass phrase: an encrypted key is refused, never
+     * prompted for. */
+    pkey = PEM_read_bio_PrivateKey(bio, NULL, NULL, (void *)(uintptr_t) "");
+    BIO_free(bio);
+    if (!pkey)
+        return apr_pstrcat(p,
+                           "no private key in it (a PEM key, not encrypted): ",
+                           ssl_error("unreadable", p), NULL);
+    if (SSL_CTX_use_PrivateKey(ctx, pkey) != 1) {
+        EVP_PKEY_free(pkey);
+        return ssl_error("the key is not usable", p);
+    }
+    EVP_PKEY_free(pkey);
+    if (SSL_CTX_check_private_key(ctx) != 1)
+        return apr_pstrcat(p, "it does not match the certificate: ",
+                           ssl_error("mismatch", p), NULL);
+    return NULL;
+}
+
+const char *authn_hmac_redis_tls_create(authn_hmac_redis_tls_t **out,
+                                        const authn_hmac_redis_tls_conf_t *tc,
+                                        const char *host,
+                                        authn_hmac_tls_part *part,
+                                        apr_pool_t *p)
+{
+    authn_hmac_redis_tls_t *t = apr_pcalloc(p, sizeof(*t));
+    X509_VERIFY_PARAM *param;
+    const char *err;
+
+    *part = AUTHN_HMAC_TLS_OTHER;
+    ERR_clear_error();
+    t->peer = authn_hmac_redis_tls_peer(tc->server_name, host, &t->peer_is_ip);
+    if (!t->peer) {
+        *part = AUTHN_HMAC_TLS_NAME;
+        return "no name to check the server's certificate against";
+    }
+    t->ctx = SSL_CTX_new(TLS_client_method());
+    if (!t->ctx)
+        return ssl_error("cannot make a TLS context", p);
+    pthread_mutex_init(&t->lock, NULL);
+    apr_pool_cleanup_register(p, t, tls_cleanup, apr_pool_cleanup_null);
+    if (SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION) != 1)
+        return ssl_error("cannot require TLS 1.2", p);
+    SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
+    /* NB: the server's name, or address, is checked as part of the chain's
+     * verification: a certificate for another name does not verify. */
+    param = SSL_CTX_get0_param(t->ctx);
+    X509_VERIFY_PARAM_set_hostflags(param,
+                                    X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    if ((t->peer_is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, t->peer)
+                       : X509_VERIFY_PARAM_set1_host(param, t->peer, 0)) != 1) {
+        *part = AUTHN_HMAC_TLS_NAME;
+        return apr_psprintf(p, "'%s' is not a host name or address", t->peer);
+    }
+    if (tc->ca_file) {
+        if (SSL_CTX_load_verify_locations(t->ctx, tc->ca_file, NULL) != 1) {
+            *part = AUTHN_HMAC_TLS_CA;
+            return apr_psprintf(p, "no CA certificate in '%s' (PEM): %s",
+                                tc->ca_file, ssl_error("unreadable", p));
+        }
+    }
+    else if (SSL_CTX_set_default_verify_paths(t->ctx) != 1)
+        return ssl_error("cannot load OpenSSL's default CA store", p);
+    if (tc->cert_file &&
+        SSL_CTX_use_certificate_chain_file(t->ctx, tc->cert_file) != 1) {
+        *part = AUTHN_HMAC_TLS_CERT;
+        return apr_psprintf(p, "no certificate in '%s' (PEM): %s",
+                            tc->cert_file, ssl_error("unreadable", p));
+    }
+    if (tc->key && (err = use_key(t->ctx, tc->key, p)) != NULL) {
+        *part = AUTHN_HMAC_TLS_KEY;
+        return err;
+    }
+    /* NB: sessions are kept by new_session, one per process, not in the
+     * context's cache (which would grow with every connection). */
+    SSL_CTX_set_session_cache_mode(
+        t->ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(t->ctx, new_session);
+    *out = t;
+    return NULL;
+}
+
+static authn_hmac_redis_rc fail(const char **why, const char *doing,
+                                const char *what, apr_pool_t *p)
+{
+    *why = apr_psprintf(p, "%s: %s", doing, what);
+    return strcmp(what, "timed out") == 0 ? AUTHN_HMAC_REDIS_TIMEOUT
+                                          : AUTHN_HMAC_REDIS_ERROR;
+}
+
+/* After an SSL call returned r: waits for what it wants before the
+ * deadline (1: try again), or says why it failed (0, *rc set). */
+static int again(SSL *ssl, int fd, int r, apr_time_t deadline,
+                 const char *doing, authn_hmac_redis_rc *rc, const char **why,
+                 apr_pool_t *p)
+{
+    int e = SSL_get_error(ssl, r), ready;
+    long v;
+
+    switch (e) {
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE:
+        ready = authn_hmac_redis_wait_fd(
+            fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
+        if (ready > 0)
+            return 1;
+        *rc = fail(why, doing, ready ? strerror(errno) : "timed out", p);
+        return 0;
+    case SSL_ERROR_ZERO_RETURN:
+        *rc = fail(why, doing, "connection closed", p);
+        return 0;
+    case SSL_ERROR_SYSCALL:
+        *rc = fail(why, doing,
+                   ERR_peek_error() ? ssl_error("TLS error", p)
+                   : errno          ? strerror(errno)
+                                    : "connection closed",
+                   p);
+        return 0;
+    default:
+        v = SSL_get_verify_result(ssl);
+        if (v != X509_V_OK)
+            *rc = fail(
+                why, doing,
+                apr_psprintf(p, "the server's certificate does not verify: %s",
+                             X509_verify_cert_error_string(v)),
+                p);
+        else
+            *rc = fail(why, doing, ssl_error("TLS error", p), p);
+        ERR_clear_error();
+        return 0;
+    }
+}
+
+authn_hmac_redis_rc authn_hmac_redis_tls_connect(authn_hmac_redis_tls_t *t,
+                                                 int fd, apr_time_t deadline,
+                                                 SSL **out, int *resumed,
+                                                 const char **why,
+                                                 apr_pool_t *p)
+{
+    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_ERROR;
+    SSL *ssl;
+    int r;
+
+    *out = NULL;
+    *resumed = 0;
+    ERR_clear_error();
+    ssl = SSL_new(t->ctx);
+    if (!ssl || SSL_set_fd(ssl, fd) != 1) {
+        SSL_free(ssl);
+        return fail(why, "TLS", ssl_error("out of memory", p), p);
+    }
+    SSL_set_app_data(ssl, t);
+    /* NB: SNI is a host name; an address is not sent (RFC 6066). */
+    if (!t->peer_is_ip)
+        (void)SSL_set_tlsext_host_name(ssl, t->peer);
+    pthread_mutex_lock(&t->lock);
+    if (t->last)
+        (void)SSL_set_session(ssl, t->last);
+    pthread_mutex_unlock(&t->lock);
+    SSL_set_connect_state(ssl);
+    while ((r = SSL_do_handshake(ssl)) != 1)
+        if (!again(ssl, fd, r, deadline, "TLS handshake", &rc, why, p)) {
+            authn_hmac_redis_tls_close(ssl);
+            return rc;
+        }
+    *resumed = SSL_session_reused(ssl);
+    *out = ssl;
+    return AUTHN_HMAC_REDIS_OK;
+}
+
+authn_hmac_redis_rc authn_hmac_redis_tls_write(SSL *ssl, int fd,
+                                               const void *buf, size_t len,
+                                               apr_time_t deadline,
+                                               const char *doing,
+                                               const char **why, apr_pool_t *p)
+{
+    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_ERROR;
+    int r;
+
+    /* NB: a write that must wait is retried with the same bytes, as
+     * OpenSSL requires; without partial writes it returns all or none. */
+    ERR_clear_error();
+    while ((r = SSL_write(ssl, buf, (int)len)) <= 0)
+        if (!again(ssl, fd, r, deadline, doing, &rc, why, p))
+            return rc;
+    return AUTHN_HMAC_REDIS_OK;
+}
+
+authn_hmac_redis_rc authn_hmac_redis_tls_read(SSL *ssl, int fd, void *buf,
+                                              size_t len, size_t *got,
+                                              apr_time_t deadline,
+                                              const char *doing,
+                                              const char **why, apr_pool_t *p)
+{
+    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_ERROR;
+    int r;
+
+    ERR_clear_error();
+    while ((r = SSL_read(ssl, buf, (int)len)) <= 0)
+        if (!again(ssl, fd, r, deadline, doing, &rc, why, p))
+            return rc;
+    *got = (size_t)r;
+    return AUTHN_HMAC_REDIS_OK;
+}
+
+int authn_hmac_redis_tls_idle_ok(SSL *ssl)
+{
+    char b;
+    int r;
+
+    /* NB: what came while the connection was idle may be TLS's own (TLS
+     * 1.3 session tickets): read without waiting, so that OpenSSL takes
+     * those. Application data, a close or an error means it is out of
+     * step or gone. */
+    if (SSL_pending(ssl) > 0)
+        return 0;
+    ERR_clear_error();
+    r = SSL_read(ssl, &b, 1);
+    if (r > 0)
+        return 0;
+    r = SSL_get_error(ssl, r);
+    ERR_clear_error();
+    return r == SSL_ERROR_WANT_READ;
+}
+
+void authn_hmac_redis_tls_close(SSL *ssl)
+{
+    if (!ssl)
+        return;
+    /* NB: no close_notify (it could block, or meet a dead peer), but not
+     * "bad" either: OpenSSL would make its session unresumable. */
+    SSL_set_shutdown(ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+    SSL_free(ssl);
+}
