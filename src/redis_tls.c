@@ -129,7 +129,8 @@ static const char *use_key(SSL_CTX *ctx, const authn_hmac_secret_t *key,
                            ssl_error("unreadable", p), NULL);
     if (SSL_CTX_use_PrivateKey(ctx, pkey) != 1) {
         EVP_PKEY_free(pkey);
-        return ssl_error("the key is not usable", p);
+        return apr_pstrcat(p, "it does not match the certificate: ",
+                           ssl_error("unusable", p), NULL);
     }
     EVP_PKEY_free(pkey);
     if (SSL_CTX_check_private_key(ctx) != 1)

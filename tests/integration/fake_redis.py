@@ -11,6 +11,9 @@ Modes (set `mode` at any time; it applies to the next command):
   trickle  every reply is sent one byte every `gap` seconds
   late     every reply is sent whole, `delay` seconds late
   huge     every GET is answered with a 10 MB bulk string
+
+With tls (a server-side ssl.SSLContext) it speaks TLS on its port, as a
+redis-server with tls-port does.
 """
 import os
 import socket
@@ -24,8 +27,9 @@ def bulk(b):
 
 
 class FakeRedis:
-    def __init__(self, password=None):
+    def __init__(self, password=None, tls=None):
         self.password = password
+        self.tls = tls
         self.mode = "record"
         self.gap = 0.03
         self.delay = 0.3
@@ -40,7 +44,13 @@ class FakeRedis:
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self):
-                fake._serve(self.request)
+                sock = self.request
+                if fake.tls:
+                    try:
+                        sock = fake.tls.wrap_socket(sock, server_side=True)
+                    except (OSError, ValueError):
+                        return
+                fake._serve(sock)
 
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True

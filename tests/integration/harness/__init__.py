@@ -9,8 +9,9 @@ from .env import COST, IS_ROOT, S, VALGRIND, free_port, run_user, settings
 from .httpd import EXPECTED_LOG, MPM_CONF, Httpd, hmac_auth, hmac_location, htpasswd
 from .proc import busy_ticks, children, cpu_ticks, proc_stat, rss_kb
 from .redis_server import Redis
+from .tls import TestCA
 
 __all__ = ["COST", "EXPECTED_LOG", "IS_ROOT", "MPM_CONF", "S", "VALGRIND", "DelayProxy", "Flood",
-           "Httpd", "Redis", "ab", "basic", "busy_ticks", "children", "cpu_ticks",
+           "Httpd", "Redis", "TestCA", "ab", "basic", "busy_ticks", "children", "cpu_ticks",
            "free_port", "get", "hmac_auth", "hmac_location", "htpasswd", "parse_ab",
            "proc_stat", "rss_kb", "run_user", "settings"]

@@ -14,7 +14,7 @@ class Redis:
     password and optionally an ACL user, and no persistence."""
 
     def __init__(self, password="redis-test-secret", acl_user=None, unix=False, extra=(),
-                 binary="redis-server", acl_rules="~* +@all"):
+                 binary="redis-server", acl_rules="~* +@all", tls=None):
         self.binary = binary
         self.dir = tempfile.mkdtemp(prefix="authn_hmac_redis_")
         os.chmod(self.dir, 0o755)
@@ -24,6 +24,10 @@ class Redis:
         self.acl_rules = acl_rules  # the ACL user's keys and commands
         self.socket = os.path.join(self.dir, "redis.sock") if unix else None
         self.extra = list(extra)  # more redis.conf lines
+        # TLS only, on the port: {"cert", "key", "ca"} (PEM paths), and
+        # "auth_clients" (a client certificate is required) with the
+        # "client" (cert, key) redis-cli then presents, and "insecure".
+        self.tls = tls
         self.proc = None
 
     @property
@@ -31,11 +35,17 @@ class Redis:
         return self.socket or "127.0.0.1:%d" % self.port
 
     def start(self):
-        conf = ["port %d" % self.port, "bind 127.0.0.1", "save \"\"", "appendonly no",
+        conf = ["port %d" % (0 if self.tls else self.port), "bind 127.0.0.1", "save \"\"",
+                "appendonly no",
                 "daemonize no", "dir %s" % self.dir, "databases 16", "loglevel warning",
                 "logfile %s/redis.log" % self.dir]
         if self.socket:
             conf += ["unixsocket %s" % self.socket, "unixsocketperm 777"]
+        if self.tls:
+            conf += ["tls-port %d" % self.port, "tls-cert-file %s" % self.tls["cert"],
+                     "tls-key-file %s" % self.tls["key"],
+                     "tls-ca-cert-file %s" % self.tls["ca"],
+                     "tls-auth-clients %s" % ("yes" if self.tls.get("auth_clients") else "no")]
         if self.password:
             conf.append("requirepass \"%s\"" % self.password)
         if self.acl_user:
@@ -59,8 +69,17 @@ class Redis:
     def cli(self, *args):
         cmd = ["redis-cli", "--no-auth-warning"]
         cmd += ["-s", self.socket] if self.socket else ["-p", str(self.port)]
+        if self.tls:
+            # NB: "insecure" for a server whose certificate is meant not
+            # to verify (the tests of the module's refusal).
+            cmd += ["--tls"] + (["--insecure"] if self.tls.get("insecure")
+                                else ["--cacert", self.tls["ca"]])
+            if self.tls.get("client"):
+                cmd += ["--cert", self.tls["client"][0], "--key", self.tls["client"][1]]
         if self.password:
             cmd += ["-a", self.password]
+        elif self.acl_user:  # the default user may be off
+            cmd += ["--user", self.acl_user[0], "--pass", self.acl_user[1]]
         p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=10)
         return p.stdout.strip()
 
