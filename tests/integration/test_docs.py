@@ -23,7 +23,7 @@ def test_every_directive_is_documented_with_its_context():
     table = table[:table.index("{NULL, {NULL}")]
     entries = re.findall(r"AP_INIT_\w+\(\s*(D_\w+),.*?,\s*((?:(?:RSRC_CONF|ACCESS_CONF|OR_\w+)"
                          r"(?:\s*\|\s*)?)+),", table, re.S)
-    assert len(entries) == len(names) == 15, (entries, names)
+    assert len(entries) == len(names) == 20, (entries, names)
     doc = read("docs", "directives.md")
     for macro, flags in entries:
         name = names[macro]
@@ -122,9 +122,21 @@ def test_docs_have_apache_blocks_and_few_opt_outs():
 def make_paths(root, text):
     """text with every host path moved under root, and what it names made:
     a pepper or Redis auth file as the module requires it (mode 0600), an
-    htpasswd file by the real htpasswd, a directory for a <Directory>,
-    DocumentRoot or Mutex, and the parent directory of anything else."""
-    from harness import htpasswd
+    htpasswd file by the real htpasswd, real PEM files for the Redis TLS
+    directives (a CA, and a client certificate it signs with its key), a
+    directory for a <Directory>, DocumentRoot or Mutex, and the parent
+    directory of anything else."""
+    from harness import TestCA, htpasswd
+    tls = {}
+
+    def tls_file(directive):
+        if not tls:
+            ca = TestCA(dir=os.path.join(root, "test-ca"))
+            cert, key = ca.issue(cn="web", dns=(), ips=(), client=True)
+            tls.update({"AuthHMACRedisTLSCACertificateFile": ca.cert,
+                        "AuthHMACRedisTLSCertificateFile": cert,
+                        "AuthHMACRedisTLSKeyFile": key})
+        return tls[directive]
 
     def move(m):
         os.makedirs(os.path.dirname(root + m.group(0)), exist_ok=True)
@@ -151,6 +163,9 @@ def make_paths(root, text):
             os.chmod(arg, 0o600)
         elif directive in ("AuthHMACUserFile", "AuthUserFile"):
             htpasswd(arg, "alice", "correct horse", cost=4, create=True)
+        elif directive.startswith("AuthHMACRedisTLS") and directive.endswith("File"):
+            shutil.copy(tls_file(directive), arg)
+            os.chmod(arg, 0o600 if directive.endswith("KeyFile") else 0o644)
         elif directive in ("SSLCertificateFile", "SSLCertificateKeyFile"):
             with open(arg, "w") as f:  # httpd -t only checks that it is not empty
                 f.write("not a certificate\n")
