@@ -552,7 +552,7 @@ static int check_tls(server_rec *s, apr_pool_t *pconf)
     }
     if (!err)
         return OK;
-    ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s, "AHMAC0019: %s",
+    ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s, "AHMAC0021: %s",
                  err);
     return HTTP_INTERNAL_SERVER_ERROR;
 }
