@@ -80,18 +80,16 @@ static const char *url_problem(const char *arg, apr_pool_t *p)
     if (strchr(arg, '@'))
         return "a URL is not accepted; its user and password go in "
                "AuthHMACRedisAuthFile";
-    if (strncasecmp(arg, "rediss:", 7) == 0)
-        return "a URL is not accepted, nor TLS (rediss://): for TLS, point "
-               "this at the local end of a tunnel such as stunnel";
     rest = rest ? rest + 3 : arg + 5; /* unix:/path */
     n = strcspn(rest, *rest == '/' ? "?" : "/?");
     if (n == 0 || n > 200 || (!strstr(arg, "://") && *rest != '/'))
         return "a URL is not accepted";
     db = *rest != '/' && rest[n] == '/' ? rest + n + 1 : "";
     dbn = strspn(db, "0123456789");
-    return apr_psprintf(p, "a URL is not accepted: write %.*s%s%.*s", (int)n,
-                        rest, dbn ? ", and AuthHMACRedisDatabase " : "",
-                        (int)dbn, db);
+    return apr_psprintf(
+        p, "a URL is not accepted: write %.*s%s%.*s%s", (int)n, rest,
+        dbn ? ", and AuthHMACRedisDatabase " : "", (int)dbn, db,
+        strncasecmp(arg, "rediss:", 7) == 0 ? ", and AuthHMACRedisTLS on" : "");
 }
 
 const char *authn_hmac_redis_parse_server(const char *arg,

@@ -227,7 +227,8 @@ def test_shipped_conf_is_valid_and_serves_no_counters(srv):
     ("redis://redis.example.org:6380/2", "a URL is not accepted: write "
      "redis.example.org:6380, and AuthHMACRedisDatabase 2 (host:port"),
     ("unix:/run/redis/redis.sock", "a URL is not accepted: write /run/redis/redis.sock"),
-    ("rediss://redis.example.org:6380", "a URL is not accepted, nor TLS"),
+    ("rediss://redis.example.org:6380", "a URL is not accepted: write "
+     "redis.example.org:6380, and AuthHMACRedisTLS on (host:port"),
 ])
 def test_redis_url_is_refused_with_the_form(srv, value, says):
     rc, out = configure(srv, "AuthHMACPepperFile %s\nAuthHMACRedisServer %s"
@@ -252,7 +253,8 @@ def test_redis_url_password_is_not_repeated(srv):
     ("unix:///run/redis.sock?db=0&password=S3CRET-PW", "write /run/redis.sock"),
     ("redis://10.0.0.5:6379/0?password=S3CRET-PW", "write 10.0.0.5:6379, and "
      "AuthHMACRedisDatabase 0"),
-    ("rediss://10.0.0.5:6380?password=S3CRET-PW", "nor TLS"),
+    ("rediss://10.0.0.5:6380?password=S3CRET-PW", "write 10.0.0.5:6380, and "
+     "AuthHMACRedisTLS on"),
     ("10.0.0.5:6379?password=S3CRET-PW", "bad port"),
 ])
 def test_redis_url_password_in_query_is_not_repeated(srv, value, says):

@@ -51,8 +51,9 @@ static void test_parse_server(apr_pool_t *p)
     CHECK(
         !strcmp(authn_hmac_redis_parse_server("unix:///run/r.sock?db=1", &c, p),
                 "a URL is not accepted: write /run/r.sock"));
-    CHECK(strstr(authn_hmac_redis_parse_server("rediss://host:6380", &c, p),
-                 "nor TLS"));
+    CHECK(!strcmp(authn_hmac_redis_parse_server("rediss://host:6380/1", &c, p),
+                  "a URL is not accepted: write host:6380, and "
+                  "AuthHMACRedisDatabase 1, and AuthHMACRedisTLS on"));
     CHECK(!strstr(authn_hmac_redis_parse_server("redis://u:SECRET@h:1", &c, p),
                   "SECRET"));
     CHECK(!strcmp(authn_hmac_redis_parse_server("unix:sock", &c, p),
