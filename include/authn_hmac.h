@@ -618,7 +618,7 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
 
 #define AUTHN_HMAC_REDIS_PORT 6379
 
-/* A TLS client context (redis_tls.c), shared by a configuration's
+/* A TLS client context (src/redis/tls.c), shared by a configuration's
  * connections. */
 typedef struct authn_hmac_redis_tls authn_hmac_redis_tls_t;
 
@@ -799,7 +799,7 @@ authn_hmac_redis_rc authn_hmac_redis_get(
     const char **why, apr_pool_t *p);
 
 /* SET of uid's entry to es, tagged, PX until its newest verification is
- * max_age old (max_age: the storing section's; see redis.c). */
+ * max_age old (max_age: the storing section's; see src/redis/commands.c). */
 authn_hmac_redis_rc authn_hmac_redis_set(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],

@@ -1,13 +1,23 @@
-/* util.c: parsers for directive values and the status query, and the
- * status rendering. */
+/* util.c: the monotonic clock, parsers for directive values and the status
+ * query, and the status rendering. */
 #include "authn_hmac.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <apr_lib.h>
 #include <apr_strings.h>
+
+apr_time_t authn_hmac_monotonic(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (apr_time_t)ts.tv_sec * APR_USEC_PER_SEC +
+           (apr_time_t)(ts.tv_nsec / 1000);
+}
 
 /* A unit: its letter, as a suggestion writes it ('\0': none, for the base
  * unit of sizes), and its multiple. units[0] is the base unit. */

@@ -1,4 +1,4 @@
-/* redis_tls.c: TLS to Redis, for the connection layer of redis.c.
+/* tls.c: TLS to Redis, for the connection layer (conn.c).
  *
  * One client context per configuration, made in the parent when the
  * configuration is read and shared by the children: TLS 1.2 or later, the
@@ -14,7 +14,7 @@
  * do. The last session the server gave each process is offered on the
  * next connect, so that reconnecting (a breaker's new epoch, a dropped
  * connection) costs a resumption, not a full handshake. */
-#include "authn_hmac.h"
+#include "redis_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

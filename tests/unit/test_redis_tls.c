@@ -1,4 +1,4 @@
-/* Unit tests of redis_tls.c (no server needed): the name a certificate is
+/* Unit tests of src/redis/tls.c (no server needed): the name a certificate is
  * checked against, the context's refusals of what the directives name,
  * and a handshake bounded by its deadline whatever the peer does. */
 #include "authn_hmac.h"
