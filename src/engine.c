@@ -35,7 +35,12 @@
  * No httpd here: the module adapts the outcome to an authn_status, and unit
  * tests drive the engine with a fake verifier.
  */
-#include "authn_hmac.h"
+#include "authn_hmac/engine.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/htpasswd.h"
+#include "authn_hmac/redis.h"
+#include "authn_hmac/table.h"
+#include "authn_hmac/util.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -7,6 +7,7 @@
  * a value that does not verify is a miss, whoever wrote it. The farm's
  * single-flight markers are tagged the same way. */
 #include "redis_int.h"
+#include "authn_hmac/cred.h"
 
 #include <string.h>
 

@@ -9,6 +9,8 @@
  * buffer of the client ever holds the Redis password. TLS (tls.c) runs on
  * the same socket, under the same deadline. */
 #include "redis_int.h"
+#include "authn_hmac/table.h"
+#include "authn_hmac/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

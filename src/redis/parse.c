@@ -1,6 +1,7 @@
 /* parse.c: the Redis directives' values: the server's address and the
  * auth file's user and password. */
-#include "redis_int.h"
+#include "authn_hmac/redis.h"
+#include "authn_hmac/secret.h"
 
 #include <errno.h>
 #include <stdlib.h>

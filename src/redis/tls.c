@@ -15,6 +15,7 @@
  * next connect, so that reconnecting (a breaker's new epoch, a dropped
  * connection) costs a resumption, not a full handshake. */
 #include "redis_int.h"
+#include "authn_hmac/secret.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

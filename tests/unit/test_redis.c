@@ -1,6 +1,10 @@
 /* Unit tests: Redis address and auth parsing, reply interpretation and the
  * shared health state (no server needed). */
-#include "authn_hmac.h"
+#include "authn_hmac/redis.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/secret.h"
+#include "authn_hmac/table.h"
+#include "authn_hmac/util.h"
 #include "unit.h"
 
 #include <fcntl.h>
