@@ -30,7 +30,13 @@
 #include <unistd.h>
 #include <bsd/string.h>
 
-#include "authn_hmac.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/engine.h"
+#include "authn_hmac/htpasswd.h"
+#include "authn_hmac/redis.h"
+#include "authn_hmac/secret.h"
+#include "authn_hmac/table.h"
+#include "authn_hmac/util.h"
 
 module AP_MODULE_DECLARE_DATA authn_hmac_module;
 

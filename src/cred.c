@@ -16,7 +16,8 @@
  * excluded from core dumps, never on the heap: plain SHA256_CTX structures
  * can be placed there, EVP contexts cannot.
  */
-#include "authn_hmac.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/secret.h"
 
 #include <string.h>
 

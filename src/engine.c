@@ -35,7 +35,12 @@
  * No httpd here: the module adapts the outcome to an authn_status, and unit
  * tests drive the engine with a fake verifier.
  */
-#include "authn_hmac.h"
+#include "authn_hmac/engine.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/htpasswd.h"
+#include "authn_hmac/redis.h"
+#include "authn_hmac/table.h"
+#include "authn_hmac/util.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -228,10 +233,10 @@ static void redis_store(redis_req *rq, const unsigned char *key,
     redis_end(rq, conn, rc, why);
 }
 
-/* Single flight across the farm, through a marker in Redis (see redis.c):
- * 1 if this server claimed the credential's verification (token is then
- * the claim's, for farm_result), 0 if another server runs it, -1 without
- * Redis. */
+/* Single flight across the farm, through a marker in Redis (see
+ * redis/commands.c): 1 if this server claimed the credential's
+ * verification (token is then the claim's, for farm_result), 0 if another
+ * server runs it, -1 without Redis. */
 static int farm_claim(redis_req *rq, const unsigned char *key,
                       apr_interval_time_t hold, char *token)
 {

@@ -1,6 +1,7 @@
 /* htpasswd.c: an in-memory index of an htpasswd file, and the per-process
  * view that rebuilds it when the file changes. */
-#include "authn_hmac.h"
+#include "authn_hmac/htpasswd.h"
+#include "authn_hmac/cred.h"
 
 #include <errno.h>
 #include <pthread.h>

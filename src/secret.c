@@ -4,7 +4,7 @@
  * Each secret has pages of its own, mapped privately, excluded from core
  * dumps (MADV_DONTDUMP, which fork keeps) and locked (mlock, which fork does
  * not keep: children lock again with authn_hmac_secret_relock). */
-#include "authn_hmac.h"
+#include "authn_hmac/secret.h"
 
 #include <errno.h>
 #include <fcntl.h>

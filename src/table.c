@@ -20,7 +20,9 @@
  * password that all verify (DES crypt reads 8 characters, bcrypt 72 bytes)
  * only ever replaces its own entries.
  */
-#include "authn_hmac.h"
+#include "authn_hmac/table.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/util.h"
 
 #include <string.h>
 
@@ -570,17 +572,6 @@ uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,
         n += __atomic_load_n(&t->hdr->hits[i][0], __ATOMIC_RELAXED);
     return n;
 }
-
-/* Bcrypt costs 3 ms at cost 5 (htpasswd -B), 0.2 s at 12, seconds at 15
- * and more on a busy machine; a Redis round trip 0.1 ms on a LAN, up to
- * the timeout (AuthHMACRedisTimeout, 1 s at most is sensible). */
-const uint64_t
-    authn_hmac_bucket_bounds[AUTHN_HMAC_H_COUNT][AUTHN_HMAC_BUCKETS] = {
-        {1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
-         2500000, 5000000, 10000000, UINT64_MAX},
-        {100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
-         500000, 1000000, UINT64_MAX},
-};
 
 unsigned authn_hmac_bucket(enum authn_hmac_histogram h, uint64_t usec)
 {

@@ -2,7 +2,8 @@
  * into (scope, user, password, hash); the encoding of scope, user and hash
  * must decode back to the same fields, so that no two inputs can share it,
  * and the MAC made from its digest must be the MAC of the whole. */
-#include "authn_hmac.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/secret.h"
 
 #include <stdlib.h>
 #include <string.h>

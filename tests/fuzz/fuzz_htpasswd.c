@@ -1,5 +1,5 @@
 /* libFuzzer target: the htpasswd parser and index lookups. */
-#include "authn_hmac.h"
+#include "authn_hmac/htpasswd.h"
 
 #include <stdlib.h>
 #include <string.h>

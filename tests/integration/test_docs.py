@@ -37,8 +37,8 @@ def test_every_directive_is_documented_with_its_context():
 
 def test_every_log_tag_is_used_once_and_listed():
     used = re.findall(r"AHMAC\d{4}", read("mod_authn_hmac.c") + "".join(
-        read("src", f) for f in sorted(os.listdir(os.path.join(TOP, "src")))
-        if f.endswith(".c")))
+        read(d, f) for d, _, files in sorted(os.walk(os.path.join(TOP, "src")))
+        for f in sorted(files) if f.endswith(".c")))
     assert len(used) >= 17 and len(used) == len(set(used)), sorted(used)
     ops = read("docs", "operations.md")
     listed = set(re.findall(r"^\| `(AHMAC\d{4})` \|", ops, re.M))

@@ -1,5 +1,7 @@
 /* Unit tests: credential encoding, MAC and secret files. */
-#include "authn_hmac.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/redis.h"
+#include "authn_hmac/secret.h"
 #include "unit.h"
 
 #include <stdio.h>

@@ -1,6 +1,10 @@
 /* Unit tests: the request path (src/engine.c), without httpd, with a fake
  * verifier that counts its calls and can be made slow. */
-#include "authn_hmac.h"
+#include "authn_hmac/engine.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/secret.h"
+#include "authn_hmac/table.h"
+#include "authn_hmac/util.h"
 #include "unit.h"
 
 #include <sched.h>

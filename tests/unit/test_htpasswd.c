@@ -1,5 +1,7 @@
 /* Unit tests: the htpasswd parser and the per-process index. */
-#include "authn_hmac.h"
+#include "authn_hmac/htpasswd.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/secret.h"
 #include "unit.h"
 
 #include <errno.h>

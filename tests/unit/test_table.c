@@ -1,5 +1,7 @@
 /* Unit tests: the shared-memory table. */
-#include "authn_hmac.h"
+#include "authn_hmac/table.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/util.h"
 #include "unit.h"
 
 #include <signal.h>

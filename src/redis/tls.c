@@ -1,4 +1,4 @@
-/* redis_tls.c: TLS to Redis, for the connection layer of redis.c.
+/* tls.c: TLS to Redis, for the connection layer (conn.c).
  *
  * One client context per configuration, made in the parent when the
  * configuration is read and shared by the children: TLS 1.2 or later, the
@@ -14,12 +14,14 @@
  * do. The last session the server gave each process is offered on the
  * next connect, so that reconnecting (a breaker's new epoch, a dropped
  * connection) costs a resumption, not a full handshake. */
-#include "authn_hmac.h"
+#include "redis_int.h"
+#include "authn_hmac/secret.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <apr_strings.h>
@@ -272,9 +274,12 @@ authn_hmac_redis_rc authn_hmac_redis_tls_connect(authn_hmac_redis_tls_t *t,
         return fail(why, "TLS", ssl_error("out of memory", p), p);
     }
     SSL_set_app_data(ssl, t);
-    /* NB: SNI is a host name; an address is not sent (RFC 6066). */
+    /* NB: SNI is a host name; an address is not sent (RFC 6066). What
+     * SSL_set_tlsext_host_name expands to, but for the cast: clang's
+     * -Wcast-qual (unlike gcc's) sees its (void *) drop the const. */
     if (!t->peer_is_ip)
-        (void)SSL_set_tlsext_host_name(ssl, t->peer);
+        (void)SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME,
+                       TLSEXT_NAMETYPE_host_name, (void *)(uintptr_t)t->peer);
     pthread_mutex_lock(&t->lock);
     if (t->last)
         (void)SSL_set_session(ssl, t->last);

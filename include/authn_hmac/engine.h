@@ -1,0 +1,97 @@
+/* authn_hmac/engine.h: the request path: shared memory, Redis, the
+ * verifier, in one place (src/engine.c). */
+#ifndef AUTHN_HMAC_ENGINE_H
+#define AUTHN_HMAC_ENGINE_H
+
+#include "authn_hmac/cred.h"
+#include "authn_hmac/redis.h"
+#include "authn_hmac/table.h"
+
+/* What became of a credential; the module's note says it by name. */
+typedef enum {
+    AUTHN_HMAC_HIT,          /* in shared memory */
+    AUTHN_HMAC_REDIS_HIT,    /* in Redis, under a tag that verifies */
+    AUTHN_HMAC_VERIFIED,     /* the verifier said yes; now cached */
+    AUTHN_HMAC_DENIED,       /* the verifier said no */
+    AUTHN_HMAC_NEGATIVE_HIT, /* the same wrong password, seen recently */
+    AUTHN_HMAC_UNKNOWN_USER, /* not in the htpasswd file */
+    AUTHN_HMAC_BUSY,         /* too many verifications waiting */
+    AUTHN_HMAC_ERROR,
+    AUTHN_HMAC_COALESCED /* granted by a concurrent request's verification */
+} authn_hmac_outcome;
+
+/* "hit", "redis-hit", "verified", "denied", "negative-hit", "unknown-user",
+ * "busy", "error", "coalesced". */
+const char *authn_hmac_outcome_name(authn_hmac_outcome o);
+
+/* Log levels of the engine's messages: syslog's, as httpd's APLOG_*. */
+#define AUTHN_HMAC_LOG_WARNING 4
+#define AUTHN_HMAC_LOG_NOTICE  5
+#define AUTHN_HMAC_LOG_DEBUG   7
+
+/* Checks password against hash (C strings): APR_SUCCESS if it matches.
+ * apr_password_validate in the module; a fake one in tests. */
+typedef apr_status_t (*authn_hmac_verify_fn)(const char *password,
+                                             const char *hash);
+
+/* Receives each of the engine's messages (never a secret). */
+typedef void (*authn_hmac_log_fn)(void *baton, int level, const char *msg);
+
+/* The tiers and tools of one process. */
+typedef struct {
+    const authn_hmac_mac_t *mac;
+    authn_hmac_table_t *table;
+    authn_hmac_redis_pool_t *redis; /* NULL: no Redis */
+    const authn_hmac_redis_conf_t *redis_conf;
+    const char *redis_name; /* as configured, for messages */
+    authn_hmac_verify_fn verify;
+    authn_hmac_log_fn log; /* may be NULL */
+    int max_verifications; /* at once, in the server; 0: no queue */
+    int backlog;           /* more that may wait for a turn */
+    int nice;              /* of the verifying threads; 0: the request's */
+} authn_hmac_engine_t;
+
+/* What a section asks for. */
+typedef struct {
+    apr_interval_time_t ttl;          /* idle timeout; 0: no caching */
+    apr_interval_time_t max_age;      /* life from verification; > 0 */
+    apr_interval_time_t negative_ttl; /* 0: no negative cache */
+    int hide_unknown; /* unknown users cost a verification, as known ones */
+} authn_hmac_policy_t;
+
+/* One credential, with the user's stored hash from the htpasswd file
+ * (hash NULL: no such user, or a locked one; dummy_hash is then the file's
+ * typical hash, or NULL: the template of the dummy). password and the
+ * hashes are C strings. */
+typedef struct {
+    const char *scope;
+    size_t scope_len;
+    const char *user;
+    size_t user_len;
+    const char *password;
+    size_t password_len;
+    const char *hash;
+    size_t hash_len;
+    const char *dummy_hash;
+    size_t dummy_hash_len;
+    int locked;         /* hash NULL: the user is in the file, locked out */
+    const char *client; /* the client's address, for its share of the queue */
+    /* The user's id (authn_hmac_user_id of scope and user under the
+     * engine's MAC) and the credential's digest (authn_hmac_cred_digest of
+     * scope, user and hash) if the caller has them, else NULL: they are
+     * worked out. */
+    const unsigned char *uid;
+    const unsigned char *digest;
+} authn_hmac_cred_t;
+
+/* The request path: shared memory, then Redis, then the verifier; stores
+ * what it verified. baton goes to the log callback. */
+authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
+                                    const authn_hmac_policy_t *pol,
+                                    const authn_hmac_cred_t *c, void *baton,
+                                    apr_pool_t *p);
+
+/* Seconds a refused (busy) client should wait before it tries again. */
+int authn_hmac_retry_after(const authn_hmac_engine_t *e);
+
+#endif /* AUTHN_HMAC_ENGINE_H */

@@ -1,0 +1,103 @@
+/* authn_hmac/htpasswd.h: the htpasswd index: a file's parser, and the
+ * per-process view of a file that is read again when it changes. */
+#ifndef AUTHN_HMAC_HTPASSWD_H
+#define AUTHN_HMAC_HTPASSWD_H
+
+#include "authn_hmac/cred.h"
+
+#include <apr_errno.h>
+
+typedef struct authn_hmac_htpasswd authn_hmac_htpasswd_t;
+
+/* Called once per malformed line; never given the line itself. */
+typedef void (*authn_hmac_badline_fn)(void *baton, unsigned lineno,
+                                      const char *why);
+
+/* Parses an htpasswd file held in buf (modified in place; it must live as
+ * long as p, and have one writable byte past len). Blank lines and '#' comments
+ * are skipped silently; for a user listed twice the first line wins, as in
+ * mod_authn_file. */
+apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
+                                       size_t len, authn_hmac_badline_fn bad,
+                                       void *baton, apr_pool_t *p);
+
+/* The stored hash for user, or NULL. O(1) in the number of users. */
+const char *authn_hmac_htpasswd_get(const authn_hmac_htpasswd_t *idx,
+                                    const char *user, size_t *hash_len);
+
+unsigned authn_hmac_htpasswd_count(const authn_hmac_htpasswd_t *idx);
+
+/* Whether a line's hash locks its user out: empty ("carol:"), or starting
+ * with '!' or '*' ("dave:!", as in /etc/shadow), which no scheme writes. */
+int authn_hmac_hash_locked(const char *hash, size_t len);
+
+/* A hash of the file's typical cost (one of its own, at the median bcrypt
+ * cost; never a locked one), the template of the dummy hash that unknown
+ * and locked users are checked against; NULL in a file without one. */
+const char *authn_hmac_htpasswd_typical(const authn_hmac_htpasswd_t *idx,
+                                        size_t *len);
+unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx);
+
+/* A per-process view of one htpasswd file, rebuilt when the file changes. */
+typedef struct authn_hmac_userfile authn_hmac_userfile_t;
+
+/* Made at configuration time; path must be absolute. */
+authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path,
+                                                apr_pool_t *p);
+
+/* Bytes that several views may hold between them (their files' sizes). */
+typedef struct {
+    uint64_t used, max;
+} authn_hmac_budget_t;
+
+/* Before child_init: read a file of at most max_bytes (1 GiB by default),
+ * and, with budget, only while all the views sharing it hold at most
+ * budget->max bytes. A file over either is refused with APR_ENOSPC. */
+void authn_hmac_userfile_limit(authn_hmac_userfile_t *uf, apr_off_t max_bytes,
+                               authn_hmac_budget_t *budget);
+
+/* Once per child process, before any lookup. */
+apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
+                                            apr_pool_t *pchild);
+
+/* After child_init, for a view that lives as long as the process: lookups
+ * then skip the stat() while inotify reports nothing about the file, its
+ * directory or any directory above it. Only where that sees every change:
+ * a path without symbolic links, on a local file system (ext2/3/4, xfs,
+ * btrfs, tmpfs); otherwise, or when any watch cannot be made or is lost,
+ * every lookup stat()s the file. Returns whether the file is watched. */
+int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf);
+
+/* A user whose line locks it out (not an error of the file's: APR_EACCES
+ * is one). */
+#define AUTHN_HMAC_LOCKED (APR_OS_START_USERERR + 1)
+
+/* Looks user up, first rebuilding the index if the file's dev, inode, size,
+ * mtime or ctime changed. Returns APR_SUCCESS and a copy of the hash in p;
+ * APR_NOTFOUND for an unknown user, and AUTHN_HMAC_LOCKED for a locked one
+ * (authn_hmac_hash_locked), each with a copy of the file's typical hash
+ * (NULL in a file without one); or the error that kept the file from being read
+ * (the index is then dropped: nothing stale can be used). */
+apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
+                                        const char *user, const char **hash,
+                                        size_t *hash_len,
+                                        authn_hmac_badline_fn bad, void *baton,
+                                        apr_pool_t *p);
+
+/* As authn_hmac_userfile_lookup; on APR_SUCCESS, id is also the user's id
+ * for scope under mac (authn_hmac_user_id) and digest the digest of scope,
+ * user and hash (authn_hmac_cred_digest), worked out on the user's first
+ * lookup in this reading of the file and kept with its entry: a hit then
+ * makes one short MAC. What was kept for another MAC or scope is not
+ * used. */
+apr_status_t authn_hmac_userfile_lookup_id(
+    authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
+    const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
+    unsigned char id[AUTHN_HMAC_KEY_LEN],
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
+    void *baton, apr_pool_t *p);
+
+/* How many times this process has read the file (for tests). */
+unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
+
+#endif /* AUTHN_HMAC_HTPASSWD_H */

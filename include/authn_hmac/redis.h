@@ -1,0 +1,308 @@
+/* authn_hmac/redis.h: the Redis tier (src/redis/): the connection and
+ * its pool, TLS, the tagged values and the commands, the breaker. */
+#ifndef AUTHN_HMAC_REDIS_H
+#define AUTHN_HMAC_REDIS_H
+
+#include "authn_hmac/cred.h"
+#include "authn_hmac/secret.h"
+#include "authn_hmac/table.h"
+
+#define AUTHN_HMAC_REDIS_PORT 6379
+
+/* A TLS client context (src/redis/tls.c), shared by a configuration's
+ * connections. */
+typedef struct authn_hmac_redis_tls authn_hmac_redis_tls_t;
+
+typedef struct {
+    const char *host; /* NULL for a unix socket */
+    int port;
+    const char *socket; /* path, or NULL */
+    int timeout_ms;
+    const char *prefix;
+    int db;
+    const char *user;     /* ACL user, or NULL */
+    const char *password; /* NULL: no AUTH. NB: points into a secret page */
+    size_t password_len;
+    authn_hmac_redis_tls_t *tls; /* NULL: plain TCP */
+} authn_hmac_redis_conf_t;
+
+/* "host:port", "host", "[v6addr]:port" or "/path/to.sock". Returns NULL or
+ * what is wrong. */
+const char *authn_hmac_redis_parse_server(const char *arg,
+                                          authn_hmac_redis_conf_t *conf,
+                                          apr_pool_t *p);
+
+/* Splits a Redis auth file ("password" or "username password", one line)
+ * in place. Returns NULL or what is wrong. */
+const char *authn_hmac_redis_parse_auth(authn_hmac_secret_t *secret,
+                                        authn_hmac_redis_conf_t *conf);
+
+typedef struct authn_hmac_redis_conn authn_hmac_redis_conn_t;
+
+/* Outcome of one Redis operation. */
+typedef enum {
+    AUTHN_HMAC_REDIS_OK,
+    AUTHN_HMAC_REDIS_TIMEOUT, /* the deadline passed */
+    AUTHN_HMAC_REDIS_ERROR    /* refused, closed, wrong secret, garbage... */
+} authn_hmac_redis_rc;
+
+/* --------------------------------------------------- values and entries */
+
+/* The version of the Redis values (their first character): 4 keeps each
+ * credential's times (verified, last used); 3 kept (stored, expires). A
+ * value of another version is a plain miss, neither forged nor logged:
+ * the servers of a farm are upgraded one at a time. */
+#define AUTHN_HMAC_VALUE_VERSION 4
+
+/* A user's cached credentials, as Redis holds them. */
+typedef struct {
+    unsigned char mac[AUTHN_HMAC_KEY_LEN]; /* credential MAC */
+    int64_t verified;                      /* apr_time_t */
+    int64_t used;                          /* apr_time_t: last use */
+} authn_hmac_entry_t;
+
+typedef struct {
+    int n;
+    authn_hmac_entry_t e[AUTHN_HMAC_PER_USER];
+} authn_hmac_entries_t;
+
+/* "4" (":" hex(mac) hex64(verified) hex64(used)){1,2} ":" hex(tag), where
+ * the tag covers the user id and everything before it. */
+#define AUTHN_HMAC_VALUE_MAX                                                   \
+    (2 + AUTHN_HMAC_PER_USER * (1 + 2 * AUTHN_HMAC_KEY_LEN + 32) + 1 +         \
+     2 * AUTHN_HMAC_KEY_LEN + 1)
+
+/* Writes es as a tagged value (NUL-terminated); returns its length, or 0
+ * if es holds no entry or too many. */
+size_t authn_hmac_value_encode(const authn_hmac_mac_t *mac,
+                               const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                               const authn_hmac_entries_t *es,
+                               char out[AUTHN_HMAC_VALUE_MAX]);
+
+/* 1 and es filled if v is a value made for uid with this pepper; -1 if it
+ * is a value of another AUTHN_HMAC_VALUE_VERSION (its first character),
+ * which is a plain miss; else 0 (forged, truncated, replayed under another
+ * user or another pepper). es is empty unless 1. */
+int authn_hmac_value_decode(const authn_hmac_mac_t *mac,
+                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                            const char *v, size_t len,
+                            authn_hmac_entries_t *es);
+
+/* 1 if es holds key, live for a section of idle timeout ttl and max age
+ * max_age at now: verified less than max_age ago and used less than ttl
+ * ago (times up to a few seconds ahead of now are another server's clock,
+ * and taken as now); *verified and *used (at most now) then say when. */
+int authn_hmac_entries_find(const authn_hmac_entries_t *es,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            apr_time_t now, apr_interval_time_t ttl,
+                            apr_interval_time_t max_age, apr_time_t *verified,
+                            apr_time_t *used);
+
+/* Makes key, verified and last used at those times (or later, if es has
+ * later ones for it), the first entry of es, keeping the most recently
+ * used other one, up to PER_USER in all. used is the caller's now: times
+ * in es more than the clock skew allowed ahead of it are dropped. */
+void authn_hmac_entries_add(authn_hmac_entries_t *es,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            apr_time_t verified, apr_time_t used);
+
+/* ------------------------------------------------------------------- TLS */
+
+/* What the TLS directives say. */
+typedef struct {
+    const char *ca_file;            /* NULL: OpenSSL's default store */
+    const char *server_name;        /* NULL: the host of the server */
+    const char *cert_file;          /* a client certificate, or NULL */
+    const authn_hmac_secret_t *key; /* its key (PEM), or NULL */
+} authn_hmac_redis_tls_conf_t;
+
+/* Which of them a context could not be made of. */
+typedef enum {
+    AUTHN_HMAC_TLS_OTHER,
+    AUTHN_HMAC_TLS_NAME,
+    AUTHN_HMAC_TLS_CA,
+    AUTHN_HMAC_TLS_CERT,
+    AUTHN_HMAC_TLS_KEY
+} authn_hmac_tls_part;
+
+/* The largest key file read (bytes). */
+size_t authn_hmac_redis_tls_key_max(void);
+
+/* The name the server's certificate must carry: name if set, else host;
+ * *is_ip says whether it is an IPv4 or IPv6 address (checked against the
+ * certificate's IP addresses, and not sent as SNI). NULL if neither. */
+const char *authn_hmac_redis_tls_peer(const char *name, const char *host,
+                                      int *is_ip);
+
+/* Makes the client context, once per configuration in the parent: TLS 1.2
+ * or later, the server's certificate verified against the CA file (else
+ * OpenSSL's default store) for the name above, and the client certificate
+ * and key if given (the key is then kept in OpenSSL's secure heap: the
+ * caller may wipe its secret). Returns NULL, or what is wrong with *part.
+ * Freed with p. */
+const char *authn_hmac_redis_tls_create(authn_hmac_redis_tls_t **out,
+                                        const authn_hmac_redis_tls_conf_t *tc,
+                                        const char *host,
+                                        authn_hmac_tls_part *part,
+                                        apr_pool_t *p);
+
+/* Idle connections of one process, for its threads. A connection is taken
+ * per operation and given back, or closed if it failed. The server's name
+ * is resolved here, once, when the child starts. */
+typedef struct authn_hmac_redis_pool authn_hmac_redis_pool_t;
+
+apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
+                                          const authn_hmac_redis_conf_t *conf,
+                                          int max_idle,
+                                          authn_hmac_redis_health_t *health,
+                                          apr_pool_t *p);
+
+/* An idle connection, or a new one (connected, AUTH and SELECT done), before
+ * the deadline (monotonic). On failure *why says what went wrong (never a
+ * secret). */
+authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
+                                                  authn_hmac_redis_conn_t **c,
+                                                  apr_time_t deadline,
+                                                  const char **why,
+                                                  apr_pool_t *p);
+
+void authn_hmac_redis_pool_release(authn_hmac_redis_pool_t *rp,
+                                   authn_hmac_redis_conn_t *c, int broken);
+
+/* A connection over a connected socket (for tests; connections are made by
+ * the pool). It owns fd. */
+authn_hmac_redis_conn_t *authn_hmac_redis_conn_wrap(int fd);
+
+void authn_hmac_redis_close(authn_hmac_redis_conn_t *c);
+
+/* Sends one command and reads its one reply, both before the deadline
+ * (monotonic). The reply may be at most a few hundred bytes: anything
+ * longer, or anything after it, is an error, and the connection must then
+ * be dropped. */
+struct redisReply;
+authn_hmac_redis_rc authn_hmac_redis_command(authn_hmac_redis_conn_t *c,
+                                             int argc, const char **argv,
+                                             const size_t *lens,
+                                             apr_time_t deadline,
+                                             struct redisReply **reply,
+                                             const char **why, apr_pool_t *p);
+
+/* What a GET found. */
+typedef enum {
+    AUTHN_HMAC_VALUE_NONE,   /* no entry */
+    AUTHN_HMAC_VALUE_VALID,  /* an entry whose tag verifies */
+    AUTHN_HMAC_VALUE_FORGED, /* an entry whose tag does not: a miss */
+    AUTHN_HMAC_VALUE_OTHER   /* of another value version: a plain miss */
+} authn_hmac_value_state;
+
+/* Interprets the reply to GET of uid's entry (exposed for tests and
+ * fuzzing): AUTHN_HMAC_REDIS_ERROR for a reply of the wrong type. */
+authn_hmac_redis_rc authn_hmac_redis_interpret(
+    const struct redisReply *get, const authn_hmac_mac_t *mac,
+    const unsigned char uid[AUTHN_HMAC_KEY_LEN], authn_hmac_entries_t *es,
+    authn_hmac_value_state *st);
+
+/* GET of uid's entry (prefix + hex(uid)). */
+authn_hmac_redis_rc authn_hmac_redis_get(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+    apr_time_t deadline, authn_hmac_entries_t *es, authn_hmac_value_state *st,
+    const char **why, apr_pool_t *p);
+
+/* SET of uid's entry to es, tagged, PX until its newest verification is
+ * max_age old (max_age: the storing section's; see src/redis/commands.c). */
+authn_hmac_redis_rc authn_hmac_redis_set(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+    const authn_hmac_entries_t *es, apr_time_t now, apr_interval_time_t max_age,
+    apr_time_t deadline, const char **why, apr_pool_t *p);
+
+/* Single flight across the servers of a farm. A credential's marker is
+ * prefix + "f:" + hex(HMAC(value subkey, key | "F")): it names the exact
+ * credential without telling anything of it. While a server verifies, the
+ * marker is "R" and a random token of that server's claim; then it holds
+ * the result, "F1" (granted) or "F0" (refused) with an expiry and a tag
+ * over both that only the pepper can make, so that no one who can write
+ * Redis can make a waiter grant. Only the claim's owner (the same token)
+ * writes the result or deletes the marker. */
+typedef enum {
+    AUTHN_HMAC_FARM_NONE,    /* no marker, or one that does not verify */
+    AUTHN_HMAC_FARM_RUNNING, /* another server verifies */
+    AUTHN_HMAC_FARM_GRANTED,
+    AUTHN_HMAC_FARM_REFUSED,
+    AUTHN_HMAC_FARM_FORGED /* a result whose tag does not verify */
+} authn_hmac_farm_state;
+
+/* A claim's value: "R" and 32 hex digits of a random token. */
+#define AUTHN_HMAC_FLIGHT_TOKEN_LEN 33
+
+/* SET marker "R"+token NX PX ms, with a new token, which is written to
+ * token (a string): *won is 1 if this server now runs it. */
+authn_hmac_redis_rc authn_hmac_redis_flight_claim(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    apr_interval_time_t hold, apr_time_t deadline,
+    char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1], int *won, const char **why,
+    apr_pool_t *p);
+
+/* The runner's result (1 granted, 0 refused) for hold from now; -1 deletes
+ * the marker (no result: the waiters verify by themselves). Only while the
+ * marker is still token, the claim's value (one EVAL of a compare-and-set
+ * script; a marker that expired, or that another server claimed since, is
+ * left alone). */
+authn_hmac_redis_rc authn_hmac_redis_flight_result(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    const char *token, int result, apr_time_t now, apr_interval_time_t hold,
+    apr_time_t deadline, const char **why, apr_pool_t *p);
+
+/* GET of the marker. */
+authn_hmac_redis_rc authn_hmac_redis_flight_poll(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    apr_time_t now, apr_time_t deadline, authn_hmac_farm_state *st,
+    const char **why, apr_pool_t *p);
+
+/* What a marker's value says, for the credential key at now (exposed for
+ * tests and fuzzing). */
+authn_hmac_farm_state
+authn_hmac_flight_interpret(const authn_hmac_mac_t *mac,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            const char *v, size_t len, apr_time_t now);
+
+/* Makes a hiredis reader refuse arrays of more than a few elements (they
+ * would be allocated before being read). Returns 0 if it could not. */
+struct redisReader;
+int authn_hmac_redis_limit_reader(struct redisReader *r);
+
+/* Whether to try Redis at now (monotonic): 0 to skip it (the breaker is
+ * open), 1 to go, 2 to go as the one probe of a half-open breaker (its
+ * outcome goes to failed() or succeeded()). */
+int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now,
+                             apr_interval_time_t probe_window);
+
+int authn_hmac_redis_breaker_open(authn_hmac_redis_health_t *h);
+
+/* Records the failure of an operation begun at `started` (probe: of the
+ * half-open probe). BREAKER_AFTER incidents within BREAKER_WINDOW open the
+ * breaker, whatever succeeded between them: a Redis that answers one
+ * command in two in time is as good as down. Operations that were in flight
+ * together when one failed are one incident: a stall of 60 ms under a
+ * 50 ms timeout is not three failures because 16 requests waited through
+ * it. Returns 1 if this began an outage, that is, the breaker is open
+ * and no outage was recorded (log it once); a failure that leaves the
+ * breaker closed returns 0. */
+int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
+                            apr_time_t now, int probe);
+
+/* Records the success of an operation begun at `started` (probe: the
+ * half-open probe, which closes the breaker); returns 1 if it ended an
+ * outage, with the outage's length. Times are monotonic. */
+int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
+                               apr_time_t now, int probe,
+                               apr_interval_time_t *outage);
+
+/* 1 the first time a forged value is seen (log it once). */
+int authn_hmac_redis_forged_first(authn_hmac_redis_health_t *h);
+
+#endif /* AUTHN_HMAC_REDIS_H */

@@ -1,0 +1,192 @@
+/* authn_hmac/table.h: the shared-memory table: the cache of credentials,
+ * the negative cache, single flight, the verification queue, the counters
+ * and the Redis health, in one segment shared by every process. */
+#ifndef AUTHN_HMAC_TABLE_H
+#define AUTHN_HMAC_TABLE_H
+
+#include "authn_hmac/cred.h"
+#include "authn_hmac/util.h"
+
+#include <apr_global_mutex.h>
+
+/* The bucket a duration of usec microseconds falls in: the first whose
+ * bound is at least usec (Prometheus's "le"). */
+unsigned authn_hmac_bucket(enum authn_hmac_histogram h, uint64_t usec);
+
+typedef struct authn_hmac_table authn_hmac_table_t;
+
+/* Bytes of shared memory to request for a cache budget of `budget` bytes
+ * (0 = counters only, no cache). */
+size_t authn_hmac_table_size(size_t budget);
+
+/* Formats a fresh segment of `size` bytes (from authn_hmac_table_size). */
+apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now);
+
+/* A process-local handle on a formatted segment. mutex serializes writers
+ * (readers never lock); it may be NULL only in single-process tests. */
+authn_hmac_table_t *
+authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p);
+
+/* An entry keeps two times: when its credential was verified, and when it
+ * was last used (refreshed at most once per half TTL). Each section applies
+ * its own idle timeout and max age to those, so that sections with other
+ * TTLs over the same file share one entry instead of fighting over it.
+ *
+ * 1 if key (of the user uid) is present and live at now for a section of
+ * idle timeout ttl and max age max_age: verified (not "in the future": a
+ * clock stepped back) less than max_age ago, and used less than ttl ago.
+ * Its times go to *verified and *used (each may be NULL). Takes no lock. */
+int authn_hmac_table_lookup(authn_hmac_table_t *t,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                            apr_time_t now, apr_interval_time_t ttl,
+                            apr_interval_time_t max_age, apr_time_t *verified,
+                            apr_time_t *used);
+
+/* After a hit at now on key, last used at *used: if half of ttl or more
+ * has passed since, makes now its last use by compare-and-swap (no lock:
+ * it never waits for the writers' mutex, nor is it skipped while another
+ * process holds it), and returns 1 with *used = now (counted as a
+ * refresh); of concurrent hits, one does. Else returns 0, having written
+ * nothing: an entry is written at most once per half TTL of the section
+ * that asks. */
+int authn_hmac_table_refresh(authn_hmac_table_t *t,
+                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                             apr_time_t now, apr_interval_time_t ttl,
+                             apr_interval_time_t max_age, apr_time_t *used);
+
+/* Stores key of the user uid, verified at `verified` and last used at
+ * `used` (no earlier than verified; the same key keeps the later of each).
+ * A user holds at most AUTHN_HMAC_PER_USER entries: past that its least
+ * recently used is replaced, never another user's. Otherwise a free slot
+ * of the set is taken, else the least recently used; that is counted as an
+ * eviction if it was used less than ttl (the storing section's) ago. */
+apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
+                                    const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                                    const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                                    apr_time_t verified, apr_time_t used,
+                                    apr_interval_time_t ttl);
+
+/* The negative region: nkey (a MAC of its own, authn_hmac_negative_key) of
+ * a credential the verifier refused, until `expires`. Lookups take no lock;
+ * the region holds at most AUTHN_HMAC_PER_USER entries per user, and never
+ * touches the positive region. */
+int authn_hmac_negative_lookup(authn_hmac_table_t *t,
+                               const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
+                               const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                               apr_time_t now);
+
+apr_status_t
+authn_hmac_negative_store(authn_hmac_table_t *t,
+                          const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
+                          const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                          apr_time_t now, apr_time_t expires);
+
+/* Single flight: concurrent misses of one credential (its MAC, which
+ * covers scope, user, password and stored hash) run one verification, in
+ * any process. begin() says whether to RUN it (then end() must follow),
+ * to WAIT for the one that runs, or NONE (no room: verify alone). A runner
+ * that died, or has run stale_after or longer, is taken over. Times are
+ * monotonic. */
+typedef enum {
+    AUTHN_HMAC_FLIGHT_RUN,
+    AUTHN_HMAC_FLIGHT_WAIT,
+    AUTHN_HMAC_FLIGHT_NONE
+} authn_hmac_flight_rc;
+
+authn_hmac_flight_rc authn_hmac_flight_begin(
+    authn_hmac_table_t *t, const unsigned char key[AUTHN_HMAC_KEY_LEN],
+    apr_time_t now, apr_interval_time_t stale_after, int *slot);
+
+/* result: 1 granted, 0 refused (a mismatch), -1 no result (another
+ * failure: the waiters verify by themselves). */
+void authn_hmac_flight_end(authn_hmac_table_t *t, int slot,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           int result, apr_time_t now);
+
+/* Waits for the runner of key: 1 if it granted, 0 if it refused, -1 if no
+ * answer came (the deadline, the runner died, the flight was reused): the
+ * waiter then verifies by itself. Takes no lock. */
+int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           apr_time_t deadline);
+
+/* The verification queue: at most cap verifications run at once in the
+ * server, and at most backlog more wait for a turn, in order of arrival.
+ * When every place is taken, a client (a hash of its address) holding
+ * fewer than half of them takes the newest waiting place of one holding
+ * more, whose wait then ends (busy). enter() says RUN (a place is taken:
+ * leave() must follow), WAIT (wait() for the turn), or BUSY (no place). */
+#define AUTHN_HMAC_QUEUE_SLOTS 256
+#define AUTHN_HMAC_MAX_CAP     64
+
+typedef enum {
+    AUTHN_HMAC_QUEUE_RUN,
+    AUTHN_HMAC_QUEUE_WAIT,
+    AUTHN_HMAC_QUEUE_BUSY
+} authn_hmac_queue_rc;
+
+/* A place in the queue, and the ticket that proves it is still ours. */
+typedef struct {
+    int place; /* -1: none */
+    uint64_t ticket;
+} authn_hmac_turn_t;
+
+/* patience: how long the place may wait (the wait limit). A place's
+ * process is known alive by kill() until then, and by its start time in
+ * /proc after (a pid reused within that time keeps the place till then).
+ * Dead processes' places are freed when the queue looks full, else every
+ * few ms, a few at a time: nothing under the mutex grows with the places. */
+authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
+                                           uint64_t client, int cap,
+                                           int backlog,
+                                           apr_interval_time_t patience,
+                                           authn_hmac_turn_t *turn);
+
+/* 1 when the place's turn came (it now runs: leave() must follow); 0 at
+ * the deadline (monotonic), the place given up, or when it was taken. */
+int authn_hmac_queue_wait(authn_hmac_table_t *t, authn_hmac_turn_t *turn,
+                          int cap, apr_time_t deadline);
+
+void authn_hmac_queue_leave(authn_hmac_table_t *t, authn_hmac_turn_t *turn);
+
+/* For tests: leaves key's slot as a writer that died halfway through
+ * writing it would (its sequence odd, its contents torn). */
+void authn_hmac_table_tear(authn_hmac_table_t *t,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           const unsigned char uid[AUTHN_HMAC_KEY_LEN]);
+
+void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
+                            uint64_t delta);
+
+uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,
+                                  enum authn_hmac_counter c);
+
+/* Adds a duration of usec microseconds to histogram h. Takes no lock. */
+void authn_hmac_table_observe(authn_hmac_table_t *t,
+                              enum authn_hmac_histogram h, uint64_t usec);
+
+/* Redis health shared by every process, so that an outage is logged once
+ * and the breaker holds for all. Lives in the shared segment. */
+typedef struct {
+    uint64_t failures;       /* within the window that began at window */
+    int64_t window;          /* monotonic */
+    uint64_t opens;          /* consecutive breaker openings: the backoff */
+    int64_t breaker_until;   /* monotonic; 0: closed; else skip Redis before */
+    int64_t down_since;      /* monotonic; 0 while healthy */
+    int64_t conns;           /* open connections */
+    uint64_t epoch;          /* outages so far: older connections are stale */
+    uint64_t forged_warned;  /* a forged value was logged */
+    int64_t last_failure;    /* monotonic: when the last incident was seen */
+    uint64_t tls_handshakes; /* TLS connections made */
+    uint64_t tls_resumed;    /* of which resumed a session */
+} authn_hmac_redis_health_t;
+
+authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t);
+
+/* Counters and sizes, in O(1). */
+void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
+                            authn_hmac_stats_t *out);
+
+#endif /* AUTHN_HMAC_TABLE_H */

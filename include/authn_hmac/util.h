@@ -1,0 +1,169 @@
+/* authn_hmac/util.h: the bottom layer of the core: the monotonic clock,
+ * parsers for directive values, the counters and histograms with their
+ * status outputs.
+ *
+ * The core (src/, one header per layer in include/authn_hmac/) is free of
+ * httpd headers: the module (mod_authn_hmac.c), the unit tests and the
+ * tools link it. It depends only on APR, OpenSSL, libbsd and hiredis. */
+#ifndef AUTHN_HMAC_UTIL_H
+#define AUTHN_HMAC_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <apr_pools.h>
+#include <apr_time.h>
+
+/* The clock of every deadline and of the breaker: CLOCK_MONOTONIC, in
+ * microseconds. */
+apr_time_t authn_hmac_monotonic(void);
+
+/* ------------------------------------------------------------- parsing */
+
+/* "4M", "512K", "1G", "65536" -> bytes. Returns NULL or what is wrong;
+ * with p, a fraction's message gives the amount as a whole number in a
+ * smaller unit ("1.5M": "write 1536K"). */
+const char *authn_hmac_parse_size(const char *arg, uint64_t *out,
+                                  apr_pool_t *p);
+
+/* "300", "300s", "5m", "2h", "1d" -> seconds. Returns NULL or what is
+ * wrong; with p, as for authn_hmac_parse_size ("1.5h": "write 90m"). */
+const char *authn_hmac_parse_seconds(const char *arg, uint64_t *out,
+                                     apr_pool_t *p);
+
+/* A plain decimal number from 0 to max. Returns NULL or what is wrong. */
+const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
+
+/* ---------------------------------------------------- counters, status */
+
+/* Every counter, in one list: X(ID, kind, name, help), kind C for a count
+ * that only grows (since the last start), U for one that counts
+ * microseconds and is shown in seconds (Prometheus wants base units), G for
+ * a value that may be read as a gauge (a high-water mark). The enum and
+ * every output of the status page (text, JSON, Prometheus, mod_status) come
+ * from it; the status page adds the gauges of gauges[] in util.c. */
+#define AUTHN_HMAC_COUNTERS(X)                                                 \
+    X(HITS, C, "hits", "credentials found in shared memory")                   \
+    X(MISSES, C, "misses", "credentials not in shared memory")                 \
+    X(VERIFICATIONS, C, "verifications", "runs of the password hash (bcrypt)") \
+    X(VERIFY_USEC, U, "verify_seconds",                                        \
+      "seconds spent in runs of the password hash (bcrypt) for users in the "  \
+      "file")                                                                  \
+    X(DENIED, C, "denied", "wrong passwords of known users")                   \
+    X(UNKNOWN_USER, C, "unknown_user", "users not in the htpasswd file")       \
+    X(ERRORS, C, "errors", "htpasswd files that could not be read")            \
+    X(STORES, C, "stores", "entries written to shared memory")                 \
+    X(EVICTIONS, C, "evictions", "live entries pushed out of a full set")      \
+    X(REDIS_HITS, C, "redis_hits", "credentials found in Redis")               \
+    X(REDIS_MISSES, C, "redis_misses", "credentials not in Redis")             \
+    X(REDIS_ERRORS, C, "redis_errors", "Redis operations that failed")         \
+    X(REDIS_TIMEOUTS, C, "redis_timeouts", "Redis operations out of time")     \
+    X(REDIS_SKIPPED, C, "redis_skipped",                                       \
+      "Redis lookups skipped while the breaker was open")                      \
+    X(REDIS_FORGED, C, "redis_forged",                                         \
+      "Redis values whose tag did not verify")                                 \
+    X(NEGATIVE_HITS, C, "negative_hits",                                       \
+      "wrong passwords denied from the negative cache, without bcrypt")        \
+    X(DUMMY_VERIFICATIONS, C, "dummy_verifications",                           \
+      "verifications run for unknown users, so that they cost what known "     \
+      "users cost")                                                            \
+    X(COALESCED, C, "coalesced",                                               \
+      "misses answered by another request's verification of the same "         \
+      "credential")                                                            \
+    X(QUEUED, C, "queued", "verifications that waited for a turn")             \
+    X(BUSY, C, "busy",                                                         \
+      "misses refused with 503: the verification queue was full")              \
+    X(VERIFYING_MAX, G, "verifying_max",                                       \
+      "the most verifications that ran at once (a high-water mark)")           \
+    X(REFRESHES, C, "refreshes", "hits that extended an entry's idle timeout")
+
+enum authn_hmac_counter {
+#define AUTHN_HMAC_COUNTER_ENUM(id, kind, name, help) AUTHN_HMAC_C_##id,
+    AUTHN_HMAC_COUNTERS(AUTHN_HMAC_COUNTER_ENUM)
+#undef AUTHN_HMAC_COUNTER_ENUM
+        AUTHN_HMAC_C_COUNT
+};
+
+/* The name and help text of each counter, in enum order. */
+typedef struct {
+    const char *name;
+    const char *help;
+    int gauge; /* 0: a count that only grows */
+    int usec;  /* counts microseconds, shown in seconds */
+} authn_hmac_counter_info_t;
+
+extern const authn_hmac_counter_info_t authn_hmac_counter_info[];
+
+/* Histograms of durations, for Prometheus: X(ID, name, help). Each has
+ * AUTHN_HMAC_BUCKETS buckets of authn_hmac_bucket_bounds (microseconds, the
+ * last one +Inf), kept in the shared segment as atomic counts of the
+ * observations that fell in each (not cumulative: the page sums them, so
+ * that the +Inf bucket and the count always agree) and a sum. */
+#define AUTHN_HMAC_HISTOGRAMS(X)                                               \
+    X(VERIFY, "verify_duration_seconds",                                       \
+      "duration of a run of the password hash (bcrypt) for a user in the "     \
+      "file")                                                                  \
+    X(REDIS, "redis_duration_seconds",                                         \
+      "duration of a Redis operation: a connection from the pool, the "        \
+      "command and its whole reply")
+
+enum authn_hmac_histogram {
+#define AUTHN_HMAC_HISTOGRAM_ENUM(id, name, help) AUTHN_HMAC_H_##id,
+    AUTHN_HMAC_HISTOGRAMS(AUTHN_HMAC_HISTOGRAM_ENUM)
+#undef AUTHN_HMAC_HISTOGRAM_ENUM
+        AUTHN_HMAC_H_COUNT
+};
+
+#define AUTHN_HMAC_BUCKETS 14
+
+/* The upper bounds, in microseconds, of each histogram's buckets, in
+ * increasing order; the last is UINT64_MAX (+Inf). */
+extern const uint64_t authn_hmac_bucket_bounds[AUTHN_HMAC_H_COUNT]
+                                              [AUTHN_HMAC_BUCKETS];
+
+extern const char *const authn_hmac_histogram_name[AUTHN_HMAC_H_COUNT];
+extern const char *const authn_hmac_histogram_help[AUTHN_HMAC_H_COUNT];
+
+typedef struct {
+    uint64_t bucket[AUTHN_HMAC_BUCKETS]; /* observations in each, apart */
+    uint64_t sum_usec;
+} authn_hmac_histogram_t;
+
+typedef struct {
+    uint64_t counter[AUTHN_HMAC_C_COUNT];
+    int redis;                     /* Redis is configured */
+    uint64_t redis_breaker;        /* 1 while the breaker skips Redis */
+    uint64_t redis_conns;          /* open connections, all processes */
+    uint64_t redis_tls_handshakes; /* TLS connections made */
+    uint64_t redis_tls_resumed;    /* of which resumed a session */
+    uint64_t entries;          /* slots holding an entry (live or expired) */
+    uint64_t slots;            /* capacity in entries */
+    uint64_t negative_entries; /* slots of the negative region in use */
+    uint64_t negative_slots;
+    uint64_t verifying;         /* verifications running now, all processes */
+    uint64_t waiting;           /* verifications waiting for a turn */
+    uint64_t max_verifications; /* the cap (AuthHMACMaxVerifications) */
+    uint64_t bytes;             /* size of the shared segment */
+    apr_time_t started;
+    authn_hmac_histogram_t hist[AUTHN_HMAC_H_COUNT];
+} authn_hmac_stats_t;
+
+/* The outputs of the status page. */
+typedef enum {
+    AUTHN_HMAC_FMT_TEXT,       /* name: value */
+    AUTHN_HMAC_FMT_JSON,       /* ?json */
+    AUTHN_HMAC_FMT_PROMETHEUS, /* ?prometheus: text exposition 0.0.4 */
+    AUTHN_HMAC_FMT_AUTO,       /* mod_status's ?auto */
+    AUTHN_HMAC_FMT_HTML        /* mod_status's page: a table */
+} authn_hmac_format_t;
+
+/* The format a status query string asks for: "json", "prometheus" (as a
+ * key: "json=1", "a&json"), else plain text. */
+authn_hmac_format_t authn_hmac_status_query(const char *args);
+
+/* Renders the counters and gauges in that format, and for Prometheus the
+ * histograms. */
+const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
+                                     authn_hmac_format_t f, apr_pool_t *p);
+
+#endif /* AUTHN_HMAC_UTIL_H */

@@ -1,0 +1,158 @@
+/* breaker.c: Redis health, shared by every process.
+ *
+ * The shared health state keeps an outage logged once for all processes,
+ * and a circuit breaker on a monotonic clock: after BREAKER_AFTER failed
+ * incidents (operations that failed together count once) within
+ * BREAKER_WINDOW Redis is skipped for 2, 4, 8 then 16 s (an outage,
+ * logged when it begins and when it ends); when that wait ends, one
+ * request probes Redis (half open) while the others keep skipping it. */
+#include "authn_hmac/redis.h"
+#include "authn_hmac/table.h"
+
+#define BREAKER_AFTER     3 /* incidents within BREAKER_WINDOW */
+#define BREAKER_WINDOW    apr_time_from_sec(10)
+#define BREAKER_MAX_SHIFT 3 /* backoff 2, 4, 8, 16 s */
+
+/* ------------------------------------------------------- shared health */
+
+static int64_t backoff(uint64_t opens)
+{
+    unsigned shift =
+        opens < BREAKER_MAX_SHIFT ? (unsigned)opens : BREAKER_MAX_SHIFT;
+
+    return apr_time_from_sec((apr_time_t)2 << shift);
+}
+
+int authn_hmac_redis_allowed(authn_hmac_redis_health_t *h, apr_time_t now,
+                             apr_interval_time_t probe_window)
+{
+    int64_t until = __atomic_load_n(&h->breaker_until, __ATOMIC_ACQUIRE);
+
+    if (until == 0)
+        return 1;
+    if (now < until)
+        return 0;
+    /* NB: half open. The wait is over: the one request that moves the end
+     * of the wait on by a probe's length probes Redis; the others keep
+     * skipping it until the probe succeeds (closing the breaker) or fails
+     * (opening it for the next backoff). A probe that never reports, from
+     * a process that died, is replaced once its window is over. */
+    if (__atomic_compare_exchange_n(&h->breaker_until, &until,
+                                    now + probe_window, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED))
+        return 2;
+    return 0;
+}
+
+int authn_hmac_redis_breaker_open(authn_hmac_redis_health_t *h)
+{
+    return __atomic_load_n(&h->breaker_until, __ATOMIC_RELAXED) != 0;
+}
+
+/* Whether a failure of an operation begun at `started` is a new incident:
+ * one begun after the last failure was seen. Operations that were in
+ * flight together when Redis (or this machine) stalled fail together, and
+ * are one incident however many there were. */
+static int new_incident(authn_hmac_redis_health_t *h, apr_time_t started,
+                        apr_time_t now)
+{
+    int64_t last = __atomic_load_n(&h->last_failure, __ATOMIC_RELAXED);
+
+    while (started > last)
+        if (__atomic_compare_exchange_n(&h->last_failure, &last, now, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return 1;
+    return 0;
+}
+
+int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
+                            apr_time_t now, int probe)
+{
+    int64_t zero = 0;
+    int64_t window = __atomic_load_n(&h->window, __ATOMIC_RELAXED);
+    apr_interval_time_t span = BREAKER_WINDOW;
+    uint64_t n;
+
+    /* Failures are counted over a window, not "in a row": successes in
+     * between do not hide a Redis that fails one command in two. NB: the
+     * window holds BREAKER_AFTER operations as long as this one, or a
+     * Redis that times out every command under a long timeout (incidents
+     * at least a timeout apart) would never open it (found by review: from
+     * a 5 s timeout on, it never did). Only a failure that counts moves
+     * the window on. */
+    if (now - started > 0 &&
+        (now - started) * BREAKER_AFTER + apr_time_from_sec(1) > span)
+        span = (now - started) * BREAKER_AFTER + apr_time_from_sec(1);
+    if (new_incident(h, started, now) || probe) {
+        if (now - window > span &&
+            __atomic_compare_exchange_n(&h->window, &window, now, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
+        n = __atomic_add_fetch(&h->failures, 1, __ATOMIC_RELAXED);
+    }
+    else
+        n = __atomic_load_n(&h->failures, __ATOMIC_RELAXED);
+    if (probe) {
+        uint64_t opens = __atomic_fetch_add(&h->opens, 1, __ATOMIC_RELAXED);
+
+        __atomic_store_n(&h->breaker_until, now + backoff(opens),
+                         __ATOMIC_RELEASE);
+    }
+    else if (n >= BREAKER_AFTER) {
+        /* NB: a burst of failures from requests that were all in flight
+         * opens the breaker once: only the one that swaps the closed state
+         * for an open one moves the backoff on. */
+        uint64_t opens = __atomic_load_n(&h->opens, __ATOMIC_RELAXED);
+
+        if (__atomic_compare_exchange_n(&h->breaker_until, &zero,
+                                        now + backoff(opens), 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            __atomic_add_fetch(&h->opens, 1, __ATOMIC_RELAXED);
+        zero = 0;
+    }
+    /* NB: the outage begins when the breaker opens, not at the first
+     * failure: one command that missed its timeout on a loaded machine is
+     * counted (and logged at debug) but is not an outage to warn about. */
+    if (!authn_hmac_redis_breaker_open(h))
+        return 0;
+    if (!__atomic_compare_exchange_n(&h->down_since, &zero, now, 0,
+                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return 0;
+    __atomic_add_fetch(&h->epoch, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
+                               apr_time_t now, int probe,
+                               apr_interval_time_t *outage)
+{
+    int64_t since = __atomic_load_n(&h->down_since, __ATOMIC_RELAXED);
+    int ended = 0;
+
+    /* NB: an answer to a command sent before the outage began proves
+     * nothing about now. The outage ends first, then the breaker closes: a
+     * failure racing with this one opens a new outage, which the next
+     * success ends; a probe's success closes the breaker in any case. */
+    if (since != 0 && started > since &&
+        __atomic_compare_exchange_n(&h->down_since, &since, 0, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        *outage = now - since;
+        ended = 1;
+    }
+    if (ended || probe) {
+        __atomic_store_n(&h->opens, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
+    }
+    /* NB: other successes leave the window's failures counted. */
+    if (probe)
+        __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
+    return ended;
+}
+
+int authn_hmac_redis_forged_first(authn_hmac_redis_health_t *h)
+{
+    uint64_t zero = 0;
+
+    return __atomic_compare_exchange_n(&h->forged_warned, &zero, 1, 0,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,341 @@
+/* Unit tests of src/redis/commands.c: reply interpretation, the farm's
+ * markers and the commands that claim them (no server needed). */
+#include "authn_hmac/redis.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/secret.h"
+#include "authn_hmac/util.h"
+#include "unit.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <apr_strings.h>
+#include <hiredis/hiredis.h>
+
+#define SEC(n) apr_time_from_sec(n)
+
+/* A reply as hiredis parses it from raw protocol bytes. */
+static redisReply *reply(const char *raw)
+{
+    redisReader *rd = redisReaderCreate();
+    void *r = NULL;
+
+    redisReaderFeed(rd, raw, strlen(raw));
+    if (redisReaderGetReply(rd, &r) != REDIS_OK)
+        r = NULL;
+    redisReaderFree(rd);
+    return r;
+}
+
+static authn_hmac_mac_t *test_mac(apr_pool_t *p, unsigned char fill)
+{
+    authn_hmac_secret_t *pep = NULL;
+    authn_hmac_mac_t *m = NULL;
+
+    CHECK(authn_hmac_secret_alloc(&pep, 32, p) == APR_SUCCESS);
+    memset(pep->data, fill, 32);
+    CHECK(authn_hmac_mac_create(&m, pep, p) == APR_SUCCESS);
+    return m;
+}
+
+static authn_hmac_redis_rc interpret(const char *raw, const authn_hmac_mac_t *m,
+                                     const unsigned char *uid,
+                                     authn_hmac_value_state *st)
+{
+    redisReply *g = reply(raw);
+    authn_hmac_entries_t es;
+    authn_hmac_redis_rc rc = authn_hmac_redis_interpret(g, m, uid, &es, st);
+
+    if (g)
+        freeReplyObject(g);
+    return rc;
+}
+
+static void test_interpret(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 1), *other = test_mac(p, 2);
+    unsigned char uid[32], uid2[32], key[32];
+    authn_hmac_entries_t es;
+    authn_hmac_value_state st;
+    apr_time_t now = SEC(1700000000);
+    char v[AUTHN_HMAC_VALUE_MAX], raw[AUTHN_HMAC_VALUE_MAX + 32];
+    size_t len;
+
+    authn_hmac_user_id(m, "/s", 2, "alice", 5, uid);
+    authn_hmac_user_id(m, "/s", 2, "bob", 3, uid2);
+    authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw", 2, "h", 1, key);
+    es.n = 0;
+    authn_hmac_entries_add(&es, key, now, now);
+    len = authn_hmac_value_encode(m, uid, &es, v);
+    snprintf(raw, sizeof(raw), "$%u\r\n%s\r\n", (unsigned)len, v);
+    CHECK(interpret(raw, m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_VALID);
+    /* Another user's value, another pepper, garbage: answers, but forged
+     * ones, never valid. */
+    CHECK(interpret(raw, m, uid2, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_FORGED);
+    CHECK(interpret(raw, other, uid, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_FORGED);
+    CHECK(interpret("$16\r\nx700000000000000\r\n", m, uid, &st) ==
+              AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_FORGED);
+    /* A value of another version (1: a bare time; 3: times (stored,
+     * expires), what the servers of a farm not yet upgraded write): a
+     * plain miss, not a forgery. */
+    CHECK(interpret("$16\r\n1700000000000000\r\n", m, uid, &st) ==
+              AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_OTHER);
+    strstr(raw, "\r\n")[2] = '3';
+    CHECK(interpret(raw, m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_OTHER);
+    strstr(raw, "\r\n")[2] = '4';
+    CHECK(interpret("$0\r\n\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_FORGED);
+    CHECK(interpret("$-1\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_OK &&
+          st == AUTHN_HMAC_VALUE_NONE);
+    /* Replies of the wrong type are errors. */
+    CHECK(interpret("-ERR boom\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_ERROR &&
+          st != AUTHN_HMAC_VALUE_VALID);
+    CHECK(interpret(":5\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(interpret("+OK\r\n", m, uid, &st) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(interpret("*1\r\n$1\r\n1\r\n", m, uid, &st) ==
+          AUTHN_HMAC_REDIS_ERROR);
+    CHECK(authn_hmac_redis_interpret(NULL, m, uid, &es, &st) ==
+              AUTHN_HMAC_REDIS_ERROR &&
+          es.n == 0);
+}
+
+/* A farm flight's marker value, made as a runner makes it. */
+static size_t flight_value(const authn_hmac_mac_t *m, const unsigned char *key,
+                           char result, apr_time_t expires, char *out)
+{
+    unsigned char tag[32];
+    int i;
+
+    snprintf(out, 20, "F%c:%016llx", result, (unsigned long long)expires);
+    authn_hmac_value_tag(m, key, out, 19, tag);
+    out[19] = ':';
+    for (i = 0; i < 32; i++)
+        snprintf(out + 20 + 2 * i, 3, "%02x", tag[i]);
+    return 20 + 64;
+}
+
+/* A marker's result counts only under a tag of the pepper, for this very
+ * credential, and only until it expires; anything else is no result. */
+static void test_flight_interpret(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 1), *other = test_mac(p, 2);
+    unsigned char key[32], key2[32];
+    apr_time_t now = SEC(1700000000);
+    char v[128];
+    size_t n;
+
+    authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw", 2, "h", 1, key);
+    authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw2", 3, "h", 1, key2);
+    CHECK(authn_hmac_flight_interpret(m, key, "R", 1, now) ==
+          AUTHN_HMAC_FARM_RUNNING);
+    strcpy(v, "R0123456789abcdef0123456789abcdef");
+    CHECK(authn_hmac_flight_interpret(m, key, v, 33, now) ==
+          AUTHN_HMAC_FARM_RUNNING);
+    /* A claim is "R" and 32 lowercase hex digits, or a bare "R". */
+    CHECK(authn_hmac_flight_interpret(m, key, v, 32, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    v[5] = 'A';
+    CHECK(authn_hmac_flight_interpret(m, key, v, 33, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    n = flight_value(m, key, '1', now + SEC(2), v);
+    CHECK(authn_hmac_flight_interpret(m, key, v, n, now) ==
+          AUTHN_HMAC_FARM_GRANTED);
+    /* Another password, another pepper: not a grant. */
+    CHECK(authn_hmac_flight_interpret(m, key2, v, n, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    CHECK(authn_hmac_flight_interpret(other, key, v, n, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    /* Expired, or too far ahead: no result. */
+    CHECK(authn_hmac_flight_interpret(m, key, v, n, now + SEC(3)) ==
+          AUTHN_HMAC_FARM_NONE);
+    n = flight_value(m, key, '1', now + SEC(120), v);
+    CHECK(authn_hmac_flight_interpret(m, key, v, n, now) ==
+          AUTHN_HMAC_FARM_NONE);
+    /* A refusal turned into a grant, a truncated one, garbage. */
+    n = flight_value(m, key, '0', now + SEC(2), v);
+    CHECK(authn_hmac_flight_interpret(m, key, v, n, now) ==
+          AUTHN_HMAC_FARM_REFUSED);
+    v[1] = '1';
+    CHECK(authn_hmac_flight_interpret(m, key, v, n, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    CHECK(authn_hmac_flight_interpret(m, key, v, n - 1, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    CHECK(authn_hmac_flight_interpret(m, key, "F1", 2, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+    CHECK(authn_hmac_flight_interpret(m, key, "", 0, now) ==
+          AUTHN_HMAC_FARM_FORGED);
+}
+
+/* A server on the other end of a socket pair that answers one command with
+ * `reply` and tells the test what it was sent, through a pipe. */
+typedef struct {
+    pid_t pid;
+    int sock, told;
+    authn_hmac_redis_conn_t *c;
+} one_server;
+
+static void one_start(one_server *s, const char *reply)
+{
+    int sv[2], pp[2];
+
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    CHECK(pipe(pp) == 0);
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+    s->pid = fork();
+    if (s->pid == 0) {
+        char cmd[8192];
+        size_t n = 0;
+        ssize_t got;
+        struct pollfd pfd = {sv[1], POLLIN, 0};
+
+        close(pp[0]);
+        /* The command: what arrives until the sender pauses. */
+        while (n < sizeof(cmd) && poll(&pfd, 1, n ? 100 : 5000) == 1 &&
+               (got = read(sv[1], cmd + n, sizeof(cmd) - n)) > 0)
+            n += (size_t)got;
+        (void)!write(pp[1], cmd, n);
+        close(pp[1]);
+        (void)!write(sv[1], reply, strlen(reply));
+        pause();
+        _exit(0);
+    }
+    close(pp[1]);
+    s->sock = sv[1];
+    s->told = pp[0];
+    s->c = authn_hmac_redis_conn_wrap(sv[0]);
+}
+
+/* The arguments of the one command the server was sent ("" after the
+ * last; NULL if it was not one well-formed command). */
+static const char **one_end(one_server *s, apr_pool_t *p)
+{
+    char buf[8192], *b = buf, *end;
+    size_t n = 0;
+    ssize_t got;
+    const char **argv = NULL;
+    long argc, i;
+
+    while (n < sizeof(buf) - 1 &&
+           (got = read(s->told, buf + n, sizeof(buf) - 1 - n)) > 0)
+        n += (size_t)got;
+    buf[n] = '\0';
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    authn_hmac_redis_close(s->c);
+    close(s->sock);
+    close(s->told);
+    if (*b++ != '*' || (argc = strtol(b, &end, 10)) <= 0 || argc > 16)
+        return NULL;
+    argv = apr_pcalloc(p, sizeof(*argv) * (size_t)(argc + 1));
+    b = end + 2;
+    for (i = 0; i < argc; i++) {
+        long len;
+
+        if (*b++ != '$' || (len = strtol(b, &end, 10)) < 0 ||
+            end + 2 + len + 2 > buf + n)
+            return NULL;
+        argv[i] = apr_pstrndup(p, end + 2, (apr_size_t)len);
+        b = end + 2 + len + 2;
+    }
+    argv[argc] = "";
+    return b == buf + n ? argv : NULL;
+}
+
+static int is_token(const char *t)
+{
+    size_t i;
+
+    if (strlen(t) != AUTHN_HMAC_FLIGHT_TOKEN_LEN || t[0] != 'R')
+        return 0;
+    for (i = 1; t[i]; i++)
+        if (!strchr("0123456789abcdef", t[i]))
+            return 0;
+    return 1;
+}
+
+/* A claim is one SET NX of "R" and a new random token, which the runner
+ * keeps; its result, whatever it is, one EVAL of the compare-and-set
+ * script with that token, so that a late runner neither deletes nor
+ * overwrites a marker another server claimed since (the script itself runs
+ * in test_redis.py). A marker that is no longer ours is no error. */
+static void test_flight_marker_has_an_owner(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 1);
+    authn_hmac_redis_conf_t conf;
+    unsigned char key[32];
+    char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1], first[sizeof(token)];
+    apr_time_t now = SEC(1700000000), dl;
+    const char **a, *why = "";
+    one_server s;
+    int won = 0, result;
+
+    memset(&conf, 0, sizeof(conf));
+    conf.prefix = "authn_hmac:";
+    authn_hmac_mac_compute(m, "/s", 2, "alice", 5, "pw", 2, "h", 1, key);
+    dl = authn_hmac_monotonic() + SEC(5);
+    one_start(&s, "+OK\r\n");
+    CHECK(authn_hmac_redis_flight_claim(s.c, &conf, m, key, SEC(2), dl, token,
+                                        &won, &why, p) == AUTHN_HMAC_REDIS_OK &&
+          won);
+    a = one_end(&s, p);
+    CHECK(a && !strcmp(a[0], "SET") && !strncmp(a[1], "authn_hmac:f:", 13) &&
+          is_token(a[2]) && !strcmp(a[2], token) && !strcmp(a[3], "NX") &&
+          !strcmp(a[4], "PX") && !strcmp(a[5], "2001") && !*a[6]);
+    CHECK(authn_hmac_flight_interpret(m, key, token, strlen(token), now) ==
+          AUTHN_HMAC_FARM_RUNNING);
+    strcpy(first, token);
+    one_start(&s, "$-1\r\n"); /* another server holds it */
+    CHECK(authn_hmac_redis_flight_claim(s.c, &conf, m, key, SEC(2), dl, token,
+                                        &won, &why, p) == AUTHN_HMAC_REDIS_OK &&
+          !won);
+    a = one_end(&s, p);
+    CHECK(a && is_token(a[2]) && strcmp(a[2], first) != 0);
+
+    for (result = -1; result <= 1; result++) {
+        one_start(&s, result ? ":1\r\n" : ":0\r\n"); /* :0: not ours */
+        CHECK(authn_hmac_redis_flight_result(s.c, &conf, m, key, first, result,
+                                             now, SEC(2), dl, &why,
+                                             p) == AUTHN_HMAC_REDIS_OK);
+        a = one_end(&s, p);
+        CHECK(a && !strcmp(a[0], "EVAL") && strstr(a[1], "ARGV[1]") &&
+              !strcmp(a[2], "1") && !strncmp(a[3], "authn_hmac:f:", 13) &&
+              !strcmp(a[4], first) && !strcmp(a[6], "2001") && !*a[7]);
+        if (!a)
+            continue;
+        if (result < 0)
+            CHECK(!*a[5]); /* no result: delete */
+        else
+            CHECK(
+                authn_hmac_flight_interpret(m, key, a[5], strlen(a[5]), now) ==
+                (result ? AUTHN_HMAC_FARM_GRANTED : AUTHN_HMAC_FARM_REFUSED));
+    }
+    /* A Redis that refuses scripts (an ACL without EVAL): an error. */
+    one_start(&s, "-NOPERM no permissions to run the 'eval' command\r\n");
+    CHECK(authn_hmac_redis_flight_result(s.c, &conf, m, key, first, 1, now,
+                                         SEC(2), dl, &why,
+                                         p) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(strstr(why, "NOPERM") != NULL);
+    (void)one_end(&s, p);
+}
+
+int main(void)
+{
+    apr_pool_t *p = unit_start();
+
+    RUN(test_interpret, p);
+    RUN(test_flight_interpret, p);
+    RUN(test_flight_marker_has_an_owner, p);
+    return unit_end();
+}

@@ -1,0 +1,153 @@
+/* Unit tests of src/redis/conn.c: the reply cap, one deadline for a whole
+ * reply, bounded arrays (a fake server on a socket pair). */
+#include "authn_hmac/redis.h"
+#include "authn_hmac/util.h"
+#include "unit.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+/* A server on the other end of a socket pair: writes `len` bytes of `data`,
+ * `chunk` bytes at a time with `gap_ms` between, then waits to be killed. */
+static pid_t fake_server(int fd, const char *data, size_t len, size_t chunk,
+                         int gap_ms)
+{
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        char cmd[256];
+        size_t off = 0;
+
+        (void)!read(fd, cmd, sizeof(cmd)); /* the command */
+        while (off < len) {
+            size_t n = len - off < chunk ? len - off : chunk;
+
+            if (write(fd, data + off, n) != (ssize_t)n)
+                break;
+            off += n;
+            if (gap_ms)
+                usleep((useconds_t)gap_ms * 1000);
+        }
+        pause();
+        _exit(0);
+    }
+    return pid;
+}
+
+static authn_hmac_redis_rc get_over(const char *data, size_t len, size_t chunk,
+                                    int gap_ms, int timeout_ms,
+                                    apr_time_t *took, size_t *unread,
+                                    const char **why, apr_pool_t *p)
+{
+    int sv[2];
+    pid_t pid;
+    authn_hmac_redis_conn_t *c;
+    redisReply *r = NULL;
+    const char *argv[2] = {"GET", "k"};
+    size_t lens[2] = {3, 1};
+    apr_time_t t0;
+    authn_hmac_redis_rc rc;
+    char buf[65536];
+    ssize_t n;
+
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+    pid = fake_server(sv[1], data, len, chunk, gap_ms);
+    c = authn_hmac_redis_conn_wrap(sv[0]);
+    t0 = authn_hmac_monotonic();
+    rc = authn_hmac_redis_command(
+        c, 2, argv, lens, t0 + apr_time_from_msec(timeout_ms), &r, why, p);
+    *took = authn_hmac_monotonic() - t0;
+    if (r)
+        freeReplyObject(r);
+    usleep(50000);
+    *unread = 0;
+    while ((n = read(sv[0], buf, sizeof(buf))) > 0)
+        *unread += (size_t)n;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    authn_hmac_redis_close(c);
+    close(sv[1]);
+    return rc;
+}
+
+/* A reply longer than any the module expects is refused after at most a few
+ * hundred bytes, however long it claims or turns out to be. */
+static void test_reply_size_cap(apr_pool_t *p)
+{
+    size_t big = 60000, unread = 0;
+    char *data = apr_palloc(p, big);
+    apr_time_t took = 0;
+    const char *why = "";
+
+    memcpy(data, "$10000000\r\n", 11);
+    memset(data + 11, 'x', big - 11);
+    CHECK(get_over(data, big, big, 0, 2000, &took, &unread, &why, p) ==
+          AUTHN_HMAC_REDIS_ERROR);
+    CHECK(strstr(why, "reply too long") != NULL);
+    CHECK(unread >= big - 512); /* the rest was never read */
+    CHECK(took < apr_time_from_msec(1000));
+    /* A short well-formed reply is read whole; bytes after it are not
+     * accepted (a server that answers twice is out of step). */
+    CHECK(get_over("$2\r\nok\r\n", 8, 8, 0, 2000, &took, &unread, &why, p) ==
+          AUTHN_HMAC_REDIS_OK);
+    CHECK(get_over("+OK\r\n+OK\r\n", 10, 10, 0, 2000, &took, &unread, &why,
+                   p) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(strstr(why, "after the reply") != NULL);
+}
+
+/* One deadline covers the whole reply: a server that trickles one byte every
+ * 30 ms is cut off at the deadline, not after each byte's wait. */
+static void test_trickle_deadline(apr_pool_t *p)
+{
+    static const char data[] = "$40\r\n0123456789012345678901234567890123456789"
+                               "\r\n";
+    size_t unread = 0;
+    apr_time_t took = 0;
+    const char *why = "";
+
+    CHECK(get_over(data, sizeof(data) - 1, 1, 30, 200, &took, &unread, &why,
+                   p) == AUTHN_HMAC_REDIS_TIMEOUT);
+    CHECK(took >= apr_time_from_msec(190) && took < apr_time_from_msec(300));
+    CHECK(strstr(why, "timed out") != NULL);
+}
+
+/* A reply announcing a huge array is refused before anything is allocated
+ * for it (fuzz_redis_reply ran out of memory on "*290055555"). */
+static void test_huge_array_refused(apr_pool_t *p)
+{
+    static const char huge[] = "*290055555\r\n";
+    static const char small[] = "*2\r\n:1\r\n:2\r\n";
+    redisReader *rd = redisReaderCreate();
+    void *r = NULL;
+
+    (void)p;
+    CHECK(authn_hmac_redis_limit_reader(rd));
+    redisReaderFeed(rd, huge, sizeof(huge) - 1);
+    CHECK(redisReaderGetReply(rd, &r) == REDIS_ERR && r == NULL);
+    redisReaderFree(rd);
+    rd = redisReaderCreate();
+    CHECK(authn_hmac_redis_limit_reader(rd));
+    redisReaderFeed(rd, small, sizeof(small) - 1);
+    CHECK(redisReaderGetReply(rd, &r) == REDIS_OK && r &&
+          ((redisReply *)r)->elements == 2);
+    if (r)
+        freeReplyObject(r);
+    redisReaderFree(rd);
+}
+
+int main(void)
+{
+    apr_pool_t *p = unit_start();
+
+    RUN(test_huge_array_refused, p);
+    RUN(test_reply_size_cap, p);
+    RUN(test_trickle_deadline, p);
+    return unit_end();
+}
