@@ -35,6 +35,7 @@
 #include "authn_hmac/htpasswd.h"
 #include "authn_hmac/redis.h"
 #include "authn_hmac/secret.h"
+#include "authn_hmac/sentinel.h"
 #include "authn_hmac/table.h"
 #include "authn_hmac/util.h"
 
@@ -60,6 +61,9 @@ module AP_MODULE_DECLARE_DATA authn_hmac_module;
 #define D_TLSNAME  "AuthHMACRedisTLSServerName"
 #define D_TLSCERT  "AuthHMACRedisTLSCertificateFile"
 #define D_TLSKEY   "AuthHMACRedisTLSKeyFile"
+#define D_SENT     "AuthHMACRedisSentinel"
+#define D_SMASTER  "AuthHMACRedisSentinelMaster"
+#define D_SAUTH    "AuthHMACRedisSentinelAuthFile"
 
 #define MUTEX_TYPE     "authn-hmac-shm"
 #define NOTE           "authn-hmac"
@@ -126,9 +130,13 @@ static struct {
     authn_hmac_redis_tls_conf_t tls;     /* the other TLS directives */
     authn_hmac_secret_t *tls_key;        /* wiped once in the context */
     authn_hmac_redis_pool_t *redis_pool; /* per child */
-    authn_hmac_engine_t engine;          /* per child */
-    int max_verifications;               /* 0: the number of cores */
-    int backlog;                         /* -1: 4 per verification */
+    authn_hmac_sentinel_conf_t sentinel; /* the Sentinel directives */
+    authn_hmac_secret_t
+        *sentinel_secret;               /* from AuthHMACRedisSentinelAuthFile */
+    authn_hmac_sentinel_t *sentinel_rt; /* per child: its discovery */
+    authn_hmac_engine_t engine;         /* per child */
+    int max_verifications;              /* 0: the number of cores */
+    int backlog;                        /* -1: 4 per verification */
     int server_status; /* the counters in mod_status's server-status */
 } g;
 
@@ -339,26 +347,87 @@ static const char *set_redis(cmd_parms *cmd, void *dc, const char *arg)
     return NULL;
 }
 
+/* AuthHMACRedisAuthFile, and AuthHMACRedisSentinelAuthFile (info set). */
 static const char *set_redis_auth(cmd_parms *cmd, void *dc, const char *arg)
 {
     const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
     const char *path = ap_server_root_relative(cmd->pool, arg);
+    authn_hmac_secret_t **secret =
+        cmd->info ? &g.sentinel_secret : &g.redis_secret;
 
     (void)dc;
     if (err)
         return err;
-    err = path ? authn_hmac_secret_read(&g.redis_secret, path, 1,
-                                        AUTHN_HMAC_SECRET_MAX, cmd->pool)
+    err = path ? authn_hmac_secret_read(secret, path, 1, AUTHN_HMAC_SECRET_MAX,
+                                        cmd->pool)
                : apr_pstrcat(cmd->pool, "invalid path '", arg, "'", NULL);
     if (!err)
-        err = authn_hmac_redis_parse_auth(g.redis_secret, &g.redis);
+        err = authn_hmac_redis_parse_auth(*secret, cmd->info ? &g.sentinel.conn
+                                                             : &g.redis);
     if (err)
         return apr_psprintf(cmd->pool,
-                            D_RAUTH
-                            ": %s (one line, 'password' or 'username "
+                            "%s: %s (one line, 'password' or 'username "
                             "password', in a file of mode 0600 or 0400 owned "
                             "by root)",
-                            err);
+                            cmd->cmd->name, err);
+    return NULL;
+}
+
+/* AuthHMACRedisSentinel host:port [host:port ...]: each is asked in turn. */
+static const char *set_sentinel(cmd_parms *cmd, void *dc, const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+
+    (void)dc;
+    if (err)
+        return err;
+    err = authn_hmac_sentinel_parse(arg, &g.sentinel, cmd->pool);
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            D_SENT ": '%s': %s (host:port or [IPv6]:port, "
+                                   "one to eight Sentinels)",
+                            arg, err);
+    return NULL;
+}
+
+static const char *set_sentinel_master(cmd_parms *cmd, void *dc,
+                                       const char *arg)
+{
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+
+    (void)dc;
+    if (err)
+        return err;
+    err = authn_hmac_sentinel_check_master(arg);
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            D_SMASTER ": '%s' is %s (the name the Sentinels "
+                                      "monitor: letters, digits and .-_, up "
+                                      "to 64)",
+                            arg, err);
+    g.sentinel.master = apr_pstrdup(cmd->pool, arg);
+    return NULL;
+}
+
+/* What the Sentinel directives need of each other and of the rest, or
+ * NULL; then Redis is the primary they name. */
+static const char *check_sentinel(apr_pool_t *p)
+{
+    if (!g.sentinel.n && !g.sentinel.master && !g.sentinel_secret)
+        return NULL;
+    if (g.sentinel.n && g.redis_name)
+        return D_SENT " and " D_REDIS " exclude each other: the Sentinels "
+                      "name the primary (remove one of them)";
+    if (!g.sentinel.n)
+        return g.sentinel.master ? D_SMASTER " needs " D_SENT
+                                 : D_SAUTH " needs " D_SENT;
+    if (!g.sentinel.master)
+        return D_SENT " needs " D_SMASTER
+                      " (the name the Sentinels monitor the primary by)";
+    g.sentinel.conn.timeout_ms = g.redis.timeout_ms;
+    g.sentinel.conn.prefix = g.redis.prefix;
+    g.redis_name = apr_psprintf(p, "'%s' (the primary the Sentinels name)",
+                                g.sentinel.master);
     return NULL;
 }
 
@@ -539,7 +608,7 @@ static int check_tls(server_rec *s, apr_pool_t *pconf)
     else if (!g.redis_tls)
         return OK;
     else if (!g.redis_name)
-        err = D_TLS " on needs " D_REDIS;
+        err = D_TLS " on needs " D_REDIS " or " D_SENT;
     else if (g.redis.socket)
         err = D_TLS " on needs a host:port in " D_REDIS
                     ", not a unix socket (which is local: no TLS)";
@@ -547,8 +616,22 @@ static int check_tls(server_rec *s, apr_pool_t *pconf)
         err = g.tls_key ? D_TLSKEY " needs " D_TLSCERT
                         : D_TLSCERT " needs " D_TLSKEY;
     else {
-        err = authn_hmac_redis_tls_create(&g.redis.tls, &g.tls, g.redis.host,
-                                          &part, pconf);
+        err = authn_hmac_redis_tls_create(
+            &g.redis.tls, &g.tls,
+            g.sentinel.n ? g.sentinel.host[0] : g.redis.host, &part, pconf);
+        /* NB: with Sentinel, each connection names its peer: a Sentinel
+         * by its host, the primary by AuthHMACRedisTLSServerName or the
+         * host the Sentinels name. The Sentinels get a context of their
+         * own, the same but for that name, so that their sessions and the
+         * primary's do not replace each other. */
+        if (!err && g.sentinel.n) {
+            authn_hmac_redis_tls_conf_t tc = g.tls;
+
+            tc.server_name = NULL;
+            g.sentinel.primary_name = g.tls.server_name;
+            err = authn_hmac_redis_tls_create(&g.sentinel.conn.tls, &tc,
+                                              g.sentinel.host[0], &part, pconf);
+        }
         if (err)
             err = apr_pstrcat(pconf, part_name[part], ": ", err, NULL);
         /* NB: the context holds the key now, in OpenSSL's secure heap. */
@@ -621,6 +704,14 @@ static const command_rec cmds[] = {
     AP_INIT_TAKE1(D_TLSKEY, set_tls_key, NULL, RSRC_CONF,
                   "the client certificate's key (mode 0600 or 0400, owned by "
                   "root)"),
+    AP_INIT_ITERATE(D_SENT, set_sentinel, NULL, RSRC_CONF,
+                    "the Sentinels to ask for the Redis primary, in order: "
+                    "host:port ..."),
+    AP_INIT_TAKE1(D_SMASTER, set_sentinel_master, NULL, RSRC_CONF,
+                  "the name the Sentinels monitor the Redis primary by"),
+    AP_INIT_TAKE1(D_SAUTH, set_redis_auth, (void *)1, RSRC_CONF,
+                  "file holding the Sentinels' password, or user and "
+                  "password"),
     AP_INIT_FLAG(D_SSTATUS, set_server_status, NULL, RSRC_CONF,
                  "On: mod_status's server-status shows the counters too "
                  "(default Off: they tell unknown names from wrong passwords "
@@ -841,13 +932,19 @@ static int check_userfiles(apr_pool_t *ptemp, server_rec *s, int warn)
 static int check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                         server_rec *s)
 {
-    (void)pconf;
+    const char *err = check_sentinel(pconf);
+
     (void)plog;
+    if (err) {
+        ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s,
+                     "AHMAC0022: %s", err);
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
     if (g.redis_name && !g.pepper) {
         ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s,
-                     "AHMAC0008: " D_REDIS " needs " D_PEPPER
-                     ": the servers sharing a "
-                     "Redis must share one pepper");
+                     "AHMAC0008: %s needs " D_PEPPER ": the servers sharing a "
+                     "Redis must share one pepper",
+                     g.sentinel.n ? D_SENT : D_REDIS);
         return HTTP_INTERNAL_SERVER_ERROR;
     }
     /* NB: the warnings go to the error log once per start (post_config);
@@ -1011,6 +1108,12 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
 
 static void engine_log(void *baton, int level, const char *msg);
 
+/* The Sentinel thread's messages, of the server, not of a request. */
+static void sentinel_log(void *baton, int level, const char *msg)
+{
+    ap_log_error(APLOG_MARK, level, 0, (server_rec *)baton, "%s", msg);
+}
+
 static void child_init(apr_pool_t *pchild, server_rec *s)
 {
     apr_hash_index_t *hi;
@@ -1034,6 +1137,7 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
      * the subkeys are derived: this child's copy goes. */
     authn_hmac_mac_relock(g.mac);
     authn_hmac_secret_relock(g.redis_secret);
+    authn_hmac_secret_relock(g.sentinel_secret);
     authn_hmac_secret_wipe(g.pepper);
     g.pepper = NULL;
     rv = apr_global_mutex_child_init(
@@ -1048,6 +1152,15 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
         rv = authn_hmac_redis_pool_create(
             &g.redis_pool, &g.redis, threads > 0 ? threads : 1,
             authn_hmac_table_redis_health(g.table), pchild);
+        /* NB: without its thread, the pool has no primary: no Redis. */
+        if (rv == APR_SUCCESS && g.sentinel.n) {
+            rv = authn_hmac_sentinel_start(
+                &g.sentinel_rt, &g.sentinel, &g.redis,
+                authn_hmac_table_sentinel(g.table),
+                authn_hmac_table_redis_health(g.table), sentinel_log, s,
+                pchild);
+            authn_hmac_redis_pool_use_sentinel(g.redis_pool, g.sentinel_rt);
+        }
         if (rv != APR_SUCCESS)
             ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
                          "AHMAC0017: cannot set up the Redis pool");

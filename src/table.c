@@ -42,9 +42,10 @@
  * are made of (7: the sets' user lines, encoding 3's digest; 8: a slot's
  * times are (verified, used), no longer (stored, expires); 9: the queue's
  * reap cursor, head and places' times; 10: the histograms; 11: the Redis
- * health's TLS handshake counts) makes a kept
- * segment start afresh, across a graceful restart after an upgrade too. */
-#define TABLE_MAGIC 0x61686d616374000bULL
+ * health's TLS handshake counts; 12: the Sentinel's shared primary) makes
+ * a kept segment start afresh, across a graceful restart after an upgrade
+ * too. */
+#define TABLE_MAGIC 0x61686d616374000cULL
 #define FLIGHTS     64 /* verifications in flight, per server */
 #define WAYS        8  /* slots per set */
 #define READ_TRIES  64 /* then treat the slot as a miss */
@@ -136,6 +137,8 @@ typedef struct {
     char pad0[64 - (96 + REGIONS * sizeof(region_hdr_t)) % 64];
     authn_hmac_redis_health_t redis;
     char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
+    authn_hmac_sentinel_shared_t sentinel; /* the primary, with Sentinel */
+    char pad3[64 - sizeof(authn_hmac_sentinel_shared_t) % 64];
     uint64_t counter[AUTHN_HMAC_C_COUNT];
     char pad1[64 - (AUTHN_HMAC_C_COUNT * 8) % 64];
     /* NB: hits, the counter every hit adds to, by CPU, a line for each: a
@@ -595,6 +598,11 @@ void authn_hmac_table_observe(authn_hmac_table_t *t,
 authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t)
 {
     return &t->hdr->redis;
+}
+
+authn_hmac_sentinel_shared_t *authn_hmac_table_sentinel(authn_hmac_table_t *t)
+{
+    return &t->hdr->sentinel;
 }
 
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,

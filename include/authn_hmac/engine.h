@@ -24,11 +24,6 @@ typedef enum {
  * "busy", "error", "coalesced". */
 const char *authn_hmac_outcome_name(authn_hmac_outcome o);
 
-/* Log levels of the engine's messages: syslog's, as httpd's APLOG_*. */
-#define AUTHN_HMAC_LOG_WARNING 4
-#define AUTHN_HMAC_LOG_NOTICE  5
-#define AUTHN_HMAC_LOG_DEBUG   7
-
 /* Checks password against hash (C strings): APR_SUCCESS if it matches.
  * apr_password_validate in the module; a fake one in tests. */
 typedef apr_status_t (*authn_hmac_verify_fn)(const char *password,

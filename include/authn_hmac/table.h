@@ -185,6 +185,27 @@ typedef struct {
 
 authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t);
 
+#define AUTHN_HMAC_SENTINEL_HOST_MAX 128 /* the primary's name, with NUL */
+#define AUTHN_HMAC_SENTINEL_IP_MAX   48  /* an address's text, with NUL */
+
+/* With Sentinel, the Redis primary as the server's processes share it
+ * (src/redis/sentinel.c). One process asks the Sentinels at a time (the
+ * claim); the others read the address without a lock (seq: odd while it
+ * is being written). Lives in the shared segment. */
+typedef struct {
+    uint64_t seq;
+    uint64_t gen;                            /* addresses published */
+    char host[AUTHN_HMAC_SENTINEL_HOST_MAX]; /* as the Sentinel said */
+    char ip[AUTHN_HMAC_SENTINEL_IP_MAX];     /* what it resolved to */
+    int64_t port;
+    int64_t claim;    /* monotonic: a discovery runs until then; 0: none */
+    int64_t checked;  /* monotonic: when the last discovery ended */
+    int64_t suspect;  /* monotonic: a failure asked for a look; 0: none */
+    uint64_t failing; /* the last discovery found no confirmed primary */
+} authn_hmac_sentinel_shared_t;
+
+authn_hmac_sentinel_shared_t *authn_hmac_table_sentinel(authn_hmac_table_t *t);
+
 /* Counters and sizes, in O(1). */
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
                             authn_hmac_stats_t *out);

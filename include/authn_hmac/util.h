@@ -166,4 +166,10 @@ authn_hmac_format_t authn_hmac_status_query(const char *args);
 const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
                                      authn_hmac_format_t f, apr_pool_t *p);
 
+/* Log levels of the core's messages (the engine's, Sentinel's): syslog's,
+ * as httpd's APLOG_*. */
+#define AUTHN_HMAC_LOG_WARNING 4
+#define AUTHN_HMAC_LOG_NOTICE  5
+#define AUTHN_HMAC_LOG_DEBUG   7
+
 #endif /* AUTHN_HMAC_UTIL_H */

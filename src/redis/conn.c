@@ -4,11 +4,13 @@
  * deadline covers connect and each whole command with its reply (a server
  * that trickles a byte at a time gets no more than the deadline), and
  * hiredis only as the reply parser, fed at most REPLY_MAX bytes per reply.
- * Addresses are resolved when a child starts, never while a request waits.
+ * Addresses are resolved when a child starts, never while a request waits
+ * (with Sentinel, the primary's comes from the shared segment: sentinel.c).
  * AUTH is sent with writev straight from the secret's locked page, so no
  * buffer of the client ever holds the Redis password. TLS (tls.c) runs on
  * the same socket, under the same deadline. */
 #include "redis_int.h"
+#include "authn_hmac/sentinel.h"
 #include "authn_hmac/table.h"
 #include "authn_hmac/util.h"
 
@@ -41,6 +43,7 @@ struct authn_hmac_redis_conn {
     struct ssl_st *ssl; /* NULL: plain TCP or a unix socket */
     redisReader *reader;
     uint64_t epoch; /* the shared outage count when it was made */
+    uint64_t gen;   /* with Sentinel: the primary's generation */
 };
 
 /* ---------------------------------------------------- bounded replies */
@@ -357,10 +360,7 @@ void authn_hmac_redis_close(authn_hmac_redis_conn_t *c)
 
 /* ------------------------------------------------------ connection pool */
 
-typedef struct {
-    struct sockaddr_storage sa;
-    socklen_t len;
-} addr_t;
+typedef authn_hmac_redis_addr_t addr_t;
 
 struct authn_hmac_redis_pool {
     const authn_hmac_redis_conf_t *conf;
@@ -371,6 +371,11 @@ struct authn_hmac_redis_pool {
     addr_t addr[MAX_ADDRS];
     int naddr;
     const char *unresolved; /* why the name gave no address, or NULL */
+    /* With Sentinel: the primary's address comes from the shared segment,
+     * and gen is the generation of addr[0] (0: none yet). */
+    authn_hmac_sentinel_t *sentinel;
+    uint64_t gen;
+    char peer[AUTHN_HMAC_SENTINEL_HOST_MAX]; /* its certificate's name */
 };
 
 /* Resolves the configured address once, when the child starts. */
@@ -433,14 +438,14 @@ static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len,
 
 /* A connected socket to one of the addresses, before the deadline; -2 at
  * the deadline, -1 if none would connect. */
-static int open_socket(const authn_hmac_redis_pool_t *rp, apr_time_t deadline,
+static int open_socket(const addr_t *addrs, int naddr, apr_time_t deadline,
                        const char **why, apr_pool_t *p)
 {
     int i;
 
     *why = "connect: no address";
-    for (i = 0; i < rp->naddr; i++) {
-        const struct sockaddr *sa = (const struct sockaddr *)&rp->addr[i].sa;
+    for (i = 0; i < naddr; i++) {
+        const struct sockaddr *sa = (const struct sockaddr *)&addrs[i].sa;
         int fd = socket(sa->sa_family,
                         SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         int err, one = 1;
@@ -449,7 +454,7 @@ static int open_socket(const authn_hmac_redis_pool_t *rp, apr_time_t deadline,
             *why = apr_psprintf(p, "connect: %s", strerror(errno));
             continue;
         }
-        err = connect_fd(fd, sa, rp->addr[i].len, deadline);
+        err = connect_fd(fd, sa, addrs[i].len, deadline);
         if (!err) {
             if (sa->sa_family != AF_UNIX)
                 (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
@@ -467,21 +472,18 @@ static int open_socket(const authn_hmac_redis_pool_t *rp, apr_time_t deadline,
 }
 
 /* Connects, then runs AUTH and SELECT, all before the deadline. */
-static authn_hmac_redis_rc pool_connect(authn_hmac_redis_pool_t *rp,
-                                        authn_hmac_redis_conn_t **out,
-                                        apr_time_t deadline, const char **why,
-                                        apr_pool_t *p)
+authn_hmac_redis_rc
+authn_hmac_redis_connect(const authn_hmac_redis_conf_t *conf,
+                         const addr_t *addrs, int naddr, const char *peer,
+                         apr_time_t deadline, authn_hmac_redis_conn_t **out,
+                         int *resumed, const char **why, apr_pool_t *p)
 {
-    const authn_hmac_redis_conf_t *conf = rp->conf;
     authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_OK;
     authn_hmac_redis_conn_t *c;
     int fd;
 
-    if (rp->unresolved) {
-        *why = rp->unresolved;
-        return AUTHN_HMAC_REDIS_ERROR;
-    }
-    fd = open_socket(rp, deadline, why, p);
+    *resumed = 0;
+    fd = open_socket(addrs, naddr, deadline, why, p);
     if (fd < 0)
         return fd == -2 ? AUTHN_HMAC_REDIS_TIMEOUT : AUTHN_HMAC_REDIS_ERROR;
     c = authn_hmac_redis_conn_wrap(fd);
@@ -491,17 +493,12 @@ static authn_hmac_redis_rc pool_connect(authn_hmac_redis_pool_t *rp,
         return AUTHN_HMAC_REDIS_ERROR;
     }
     if (conf->tls) {
-        int resumed = 0;
-
-        rc = authn_hmac_redis_tls_connect(conf->tls, fd, deadline, &c->ssl,
-                                          &resumed, why, p);
+        rc = authn_hmac_redis_tls_connect_to(conf->tls, peer, fd, deadline,
+                                             &c->ssl, resumed, why, p);
         if (rc != AUTHN_HMAC_REDIS_OK) {
             authn_hmac_redis_close(c);
             return rc;
         }
-        __atomic_add_fetch(&rp->health->tls_handshakes, 1, __ATOMIC_RELAXED);
-        if (resumed)
-            __atomic_add_fetch(&rp->health->tls_resumed, 1, __ATOMIC_RELAXED);
     }
     if (conf->password) {
         /* NB: the password goes from its locked page to the socket. */
@@ -528,6 +525,84 @@ static authn_hmac_redis_rc pool_connect(authn_hmac_redis_pool_t *rp,
     }
     *out = c;
     return AUTHN_HMAC_REDIS_OK;
+}
+
+/* A connection to the pool's server, or to the primary the Sentinels
+ * named (the address copied under the lock: another thread may take a
+ * new one meanwhile). */
+static authn_hmac_redis_rc pool_connect(authn_hmac_redis_pool_t *rp,
+                                        authn_hmac_redis_conn_t **out,
+                                        apr_time_t deadline, const char **why,
+                                        apr_pool_t *p)
+{
+    addr_t addr[MAX_ADDRS];
+    char peer[AUTHN_HMAC_SENTINEL_HOST_MAX];
+    uint64_t gen;
+    int naddr, resumed = 0;
+    authn_hmac_redis_rc rc;
+
+    if (rp->unresolved) {
+        *why = rp->unresolved;
+        return AUTHN_HMAC_REDIS_ERROR;
+    }
+    apr_thread_mutex_lock(rp->lock);
+    naddr = rp->naddr;
+    memcpy(addr, rp->addr, sizeof(addr));
+    memcpy(peer, rp->peer, sizeof(peer));
+    gen = rp->gen;
+    apr_thread_mutex_unlock(rp->lock);
+    if (rp->sentinel && !gen) {
+        *why = "no primary known yet (the Sentinels have not named one)";
+        return AUTHN_HMAC_REDIS_ERROR;
+    }
+    rc = authn_hmac_redis_connect(rp->conf, addr, naddr,
+                                  rp->sentinel ? peer : NULL, deadline, out,
+                                  &resumed, why, p);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
+    (*out)->gen = gen;
+    if (rp->conf->tls) {
+        __atomic_add_fetch(&rp->health->tls_handshakes, 1, __ATOMIC_RELAXED);
+        if (resumed)
+            __atomic_add_fetch(&rp->health->tls_resumed, 1, __ATOMIC_RELAXED);
+    }
+    return AUTHN_HMAC_REDIS_OK;
+}
+
+/* With Sentinel: takes the primary the processes share, if it is new,
+ * and drops the connections to the old one. Under the lock. */
+static void pool_follow(authn_hmac_redis_pool_t *rp)
+{
+    if (authn_hmac_sentinel_addr(rp->sentinel, &rp->gen, &rp->addr[0],
+                                 rp->peer) != 1)
+        return;
+    rp->naddr = 1;
+    while (rp->nidle > 0) {
+        authn_hmac_redis_conn_t *c = rp->idle[--rp->nidle];
+
+        authn_hmac_redis_close(c);
+        __atomic_sub_fetch(&rp->health->conns, 1, __ATOMIC_RELAXED);
+    }
+}
+
+void authn_hmac_redis_pool_use_sentinel(authn_hmac_redis_pool_t *rp,
+                                        authn_hmac_sentinel_t *s)
+{
+    apr_thread_mutex_lock(rp->lock);
+    rp->sentinel = s;
+    rp->naddr = 0;
+    rp->unresolved = NULL;
+    pool_follow(rp);
+    apr_thread_mutex_unlock(rp->lock);
+}
+
+/* With Sentinel, a failure of the primary (no connection, a timeout, a
+ * refusal such as READONLY or LOADING) asks for a new look. */
+static void pool_suspect(authn_hmac_redis_pool_t *rp)
+{
+    if (rp->sentinel)
+        authn_hmac_sentinel_suspect(authn_hmac_sentinel_shared(rp->sentinel),
+                                    authn_hmac_monotonic());
 }
 
 /* Closes a connection and counts it gone. */
@@ -580,6 +655,8 @@ authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
 
     *c = NULL;
     apr_thread_mutex_lock(rp->lock);
+    if (rp->sentinel)
+        pool_follow(rp);
     /* NB: a connection made before the last outage began (seen by any
      * process) is presumed dead: this process may have skipped Redis the
      * whole time, with the breaker open, and never noticed. */
@@ -604,14 +681,19 @@ authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
         (*c)->epoch = epoch;
         __atomic_add_fetch(&rp->health->conns, 1, __ATOMIC_RELAXED);
     }
+    else
+        pool_suspect(rp);
     return rc;
 }
 
 void authn_hmac_redis_pool_release(authn_hmac_redis_pool_t *rp,
                                    authn_hmac_redis_conn_t *c, int broken)
 {
+    if (broken)
+        pool_suspect(rp);
     apr_thread_mutex_lock(rp->lock);
-    if (!broken && rp->nidle < rp->max) {
+    /* NB: a connection to a primary that is not the newest is not kept. */
+    if (!broken && rp->nidle < rp->max && c->gen == rp->gen) {
         rp->idle[rp->nidle++] = c;
         c = NULL;
     }

@@ -3,6 +3,7 @@
 #define AUTHN_HMAC_REDIS_INT_H
 
 #include "authn_hmac/redis.h"
+#include "authn_hmac/sentinel.h"
 
 /* An error reply's text, e.g. "WRONGPASS invalid username-password pair",
  * up to any quoted argument (conn.c). */
@@ -45,5 +46,23 @@ int authn_hmac_redis_tls_idle_ok(struct ssl_st *ssl);
 
 /* Frees the session, without waiting for anything. */
 void authn_hmac_redis_tls_close(struct ssl_st *ssl);
+
+/* Connects to one of addrs and runs AUTH and SELECT under conf, with TLS
+ * if conf has it, checking the certificate for peer (NULL: the context's
+ * name), before the deadline (conn.c). */
+authn_hmac_redis_rc
+authn_hmac_redis_connect(const authn_hmac_redis_conf_t *conf,
+                         const authn_hmac_redis_addr_t *addrs, int naddr,
+                         const char *peer, apr_time_t deadline,
+                         authn_hmac_redis_conn_t **out, int *resumed,
+                         const char **why, apr_pool_t *p);
+
+/* authn_hmac_redis_tls_connect, with the certificate checked for peer
+ * (NULL: the context's name). The last session is offered only to the
+ * same peer (tls.c). */
+struct ssl_st;
+authn_hmac_redis_rc authn_hmac_redis_tls_connect_to(
+    authn_hmac_redis_tls_t *t, const char *peer, int fd, apr_time_t deadline,
+    struct ssl_st **out, int *resumed, const char **why, apr_pool_t *p);
 
 #endif /* AUTHN_HMAC_REDIS_INT_H */

@@ -16,6 +16,7 @@
  * connection) costs a resumption, not a full handshake. */
 #include "redis_int.h"
 #include "authn_hmac/secret.h"
+#include "authn_hmac/sentinel.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,6 +44,7 @@ struct authn_hmac_redis_tls {
     int peer_is_ip;
     pthread_mutex_t lock; /* of last */
     SSL_SESSION *last;    /* this process's newest session, or NULL */
+    char last_peer[AUTHN_HMAC_SENTINEL_HOST_MAX]; /* the name it was for */
 };
 
 size_t authn_hmac_redis_tls_key_max(void)
@@ -77,18 +79,33 @@ static const char *ssl_error(const char *fallback, apr_pool_t *p)
     return apr_pstrdup(p, buf);
 }
 
+/* The name or address a connection's certificate is checked for, as
+ * OpenSSL holds it ("" if none). */
+static void peer_of(SSL *ssl, char out[AUTHN_HMAC_SENTINEL_HOST_MAX])
+{
+    X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
+    const char *host = X509_VERIFY_PARAM_get0_host(param, 0);
+    char *ip = host ? NULL : X509_VERIFY_PARAM_get1_ip_asc(param);
+
+    strlcpy(out, host ? host : ip ? ip : "", AUTHN_HMAC_SENTINEL_HOST_MAX);
+    OPENSSL_free(ip);
+}
+
 /* Keeps the newest session the server gave (with TLS 1.3 the tickets come
- * after the handshake, with the first reply). */
+ * after the handshake, with the first reply), with the name it is for. */
 static int new_session(SSL *ssl, SSL_SESSION *sess)
 {
     authn_hmac_redis_tls_t *t = SSL_get_app_data(ssl);
+    char peer[AUTHN_HMAC_SENTINEL_HOST_MAX];
     SSL_SESSION *old;
 
     if (!t || !SSL_SESSION_is_resumable(sess))
         return 0;
+    peer_of(ssl, peer);
     pthread_mutex_lock(&t->lock);
     old = t->last;
     t->last = sess;
+    memcpy(t->last_peer, peer, sizeof(peer));
     pthread_mutex_unlock(&t->lock);
     if (old)
         SSL_SESSION_free(old);
@@ -261,9 +278,19 @@ authn_hmac_redis_rc authn_hmac_redis_tls_connect(authn_hmac_redis_tls_t *t,
                                                  const char **why,
                                                  apr_pool_t *p)
 {
+    return authn_hmac_redis_tls_connect_to(t, NULL, fd, deadline, out, resumed,
+                                           why, p);
+}
+
+authn_hmac_redis_rc
+authn_hmac_redis_tls_connect_to(authn_hmac_redis_tls_t *t, const char *peer,
+                                int fd, apr_time_t deadline, SSL **out,
+                                int *resumed, const char **why, apr_pool_t *p)
+{
     authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_ERROR;
+    char cur[AUTHN_HMAC_SENTINEL_HOST_MAX];
+    int r, is_ip = t->peer_is_ip;
     SSL *ssl;
-    int r;
 
     *out = NULL;
     *resumed = 0;
@@ -274,14 +301,36 @@ authn_hmac_redis_rc authn_hmac_redis_tls_connect(authn_hmac_redis_tls_t *t,
         return fail(why, "TLS", ssl_error("out of memory", p), p);
     }
     SSL_set_app_data(ssl, t);
+    /* NB: a peer of its own (a Sentinel, or the primary a Sentinel named)
+     * replaces the context's name or address, both of them: OpenSSL checks
+     * each that is set. */
+    if (peer && peer != t->peer) {
+        X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
+
+        (void)authn_hmac_redis_tls_peer(peer, NULL, &is_ip);
+        if (X509_VERIFY_PARAM_set1_host(param, NULL, 0) != 1 ||
+            X509_VERIFY_PARAM_set1_ip(param, NULL, 0) != 1 ||
+            (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, peer)
+                   : X509_VERIFY_PARAM_set1_host(param, peer, 0)) != 1) {
+            SSL_free(ssl);
+            return fail(
+                why, "TLS",
+                apr_psprintf(p, "'%s' is not a host name or address", peer), p);
+        }
+    }
+    else
+        peer = t->peer;
     /* NB: SNI is a host name; an address is not sent (RFC 6066). What
      * SSL_set_tlsext_host_name expands to, but for the cast: clang's
      * -Wcast-qual (unlike gcc's) sees its (void *) drop the const. */
-    if (!t->peer_is_ip)
+    if (!is_ip)
         (void)SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME,
-                       TLSEXT_NAMETYPE_host_name, (void *)(uintptr_t)t->peer);
+                       TLSEXT_NAMETYPE_host_name, (void *)(uintptr_t)peer);
+    /* NB: the last session only for the name it was made for: a resumed
+     * session skips the certificate, and with it the name's check. */
+    peer_of(ssl, cur);
     pthread_mutex_lock(&t->lock);
-    if (t->last)
+    if (t->last && strcmp(t->last_peer, cur) == 0)
         (void)SSL_set_session(ssl, t->last);
     pthread_mutex_unlock(&t->lock);
     SSL_set_connect_state(ssl);

@@ -1,0 +1,588 @@
+/* sentinel.c: the Redis primary, found through Redis Sentinel.
+ *
+ * The Sentinels are asked, in order, each under a deadline of the Redis
+ * timeout, for the primary's address (SENTINEL get-master-addr-by-name),
+ * and the address named is confirmed with ROLE (it must say master) before
+ * it is used: a Sentinel that lags behind a failover names a dead primary,
+ * or a demoted one that came back as a replica (which must not be written
+ * to). Replies are capped as every reply is (conn.c).
+ *
+ * One discovery serves every process of the server: the answer lives in
+ * the shared segment, with a generation, and the connection pools read it
+ * without a lock (a sequence count, odd while it is written). Each process
+ * has a thread that looks, ten times a second, whether a discovery is due
+ * (no primary yet, a failure of the primary, or every PERIOD), and asks
+ * the Sentinels only if it wins the claim: one process at a time, and not
+ * more often than MIN_GAP. Requests never wait for a discovery: while
+ * there is no primary to use, they fail over to shared memory and bcrypt
+ * as for any Redis failure.
+ *
+ * NB: the Sentinels are trusted to name where the primary is, not what it
+ * holds: every value still needs its tag (made with the pepper), so a
+ * rogue Sentinel that names a rogue Redis can deny service, never grant. */
+#include "redis_int.h"
+#include "authn_hmac/sentinel.h"
+#include "authn_hmac/table.h"
+#include "authn_hmac/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <apr_lib.h>
+#include <apr_strings.h>
+#include <bsd/string.h>
+#include <hiredis/hiredis.h>
+
+#define SENTINEL_PORT 26379
+#define POLL_MS       100
+#define MIN_GAP       apr_time_from_msec(500) /* between two discoveries */
+#define PERIOD        apr_time_from_sec(5)    /* a look while all is well */
+#define MAX_RESOLVED  4
+
+struct authn_hmac_sentinel {
+    const authn_hmac_sentinel_conf_t *sc;
+    const authn_hmac_redis_conf_t *redis;
+    authn_hmac_sentinel_shared_t *sh;
+    authn_hmac_redis_health_t *health;
+    void (*log)(void *baton, int level, const char *msg);
+    void *baton;
+    pthread_t thread;
+    pthread_mutex_t lock; /* of stop */
+    pthread_cond_t wake;
+    int stop, started;
+};
+
+/* ------------------------------------------------------- configuration */
+
+const char *authn_hmac_sentinel_parse(const char *arg,
+                                      authn_hmac_sentinel_conf_t *sc,
+                                      apr_pool_t *p)
+{
+    authn_hmac_redis_conf_t c;
+    const char *err, *colon;
+
+    memset(&c, 0, sizeof(c));
+    if (*arg == '/')
+        return "a Sentinel is host:port, not a socket";
+    if ((err = authn_hmac_redis_parse_server(arg, &c, p)) != NULL)
+        return err;
+    if (sc->n >= AUTHN_HMAC_SENTINEL_MAX)
+        return "too many Sentinels (at most 8)";
+    /* NB: a port left out is Sentinel's, not Redis's. */
+    colon = *arg == '[' ? strstr(arg, "]:") : strchr(arg, ':');
+    sc->host[sc->n] = c.host;
+    sc->port[sc->n] = colon ? c.port : SENTINEL_PORT;
+    sc->n++;
+    return NULL;
+}
+
+const char *authn_hmac_sentinel_check_master(const char *name)
+{
+    const char *c;
+
+    if (!*name || strlen(name) > 64)
+        return "empty or too long";
+    for (c = name; *c; c++)
+        if (!apr_isalnum(*c) && !strchr(".-_", *c))
+            return "bad character";
+    return NULL;
+}
+
+/* ---------------------------------------------------------- the replies */
+
+static int is_string(const redisReply *r)
+{
+    return r &&
+           (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
+           r->str;
+}
+
+int authn_hmac_sentinel_addr_reply(const redisReply *r,
+                                   char host[AUTHN_HMAC_SENTINEL_HOST_MAX],
+                                   int *port)
+{
+    const redisReply *h, *pt;
+    size_t i;
+    long v = 0;
+
+    if (r && r->type == REDIS_REPLY_NIL)
+        return 0;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        return -1;
+    h = r->element[0];
+    pt = r->element[1];
+    if (!is_string(h) || !is_string(pt) || h->len == 0 ||
+        h->len >= AUTHN_HMAC_SENTINEL_HOST_MAX || pt->len == 0 || pt->len > 5)
+        return -1;
+    /* NB: the name goes into logs and DNS: the characters of a host name
+     * or an address only. */
+    for (i = 0; i < h->len; i++)
+        if (!apr_isalnum(h->str[i]) && !strchr(".-_:", h->str[i]))
+            return -1;
+    for (i = 0; i < pt->len; i++) {
+        if (!apr_isdigit(pt->str[i]))
+            return -1;
+        v = v * 10 + (pt->str[i] - '0');
+    }
+    if (v < 1 || v > 65535)
+        return -1;
+    memcpy(host, h->str, h->len);
+    host[h->len] = '\0';
+    *port = (int)v;
+    return 1;
+}
+
+int authn_hmac_sentinel_role_reply(const redisReply *r)
+{
+    const redisReply *e;
+
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1)
+        return -1;
+    e = r->element[0];
+    if (!is_string(e))
+        return -1;
+    if (e->len == 6 && memcmp(e->str, "master", 6) == 0)
+        return 1;
+    if ((e->len == 5 && memcmp(e->str, "slave", 5) == 0) ||
+        (e->len == 7 && memcmp(e->str, "replica", 7) == 0) ||
+        (e->len == 8 && memcmp(e->str, "sentinel", 8) == 0))
+        return 0;
+    return -1;
+}
+
+/* ------------------------------------------------------ the shared part */
+
+uint64_t authn_hmac_sentinel_read(const authn_hmac_sentinel_shared_t *sh,
+                                  char ip[AUTHN_HMAC_SENTINEL_IP_MAX],
+                                  char host[AUTHN_HMAC_SENTINEL_HOST_MAX],
+                                  int *port)
+{
+    int tries;
+
+    for (tries = 0; tries < 1000; tries++) {
+        uint64_t s1 = __atomic_load_n(&sh->seq, __ATOMIC_ACQUIRE), s2, gen;
+
+        if (s1 & 1)
+            continue; /* being written */
+        gen = __atomic_load_n(&sh->gen, __ATOMIC_RELAXED);
+        memcpy(ip, sh->ip, AUTHN_HMAC_SENTINEL_IP_MAX);
+        memcpy(host, sh->host, AUTHN_HMAC_SENTINEL_HOST_MAX);
+        *port = (int)__atomic_load_n(&sh->port, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        s2 = __atomic_load_n(&sh->seq, __ATOMIC_RELAXED);
+        if (s1 != s2)
+            continue;
+        ip[AUTHN_HMAC_SENTINEL_IP_MAX - 1] = '\0';
+        host[AUTHN_HMAC_SENTINEL_HOST_MAX - 1] = '\0';
+        return gen;
+    }
+    return 0; /* a writer that died mid-way: the next one repairs it */
+}
+
+int authn_hmac_sentinel_due(const authn_hmac_sentinel_shared_t *sh,
+                            apr_time_t now, apr_interval_time_t min_gap,
+                            apr_interval_time_t period)
+{
+    int64_t checked = __atomic_load_n(&sh->checked, __ATOMIC_RELAXED);
+
+    if (checked && now - checked < min_gap)
+        return 0;
+    if (!__atomic_load_n(&sh->gen, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&sh->failing, __ATOMIC_RELAXED))
+        return 1;
+    /* NB: a failure seen after the last look, even of a command sent to
+     * the old primary before it: one look too many, bounded by min_gap. */
+    if (__atomic_load_n(&sh->suspect, __ATOMIC_RELAXED) > checked)
+        return 1;
+    return now - checked >= period;
+}
+
+int64_t authn_hmac_sentinel_claim(authn_hmac_sentinel_shared_t *sh,
+                                  apr_time_t now, apr_interval_time_t hold)
+{
+    int64_t c = __atomic_load_n(&sh->claim, __ATOMIC_ACQUIRE);
+
+    /* NB: a claim past its end is a process that died asking (or hung):
+     * taken over. */
+    if (c != 0 && c > now)
+        return 0;
+    return __atomic_compare_exchange_n(&sh->claim, &c, now + hold, 0,
+                                       __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)
+               ? now + hold
+               : 0;
+}
+
+int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
+                               const char *ip, const char *host, int port,
+                               apr_time_t now)
+{
+    int changed = 0;
+
+    /* NB: only the claim's holder writes. Its deadlines keep a discovery
+     * well within the claim, but a name slow to resolve may not: one that
+     * outlived its claim, taken over since, writes nothing. The claim is
+     * renewed for the write, so that it is not taken over in the middle
+     * of it. */
+    if (!__atomic_compare_exchange_n(&sh->claim, &claim,
+                                     now + apr_time_from_sec(1), 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return -1;
+    if (ip && (!__atomic_load_n(&sh->gen, __ATOMIC_RELAXED) ||
+               strcmp(sh->ip, ip) != 0 || strcmp(sh->host, host) != 0 ||
+               sh->port != port)) {
+        uint64_t s = __atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & ~1ULL;
+
+        __atomic_store_n(&sh->seq, s + 1, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        strlcpy(sh->ip, ip, sizeof(sh->ip));
+        strlcpy(sh->host, host, sizeof(sh->host));
+        __atomic_store_n(&sh->port, port, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&sh->gen, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&sh->seq, s + 2, __ATOMIC_RELEASE);
+        changed = 1;
+    }
+    __atomic_store_n(&sh->failing, ip ? 0 : 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->checked, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->claim, 0, __ATOMIC_RELEASE);
+    return changed;
+}
+
+void authn_hmac_sentinel_suspect(authn_hmac_sentinel_shared_t *sh,
+                                 apr_time_t now)
+{
+    __atomic_store_n(&sh->suspect, now, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------- the discovery */
+
+/* Up to MAX_RESOLVED addresses of host:port; numeric only for a primary
+ * named by address. 0 and *why if none. */
+static int resolve(const char *host, int port, authn_hmac_redis_addr_t *out,
+                   const char **why, apr_pool_t *p)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    char ps[8];
+    int rc, n = 0;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(ps, sizeof(ps), "%d", port);
+    rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc != 0) {
+        *why = apr_psprintf(p, "cannot resolve %s: %s", host, gai_strerror(rc));
+        return 0;
+    }
+    for (ai = res; ai && n < MAX_RESOLVED; ai = ai->ai_next)
+        if (ai->ai_addrlen <= sizeof(out[n].sa)) {
+            memcpy(&out[n].sa, ai->ai_addr, ai->ai_addrlen);
+            out[n++].len = ai->ai_addrlen;
+        }
+    freeaddrinfo(res);
+    if (!n)
+        *why = apr_psprintf(p, "no address for %s", host);
+    return n;
+}
+
+/* How much of an error's text goes to the log: its printable start, up
+ * to 80 bytes. */
+static int printable(const char *str)
+{
+    int n = 0;
+
+    while (n < 80 && str[n] >= ' ' && str[n] <= '~')
+        n++;
+    return n;
+}
+
+/* Runs one command on a new connection to addrs, closed after. */
+static authn_hmac_redis_rc ask(const authn_hmac_redis_conf_t *conf,
+                               const authn_hmac_redis_addr_t *addrs, int n,
+                               const char *peer, int argc, const char **argv,
+                               redisReply **reply, const char **why,
+                               apr_pool_t *p)
+{
+    apr_time_t deadline =
+        authn_hmac_monotonic() + apr_time_from_msec(conf->timeout_ms);
+    authn_hmac_redis_conn_t *c = NULL;
+    size_t lens[4];
+    int i, resumed;
+    authn_hmac_redis_rc rc;
+
+    for (i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    rc = authn_hmac_redis_connect(conf, addrs, n, peer, deadline, &c, &resumed,
+                                  why, p);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
+    rc = authn_hmac_redis_command(c, argc, argv, lens, deadline, reply, why, p);
+    authn_hmac_redis_close(c);
+    return rc;
+}
+
+authn_hmac_redis_rc
+authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
+                             const authn_hmac_redis_conf_t *redis,
+                             char ip[AUTHN_HMAC_SENTINEL_IP_MAX],
+                             char host[AUTHN_HMAC_SENTINEL_HOST_MAX], int *port,
+                             const char **why, apr_pool_t *p)
+{
+    const char *get[3] = {"SENTINEL", "get-master-addr-by-name", sc->master};
+    const char *role[1] = {"ROLE"};
+    const char *whys = NULL;
+    int i;
+
+    for (i = 0; i < sc->n; i++) {
+        authn_hmac_redis_addr_t addrs[MAX_RESOLVED];
+        redisReply *r = NULL;
+        const char *w = NULL;
+        int n, ok;
+
+        n = resolve(sc->host[i], sc->port[i], addrs, &w, p);
+        if (n && ask(&sc->conn, addrs, n, sc->host[i], 3, get, &r, &w, p) ==
+                     AUTHN_HMAC_REDIS_OK) {
+            ok = authn_hmac_sentinel_addr_reply(r, host, port);
+            if (ok == 0)
+                w = apr_psprintf(p, "it knows no master '%s'", sc->master);
+            else if (ok < 0)
+                w = r && r->type == REDIS_REPLY_ERROR
+                        ? apr_psprintf(p, "it refused (%.*s)",
+                                       printable(r->str), r->str)
+                        : "an unexpected answer";
+            freeReplyObject(r);
+            r = NULL;
+            /* The primary it named, confirmed by the primary itself. */
+            if (ok > 0 && resolve(host, *port, addrs, &w, p) > 0 &&
+                ask(redis, addrs, 1,
+                    redis->tls && sc->primary_name ? sc->primary_name : host, 1,
+                    role, &r, &w, p) == AUTHN_HMAC_REDIS_OK) {
+                ok = authn_hmac_sentinel_role_reply(r);
+                freeReplyObject(r);
+                if (ok > 0) {
+                    const struct sockaddr *sa =
+                        (const struct sockaddr *)&addrs[0].sa;
+                    const void *a =
+                        sa->sa_family == AF_INET6
+                            ? (const void *)&((const struct sockaddr_in6 *)sa)
+                                  ->sin6_addr
+                            : (const void *)&((const struct sockaddr_in *)sa)
+                                  ->sin_addr;
+
+                    if (inet_ntop(sa->sa_family, a, ip,
+                                  AUTHN_HMAC_SENTINEL_IP_MAX))
+                        return AUTHN_HMAC_REDIS_OK;
+                    w = "an address of an unknown kind";
+                }
+                else
+                    w = apr_psprintf(p, "%s:%d is not a primary (ROLE)", host,
+                                     *port);
+            }
+            else if (ok > 0)
+                w = apr_psprintf(p, "it named %s:%d: %s", host, *port, w);
+        }
+        w = apr_psprintf(p, "Sentinel %s:%d: %s", sc->host[i], sc->port[i], w);
+        whys = whys ? apr_pstrcat(p, whys, "; ", w, NULL) : w;
+    }
+    *why = whys ? whys : "no Sentinel";
+    return AUTHN_HMAC_REDIS_ERROR;
+}
+
+/* ----------------------------------------------------------- the thread */
+
+static void say(authn_hmac_sentinel_t *s, int level, apr_pool_t *p,
+                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void say(authn_hmac_sentinel_t *s, int level, apr_pool_t *p,
+                const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!s->log)
+        return;
+    va_start(ap, fmt);
+    s->log(s->baton, level, apr_pvsprintf(p, fmt, ap));
+    va_end(ap);
+}
+
+/* One look, by the claim's holder. */
+static void look(authn_hmac_sentinel_t *s, int64_t claim, apr_pool_t *p)
+{
+    char ip[AUTHN_HMAC_SENTINEL_IP_MAX], host[AUTHN_HMAC_SENTINEL_HOST_MAX];
+    char old_ip[AUTHN_HMAC_SENTINEL_IP_MAX];
+    char old_host[AUTHN_HMAC_SENTINEL_HOST_MAX];
+    const char *why = "";
+    int port = 0, old_port = 0;
+    uint64_t was_failing = __atomic_load_n(&s->sh->failing, __ATOMIC_RELAXED);
+    uint64_t old_gen =
+        authn_hmac_sentinel_read(s->sh, old_ip, old_host, &old_port);
+    authn_hmac_redis_rc rc =
+        authn_hmac_sentinel_discover(s->sc, s->redis, ip, host, &port, &why, p);
+    apr_time_t now = authn_hmac_monotonic();
+
+    if (rc != AUTHN_HMAC_REDIS_OK) {
+        if (authn_hmac_sentinel_finish(s->sh, claim, NULL, NULL, 0, now) == 0 &&
+            !was_failing)
+            say(s, AUTHN_HMAC_LOG_WARNING, p,
+                "AHMAC0023: no Sentinel named a primary of '%s' that says "
+                "it is one (%s); using shared memory and bcrypt, and asking "
+                "again",
+                s->sc->master, why);
+        return;
+    }
+    if (authn_hmac_sentinel_finish(s->sh, claim, ip, host, port, now) != 1)
+        return;
+    /* NB: a new primary is another server: the breaker opened for the old
+     * one does not hold for it, and sharing resumes at once. */
+    __atomic_store_n(&s->health->failures, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->health->opens, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->health->breaker_until, 0, __ATOMIC_RELEASE);
+    say(s, AUTHN_HMAC_LOG_NOTICE, p,
+        "AHMAC0024: the primary of '%s' is %s%s:%d%s, as the Sentinels say "
+        "and its ROLE confirms",
+        s->sc->master, old_gen ? "now " : "", host, port,
+        old_gen ? apr_psprintf(p, " (was %s:%d)", old_host, old_port) : "");
+}
+
+static void *run(void *arg)
+{
+    authn_hmac_sentinel_t *s = arg;
+    /* NB: a pool of its own, with its own allocator: the child's pools
+     * belong to other threads. */
+    apr_pool_t *p = NULL;
+    apr_interval_time_t hold =
+        apr_time_from_msec(s->redis->timeout_ms) * (2 * s->sc->n + 2) +
+        apr_time_from_sec(2);
+
+    if (apr_pool_create_unmanaged_ex(&p, NULL, NULL) != APR_SUCCESS)
+        return NULL;
+    pthread_mutex_lock(&s->lock);
+    while (!s->stop) {
+        struct timespec ts;
+        apr_time_t now;
+        int64_t claim;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += POLL_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&s->wake, &s->lock, &ts);
+        if (s->stop)
+            break;
+        now = authn_hmac_monotonic();
+        if (!authn_hmac_sentinel_due(s->sh, now, MIN_GAP, PERIOD) ||
+            !(claim = authn_hmac_sentinel_claim(s->sh, now, hold)))
+            continue;
+        pthread_mutex_unlock(&s->lock);
+        look(s, claim, p);
+        apr_pool_clear(p);
+        pthread_mutex_lock(&s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    apr_pool_destroy(p);
+    return NULL;
+}
+
+static apr_status_t stop(void *data)
+{
+    authn_hmac_sentinel_t *s = data;
+
+    if (!s->started)
+        return APR_SUCCESS;
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    /* NB: at most one discovery's deadlines (one per Sentinel and one per
+     * primary it names). */
+    pthread_join(s->thread, NULL);
+    s->started = 0;
+    return APR_SUCCESS;
+}
+
+apr_status_t authn_hmac_sentinel_start(
+    authn_hmac_sentinel_t **out, const authn_hmac_sentinel_conf_t *sc,
+    const authn_hmac_redis_conf_t *redis, authn_hmac_sentinel_shared_t *sh,
+    authn_hmac_redis_health_t *health,
+    void (*log)(void *baton, int level, const char *msg), void *baton,
+    apr_pool_t *p)
+{
+    authn_hmac_sentinel_t *s = apr_pcalloc(p, sizeof(*s));
+    pthread_attr_t attr;
+    int rc;
+
+    s->sc = sc;
+    s->redis = redis;
+    s->sh = sh;
+    s->health = health;
+    s->log = log;
+    s->baton = baton;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    *out = s;
+    if (!sh || !health)
+        return APR_EINVAL;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)256 * 1024);
+    rc = pthread_create(&s->thread, &attr, run, s);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        return rc;
+    s->started = 1;
+    apr_pool_cleanup_register(p, s, stop, apr_pool_cleanup_null);
+    return APR_SUCCESS;
+}
+
+authn_hmac_sentinel_shared_t *
+authn_hmac_sentinel_shared(authn_hmac_sentinel_t *s)
+{
+    return s->sh;
+}
+
+int authn_hmac_sentinel_addr(authn_hmac_sentinel_t *s, uint64_t *gen,
+                             authn_hmac_redis_addr_t *addr,
+                             char peer[AUTHN_HMAC_SENTINEL_HOST_MAX])
+{
+    char ip[AUTHN_HMAC_SENTINEL_IP_MAX], host[AUTHN_HMAC_SENTINEL_HOST_MAX];
+    uint64_t g = __atomic_load_n(&s->sh->gen, __ATOMIC_RELAXED);
+    int port = 0;
+
+    if (g == *gen)
+        return g ? 0 : -1;
+    if (!(g = authn_hmac_sentinel_read(s->sh, ip, host, &port)))
+        return -1;
+    memset(addr, 0, sizeof(*addr));
+    /* NB: an address as text, parsed without DNS: never on a request's
+     * time. */
+    if (strchr(ip, ':')) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&addr->sa;
+
+        if (inet_pton(AF_INET6, ip, &a->sin6_addr) != 1)
+            return -1;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        addr->len = sizeof(*a);
+    }
+    else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&addr->sa;
+
+        if (inet_pton(AF_INET, ip, &a->sin_addr) != 1)
+            return -1;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        addr->len = sizeof(*a);
+    }
+    strlcpy(peer,
+            s->redis->tls && s->sc->primary_name ? s->sc->primary_name : host,
+            AUTHN_HMAC_SENTINEL_HOST_MAX);
+    *gen = g;
+    return 1;
+}
