@@ -14,6 +14,10 @@ Modes (set `mode` at any time; it applies to the next command):
 
 With tls (a server-side ssl.SSLContext) it speaks TLS on its port, as a
 redis-server with tls-port does.
+
+With `names` = (host, port) it is also a Sentinel: SENTINEL
+get-master-addr-by-name answers that address (whatever master is asked
+for), and ROLE says master.
 """
 import os
 import socket
@@ -31,6 +35,7 @@ class FakeRedis:
         self.password = password
         self.tls = tls
         self.mode = "record"
+        self.names = None
         self.gap = 0.03
         self.delay = 0.3
         self.store = {}      # key -> value, as SET wrote it
@@ -141,6 +146,11 @@ class FakeRedis:
                     reply = b"+OK\r\n" if ok else b"-WRONGPASS invalid password\r\n"
                 elif name == b"SELECT":
                     reply = b"+OK\r\n"
+                elif name == b"SENTINEL" and self.names:
+                    reply = b"*2\r\n" + bulk(self.names[0].encode()) \
+                        + bulk(b"%d" % self.names[1])
+                elif name == b"ROLE":
+                    reply = b"*3\r\n" + bulk(b"master") + b":0\r\n*0\r\n"
                 elif name == b"GET":
                     reply = self._answer_get(cmd[1])
                 elif name == b"PTTL":

@@ -1,0 +1,445 @@
+"""Redis Sentinel: the farm finds its Redis primary through the Sentinels,
+keeps serving while the primary fails over, shares again on the new
+primary without a restart, never writes to a demoted one, and a rogue
+Sentinel cannot make it grant."""
+import http.client
+import os
+import re
+import shutil
+import ssl
+import tempfile
+import threading
+import time
+
+import pytest
+
+from conftest import MPMS
+from fake_redis import FakeRedis
+from harness import VALGRIND, Httpd, Redis, TestCA, basic, hmac_location, htpasswd
+from harness.sentinel import Sentinel
+
+MASTER = "mymaster"
+PASSWORD = "redis-test-secret"
+SENTINEL_PASSWORD = "sentinel-test-secret"
+# Lines a failover logs: the breaker opening on the dead primary, the
+# Sentinels not yet agreeing on a new one, and the new one found.
+FAILOVER_LOG = [r"\[authn_hmac:warn\].*AHMAC0004: Redis at .* is unavailable",
+                r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary"]
+
+
+class Farm:
+    """A pepper and an htpasswd file, shared by the servers of a farm."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="authn_hmac_sentinel_farm_")
+        os.chmod(self.dir, 0o755)
+        self.pepper = os.path.join(self.dir, "pepper")
+        with open(self.pepper, "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(self.pepper, 0o600)
+        self.users = os.path.join(self.dir, "users")
+        htpasswd(self.users, "alice", "alice farm pass", create=True)
+        self.servers = []
+
+    def auth_file(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text + "\n")
+        os.chmod(path, 0o600)
+        return path
+
+    def server(self, sentinels, name, mpm=None, extra=(), sentinel_password=None,
+               auth=PASSWORD):
+        srv = Httpd(name=name, mpm=mpm)
+        lines = ["AuthHMACPepperFile %s" % self.pepper,
+                 "AuthHMACRedisSentinel %s" % " ".join(sentinels),
+                 "AuthHMACRedisSentinelMaster %s" % MASTER,
+                 "AuthHMACRedisAuthFile %s" % self.auth_file(name + ".auth", auth),
+                 "AuthHMACRedisTimeout %d" % (2000 if VALGRIND else 1000)]
+        if sentinel_password:
+            lines.append("AuthHMACRedisSentinelAuthFile %s"
+                         % self.auth_file("sentinel.auth", sentinel_password))
+            srv.secrets.add(sentinel_password)
+        srv.global_conf = "\n".join(lines + list(extra)) + "\n"
+        srv.body = 'Alias /w/ "%s/htdocs/"\n' % srv.dir + hmac_location("/w/", self.users, "wiki")
+        srv.write_config()
+        with open(srv.path("htdocs", "index.html"), "w") as f:
+            f.write("wiki page\n")
+        srv.secrets.add(PASSWORD)
+        self.servers.append(srv)
+        return srv
+
+    def cleanup(self):
+        problems = []
+        for s in self.servers:
+            s.stop()
+            problems += s.log_problems()
+            s.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return problems
+
+
+def note_of_last(srv, user):
+    notes = srv.notes(user)
+    return notes[-1] if notes else None
+
+
+def wait_for(cond, seconds, what):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError("not within %d s: %s" % (seconds, what))
+
+
+def shared_once(farm, a, b, user, password, add=True):
+    """A credential verified on a, then looked up on b: b's note."""
+    if add:
+        htpasswd(farm.users, user, password, cost=4)
+    assert a.status_code("/w/", user, password) == 200
+    assert b.status_code("/w/", user, password) == 200
+    return note_of_last(b, user)
+
+
+class Topology:
+    """A primary, a replica of it, and three Sentinels (quorum 2), all
+    started here on loopback."""
+
+    def __init__(self, sentinel_password=None):
+        # NB: masterauth for the primary too: it syncs from the new one
+        # once demoted.
+        self.primary = Redis(password=PASSWORD, extra=['masterauth "%s"' % PASSWORD]).start()
+        self.replica = Redis(password=PASSWORD, extra=[
+            "replicaof 127.0.0.1 %d" % self.primary.port,
+            'masterauth "%s"' % PASSWORD]).start()
+        self.sentinels = [Sentinel(self.primary, MASTER, password=sentinel_password).start()
+                          for _ in range(3)]
+        # Each Sentinel knows the replica and the other two before a
+        # failover can be decided.
+        wait_for(lambda: all(s.sees("replicas", 1) and s.sees("sentinels", 2)
+                             for s in self.sentinels), 20, "the Sentinels know each other")
+        wait_for(lambda: "master_link_status:up" in self.replica.cli("INFO", "replication"),
+                 20, "the replica is in sync")
+
+    @property
+    def addresses(self):
+        return [s.address for s in self.sentinels]
+
+    def cleanup(self):
+        for s in self.sentinels:
+            s.cleanup()
+        self.replica.cleanup()
+        self.primary.cleanup()
+
+
+class Load:
+    """Keep-alive requests of a cached user in a loop, on each server, until
+    stopped: every status, and every exception."""
+
+    def __init__(self, servers, user, password):
+        self.servers, self.auth = servers, basic(user, password)
+        self.statuses, self.errors = [], []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(s,)) for s in servers]
+
+    def run(self, srv):
+        conn = None
+        while not self.stop.is_set():
+            try:
+                conn = conn or http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+                conn.request("GET", "/w/", headers={"Authorization": self.auth})
+                r = conn.getresponse()
+                r.read()
+                self.statuses.append(r.status)
+                if r.will_close:
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException) as e:
+                self.errors.append(repr(e))
+                conn = None
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mpm", MPMS)
+def test_failover_keeps_serving_and_sharing_resumes_on_the_new_primary(mpm):
+    top, farm = Topology(sentinel_password=SENTINEL_PASSWORD), Farm()
+    problems = []
+    try:
+        a = farm.server(top.addresses, "sentA", mpm=mpm, sentinel_password=SENTINEL_PASSWORD)
+        b = farm.server(top.addresses, "sentB", mpm=mpm, sentinel_password=SENTINEL_PASSWORD)
+        for s in (a, b):
+            s.expected_log += FAILOVER_LOG
+            s.start()
+        # The primary is found, and shared through.
+        wait_for(lambda: all(re.search(r"AHMAC0024: the primary of 'mymaster' is "
+                                       r"127\.0\.0\.1:%d" % top.primary.port, s.error_log())
+                             for s in (a, b)), 10, "the primary is found")
+        assert shared_once(farm, a, b, "before", "before pass") == "redis-hit"
+        assert top.primary.cli("DBSIZE") != "0"
+        # A cached user, on both servers.
+        assert a.status_code("/w/", "alice", "alice farm pass") == 200
+        assert b.status_code("/w/", "alice", "alice farm pass") == 200
+        assert note_of_last(b, "alice") == "redis-hit"
+        # NB: htpasswd rewrites the file in place, not atomically: under
+        # load, the users come first.
+        for i in range(1, 80):
+            htpasswd(farm.users, "during%d" % i, "during pass %d" % i, cost=4)
+        with Load([a, b], "alice", "alice farm pass") as load:
+            time.sleep(0.5)
+            killed = time.monotonic()
+            top.primary.kill9()
+            # New credentials, verified on A, until B finds one in Redis.
+            shared, i = None, 0
+            while time.monotonic() - killed < 25:
+                i += 1
+                note = shared_once(farm, a, b, "during%d" % i, "during pass %d" % i, add=False)
+                if note == "redis-hit":
+                    shared = time.monotonic() - killed
+                    break
+                time.sleep(0.2)
+            time.sleep(0.5)
+        assert load.errors == [], load.errors[:5]
+        assert load.statuses and set(load.statuses) == {200}, \
+            {s: load.statuses.count(s) for s in set(load.statuses)}
+        assert shared is not None and shared < 20, (shared, a.error_log_tail(), b.error_log_tail())
+        # The replica is the primary now, and holds what A stored.
+        assert top.replica.cli("ROLE").splitlines()[0] == "master"
+        assert int(top.replica.cli("DBSIZE")) >= 2
+        assert re.search(r"AHMAC0024: the primary of 'mymaster' is now 127\.0\.0\.1:%d"
+                         % top.replica.port, a.error_log())
+        print("sharing resumed %.1f s after the kill (%d requests of the cached user)"
+              % (shared, len(load.statuses)))
+
+        # The old primary comes back, and the Sentinels make it a replica.
+        top.primary.start()
+        wait_for(lambda: top.primary.cli("ROLE").splitlines()[:1] == ["slave"], 30,
+                 "the old primary is a replica")
+        wait_for(lambda: "master_link_status:up" in top.primary.cli("INFO", "replication"),
+                 20, "the old primary is in sync")
+        assert shared_once(farm, a, b, "after", "after pass") == "redis-hit"
+        # Nothing was sent to it to write: no refusal of a write there.
+        errors = top.primary.cli("INFO", "errorstats")
+        assert "READONLY" not in errors, errors
+        stats = top.primary.cli("INFO", "commandstats")
+        assert not re.search(r"cmdstat_(set|eval):.*rejected_calls=[1-9]", stats), stats
+    finally:
+        problems = farm.cleanup()
+        top.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+def test_a_sentinel_that_names_a_replica_is_not_believed():
+    """A Sentinel that names a replica (a demoted primary, a stale answer)
+    is not believed: ROLE must say master. Then the Sentinel behind it in
+    the list is asked, and its primary used."""
+    primary = Redis(password=PASSWORD).start()
+    replica = Redis(password=PASSWORD, extra=["replicaof 127.0.0.1 %d" % primary.port,
+                                              'masterauth "%s"' % PASSWORD]).start()
+    liar, honest = FakeRedis().start(), FakeRedis().start()
+    liar.names = ("127.0.0.1", replica.port)
+    honest.names = ("127.0.0.1", primary.port)
+    farm = Farm()
+    problems = []
+    try:
+        a = farm.server([liar.address, honest.address], "roleA")
+        b = farm.server([liar.address, honest.address], "roleB")
+        a.start()
+        b.start()
+        wait_for(lambda: all("AHMAC0024" in s.error_log() for s in (a, b)), 10,
+                 "a primary is found")
+        assert shared_once(farm, a, b, "ruth", "ruth's pass") == "redis-hit"
+        assert "READONLY" not in replica.cli("INFO", "errorstats")
+        assert re.search(r"AHMAC0024: the primary of 'mymaster' is 127\.0\.0\.1:%d"
+                         % primary.port, a.error_log())
+    finally:
+        problems = farm.cleanup()
+        for r in (liar, honest):
+            r.stop()
+        replica.cleanup()
+        primary.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+def test_a_rogue_sentinel_naming_a_rogue_redis_cannot_grant():
+    """Whoever answers as a Sentinel can name any Redis, and that Redis can
+    hold anything: values it did not get from a server with the pepper do
+    not verify, and a wrong password is refused whatever it holds."""
+    rogue = Redis(password=PASSWORD).start()
+    sentinel = FakeRedis().start()
+    sentinel.names = ("127.0.0.1", rogue.port)
+    farm = Farm()
+    htpasswd(farm.users, "bob", "bob's farm pass")
+    problems = []
+    try:
+        a = farm.server([sentinel.address], "rogueA")
+        b = farm.server([sentinel.address], "rogueB")
+        for s in (a, b):
+            s.expected_log.append(r"\[authn_hmac:warn\].*AHMAC0006: Redis returned an entry")
+            s.start()
+        wait_for(lambda: all("AHMAC0024" in s.error_log() for s in (a, b)), 10,
+                 "the rogue primary is used")
+        # Real values, for alice and bob, written there by A.
+        assert a.status_code("/w/", "alice", "alice farm pass") == 200
+        assert a.status_code("/w/", "bob", "bob's farm pass") == 200
+        keys = [k for k in rogue.cli("KEYS", "authn_hmac:*").split() if ":f:" not in k]
+        assert len(keys) == 2, keys
+        # A wrong password against the real values.
+        assert b.status_code("/w/", "alice", "not alice's pass") == 401
+        # Every value planted under every key: another user's, a random one.
+        values = [rogue.cli("GET", k) for k in keys]
+        before = b.status()
+        for plant in (values[1], values[0], "4:" + os.urandom(48).hex() + ":"
+                      + os.urandom(32).hex()):
+            for k in keys:
+                rogue.cli("SET", k, plant)
+            for user in ("alice", "bob"):
+                assert b.status_code("/w/", user, "a guess %s" % plant[:8]) == 401
+        after = b.status()
+        assert after["redis_hits"] == before["redis_hits"], (before, after)
+        assert after["redis_forged"] > before["redis_forged"]
+    finally:
+        problems = farm.cleanup()
+        sentinel.stop()
+        rogue.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------------- TLS
+
+def test_over_tls_the_sentinels_and_the_primary_are_verified_each_by_its_name():
+    """With AuthHMACRedisTLS on, a Sentinel's certificate is checked for the
+    host it is configured by, the primary's for the address the Sentinel
+    names (or AuthHMACRedisTLSServerName); a certificate that does not
+    verify is no primary, and the site keeps serving."""
+    farm = Farm()
+    ca = TestCA(dir=os.path.join(farm.dir, "ca"))
+    acl = ("farm", "farm-acl-pass-over-tls")
+
+    def tls_redis(**names):
+        cert, key = ca.issue(**names)
+        return Redis(password=None, acl_user=acl, extra=["user default off"],
+                     tls={"cert": cert, "key": key, "ca": ca.cert}).start()
+
+    def tls_sentinel(redis, **names):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*ca.issue(**names))
+        fake = FakeRedis(tls=ctx).start()
+        fake.names = ("127.0.0.1", redis.port)
+        return fake
+
+    def server(sentinel, name, extra=()):
+        srv = farm.server(["localhost:%d" % sentinel.port], name, auth="%s %s" % acl, extra=[
+            "AuthHMACRedisTLS on", "AuthHMACRedisTLSCACertificateFile %s" % ca.cert]
+            + list(extra))
+        srv.secrets.add(acl[1])
+        return srv.start()
+
+    redis = tls_redis()
+    no_ip = tls_redis(dns=("localhost",), ips=())
+    good = tls_sentinel(redis)
+    wrong_name = tls_sentinel(redis, cn="other", dns=("other.example",), ips=("127.0.0.1",))
+    to_no_ip = tls_sentinel(no_ip)
+    problems = []
+    try:
+        # Shared over TLS, found over TLS.
+        a, b = server(good, "tlsA"), server(good, "tlsB")
+        wait_for(lambda: all("AHMAC0024" in s.error_log() for s in (a, b)), 10,
+                 "the primary is found over TLS")
+        assert shared_once(farm, a, b, "tina", "tina's pass") == "redis-hit"
+        assert "SENTINEL" in good.commands
+        # A Sentinel whose certificate names another host.
+        c = server(wrong_name, "tlsC")
+        c.expected_log.append(r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary")
+        wait_for(lambda: "AHMAC0023" in c.error_log(), 10, "the Sentinel is refused")
+        assert re.search(r"AHMAC0023: .*does not verify", c.error_log()), c.error_log_tail()
+        assert "SENTINEL" not in wrong_name.commands
+        htpasswd(farm.users, "carl", "carl's pass", cost=4)
+        assert c.status_code("/w/", "carl", "carl's pass") == 200
+        assert note_of_last(c, "carl") == "verified"
+        # A primary named by its address whose certificate has no such
+        # address: refused, unless the name to check is set.
+        d = server(to_no_ip, "tlsD")
+        d.expected_log.append(r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary")
+        wait_for(lambda: "AHMAC0023" in d.error_log(), 10, "the primary is refused")
+        assert re.search(r"AHMAC0023: .*127\.0\.0\.1:%d.*does not verify" % no_ip.port,
+                         d.error_log()), d.error_log_tail()
+        assert d.status_code("/w/", "carl", "carl's pass") == 200
+        e = server(to_no_ip, "tlsE", extra=["AuthHMACRedisTLSServerName localhost"])
+        wait_for(lambda: "AHMAC0024" in e.error_log(), 10, "the primary is found by its name")
+        assert e.status_code("/w/", "tina", "tina's pass") == 200
+        assert note_of_last(e, "tina") == "verified"  # another Redis: not shared
+        assert no_ip.cli("DBSIZE") != "0"
+    finally:
+        problems = farm.cleanup()
+        for f in (good, wrong_name, to_no_ip):
+            f.stop()
+        redis.cleanup()
+        no_ip.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------ configuration
+
+def configtest(lines, pepper=True):
+    farm = Farm()
+    srv = Httpd(name="sentconf")
+    try:
+        srv.global_conf = ("AuthHMACPepperFile %s\n" % farm.pepper if pepper else "") \
+            + "\n".join(lines) + "\n"
+        srv.body = hmac_location("/a/", farm.users, "a")
+        srv.write_config()
+        return srv.configtest()
+    finally:
+        srv.cleanup()
+        farm.cleanup()
+
+
+def test_sentinel_configuration_that_works_passes():
+    rc, out = configtest(["AuthHMACRedisSentinel 10.0.0.1:26379 [::1]:26380 sentinel.example",
+                          "AuthHMACRedisSentinelMaster farm-cache.1"])
+    assert rc == 0, out
+
+
+def test_bad_sentinel_configuration_stops_httpd_naming_the_directive():
+    d = tempfile.mkdtemp(prefix="authn_hmac_sentconf_")
+    loose = os.path.join(d, "loose.auth")
+    with open(loose, "w") as f:
+        f.write("sentinel-pass\n")
+    os.chmod(loose, 0o644)
+    sentinel, master = "AuthHMACRedisSentinel 127.0.0.1:26379", "AuthHMACRedisSentinelMaster m"
+    cases = [
+        ([sentinel, master, "AuthHMACRedisServer 127.0.0.1:6379"],
+         "AuthHMACRedisSentinel and AuthHMACRedisServer exclude each other"),
+        ([sentinel], "AuthHMACRedisSentinel needs AuthHMACRedisSentinelMaster"),
+        ([master], "AuthHMACRedisSentinelMaster needs AuthHMACRedisSentinel"),
+        (["AuthHMACRedisSentinelAuthFile %s" % loose], "AuthHMACRedisSentinelAuthFile:"),
+        (["AuthHMACRedisSentinel /run/sentinel.sock", master],
+         "AuthHMACRedisSentinel: '/run/sentinel.sock': a Sentinel is host:port"),
+        (["AuthHMACRedisSentinel 127.0.0.1:0", master], "AuthHMACRedisSentinel: '127.0.0.1:0'"),
+        ([sentinel, "AuthHMACRedisSentinelMaster my$master"],
+         "AuthHMACRedisSentinelMaster: 'my$master' is bad character"),
+        (["AuthHMACRedisSentinel " + " ".join("10.0.0.%d:26379" % i for i in range(9)), master],
+         "too many Sentinels"),
+        (["AuthHMACRedisTLSServerName redis.example", sentinel, master],
+         "AuthHMACRedisTLSServerName needs AuthHMACRedisTLS on"),
+    ]
+    try:
+        for lines, want in cases:
+            rc, out = configtest(lines)
+            assert rc != 0 and want in out, (lines, want, out)
+        # The farm's pepper, as with AuthHMACRedisServer.
+        rc, out = configtest([sentinel, master], pepper=False)
+        assert rc != 0 and "needs AuthHMACPepperFile" in out, out
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
