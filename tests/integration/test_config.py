@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from harness import IS_ROOT, Httpd, hmac_location, htpasswd
+from harness import IS_ROOT, VALGRIND, Httpd, hmac_location, htpasswd
 
 
 @pytest.fixture
@@ -434,10 +434,13 @@ def test_authuserfile_where_a_user_file_may_apply_warns(srv):
     srv.expect_log(r"AHMAC0020: AuthBasicProvider hmac in <Location /a/>")
     srv.start()
     assert srv.status_code("/a/", "alice", "pw for alice") == 200
-    srv.restart()
-    assert srv.status_code("/a/", "alice", "pw for alice") == 200
+    # NB: under valgrind httpd runs -X, which cannot restart.
+    if not VALGRIND:
+        srv.restart()
+        assert srv.status_code("/a/", "alice", "pw for alice") == 200
     srv.stop()
-    assert srv.error_log().count(warning) == 2, srv.error_log()  # start + restart
+    starts = 1 if VALGRIND else 2  # start (+ restart)
+    assert srv.error_log().count(warning) == starts, srv.error_log()
     assert not srv.log_problems()
 
 
