@@ -433,6 +433,11 @@ def test_bad_sentinel_configuration_stops_httpd_naming_the_directive():
          "too many Sentinels"),
         (["AuthHMACRedisTLSServerName redis.example", sentinel, master],
          "AuthHMACRedisTLSServerName needs AuthHMACRedisTLS on"),
+        # The system store would let a rogue Sentinel name any host with a
+        # public certificate, which would get AUTH and the Redis password.
+        (["AuthHMACRedisTLS on", sentinel, master],
+         "AuthHMACRedisTLS on with AuthHMACRedisSentinel needs "
+         "AuthHMACRedisTLSCACertificateFile or AuthHMACRedisTLSServerName"),
     ]
     try:
         for lines, want in cases:
@@ -441,5 +446,10 @@ def test_bad_sentinel_configuration_stops_httpd_naming_the_directive():
         # The farm's pepper, as with AuthHMACRedisServer.
         rc, out = configtest([sentinel, master], pepper=False)
         assert rc != 0 and "needs AuthHMACPepperFile" in out, out
+        # Either one is enough: the primary must then hold a certificate
+        # from that CA, or for that name.
+        rc, out = configtest(["AuthHMACRedisTLS on", "AuthHMACRedisTLSServerName redis.example",
+                              sentinel, master])
+        assert rc == 0, out
     finally:
         shutil.rmtree(d, ignore_errors=True)
