@@ -322,6 +322,10 @@ static authn_hmac_redis_rc ask(const authn_hmac_redis_conf_t *conf,
                                   why, p);
     if (rc != AUTHN_HMAC_REDIS_OK)
         return rc;
+    /* NB: a primary's ROLE lists its replicas: longer than the replies the
+     * requests read, still bounded. */
+    if (strcmp(argv[0], "ROLE") == 0)
+        authn_hmac_redis_conn_long_replies(c);
     rc = authn_hmac_redis_command(c, argc, argv, lens, deadline, reply, why, p);
     authn_hmac_redis_close(c);
     return rc;

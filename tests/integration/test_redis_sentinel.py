@@ -315,6 +315,28 @@ def test_a_rogue_sentinel_naming_a_rogue_redis_cannot_grant():
     assert not problems, "\n".join(problems)
 
 
+def test_a_primary_with_many_replicas_is_confirmed():
+    """A primary's ROLE lists its replicas: with a dozen of them the reply
+    is longer than any other the module reads, and the primary is still
+    confirmed and used."""
+    primary = FakeRedis(password=PASSWORD).start()
+    primary.names = ("127.0.0.1", primary.port)
+    primary.replicas = 40
+    farm = Farm()
+    problems = []
+    try:
+        a = farm.server([primary.address], "manyA").start()
+        wait_for(lambda: "AHMAC0024" in a.error_log() or "AHMAC0023" in a.error_log(), 10,
+                 "a discovery")
+        assert "AHMAC0024" in a.error_log(), a.error_log_tail()
+        assert a.status_code("/w/", "alice", "alice farm pass") == 200
+        assert "SET" in primary.commands or "EVAL" in primary.commands
+    finally:
+        problems = farm.cleanup()
+        primary.stop()
+    assert not problems, "\n".join(problems)
+
+
 # ---------------------------------------------------------------------- TLS
 
 def test_over_tls_the_sentinels_and_the_primary_are_verified_each_by_its_name():
