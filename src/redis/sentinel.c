@@ -234,7 +234,11 @@ int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
                                      now + apr_time_from_sec(1), 0,
                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return -1;
-    if (ip && (!__atomic_load_n(&sh->gen, __ATOMIC_RELAXED) ||
+    /* NB: an odd count is a writer that died within its write (killed
+     * after the fields, before closing it): rewritten, even if the same,
+     * else no process could read the primary again. */
+    if (ip && ((__atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & 1) ||
+               !__atomic_load_n(&sh->gen, __ATOMIC_RELAXED) ||
                strcmp(sh->ip, ip) != 0 || strcmp(sh->host, host) != 0 ||
                sh->port != port)) {
         uint64_t s = __atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & ~1ULL;
