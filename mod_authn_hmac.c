@@ -615,6 +615,17 @@ static int check_tls(server_rec *s, apr_pool_t *pconf)
     else if (!g.tls.cert_file != !g.tls_key)
         err = g.tls_key ? D_TLSKEY " needs " D_TLSCERT
                         : D_TLSCERT " needs " D_TLSKEY;
+    /* NB: a Sentinel names the primary, and the primary gets AUTH with
+     * the Redis password once its certificate verifies for the name the
+     * Sentinel gave. With the system store any host with a public
+     * certificate (for a name, or now for an address) would verify: a
+     * rogue Sentinel would get the password. Your own CA, or one name
+     * every primary must carry, keeps it among your servers. */
+    else if (g.sentinel.n && !g.tls.ca_file && !g.tls.server_name)
+        err = D_TLS " on with " D_SENT " needs " D_TLSCA " or " D_TLSNAME
+                    " (with the system store, a Sentinel could name any host "
+                    "with a public certificate, and it would get the Redis "
+                    "password)";
     else {
         err = authn_hmac_redis_tls_create(
             &g.redis.tls, &g.tls,

@@ -175,6 +175,11 @@ authn_hmac_redis_conn_t *authn_hmac_redis_conn_wrap(int fd);
 
 void authn_hmac_redis_close(authn_hmac_redis_conn_t *c);
 
+/* Lets c read the longer replies of ROLE (a primary lists each of its
+ * replicas): up to a few kilobytes and a few hundred elements, for the
+ * discovery's connections only (sentinel.c). */
+void authn_hmac_redis_conn_long_replies(authn_hmac_redis_conn_t *c);
+
 /* Sends one command and reads its one reply, both before the deadline
  * (monotonic). The reply may be at most a few hundred bytes: anything
  * longer, or anything after it, is an error, and the connection must then

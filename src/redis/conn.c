@@ -35,15 +35,19 @@
 #include <hiredis/hiredis.h>
 
 #define REPLY_MAX 512 /* bytes; the longest reply is ~270 */
-#define MAX_ADDRS 4
-#define MAX_ARGS  7 /* EVAL script 1 key token result px */
+/* ROLE of a primary: ~30 bytes and ~50 per replica (conn_long_replies). */
+#define LONG_REPLY_MAX 8192
+#define MAX_ADDRS      4
+#define MAX_ARGS       7 /* EVAL script 1 key token result px */
 
 struct authn_hmac_redis_conn {
     int fd;
     struct ssl_st *ssl; /* NULL: plain TCP or a unix socket */
     redisReader *reader;
-    uint64_t epoch; /* the shared outage count when it was made */
-    uint64_t gen;   /* with Sentinel: the primary's generation */
+    uint64_t epoch;   /* the shared outage count when it was made */
+    uint64_t gen;     /* with Sentinel: the primary's generation */
+    size_t reply_max; /* REPLY_MAX, or LONG_REPLY_MAX */
+    int elements_max; /* of an array: MAX_ARRAY_ELEMENTS, or more */
 };
 
 /* ---------------------------------------------------- bounded replies */
@@ -52,7 +56,8 @@ struct authn_hmac_redis_conn {
  * array's element vector before reading it, so a hostile or broken server
  * could make a child allocate gigabytes with "*2000000000". Found by
  * fuzz_redis_reply. */
-#define MAX_ARRAY_ELEMENTS 16
+#define MAX_ARRAY_ELEMENTS      16
+#define LONG_MAX_ARRAY_ELEMENTS 256 /* ROLE's replicas, in LONG_REPLY_MAX */
 
 static redisReplyObjectFunctions limited_fns;
 static void *(*default_create_array)(const redisReadTask *, int);
@@ -60,7 +65,11 @@ static pthread_once_t limited_once = PTHREAD_ONCE_INIT;
 
 static void *limited_create_array(const redisReadTask *task, int elements)
 {
-    if (elements > MAX_ARRAY_ELEMENTS)
+    /* NB: a connection's own bound, through the reader's privdata (which
+     * hiredis gives each task); MAX_ARRAY_ELEMENTS for a bare reader. */
+    const int *max = task->privdata;
+
+    if (elements > (max ? *max : MAX_ARRAY_ELEMENTS))
         return NULL; /* the reader reports an error: a failed command */
     return default_create_array(task, elements);
 }
@@ -230,21 +239,22 @@ static authn_hmac_redis_rc recv_some(authn_hmac_redis_conn_t *c, char *buf,
     }
 }
 
-/* Reads exactly one reply, of at most REPLY_MAX bytes, before the deadline.
- * Anything longer, or bytes after it, is a protocol error. */
+/* Reads exactly one reply, of at most c->reply_max bytes (REPLY_MAX but
+ * for ROLE), before the deadline. Anything longer, or bytes after it, is a
+ * protocol error. */
 static authn_hmac_redis_rc recv_reply(authn_hmac_redis_conn_t *c,
                                       apr_time_t deadline, redisReply **out,
                                       const char *doing, const char **why,
                                       apr_pool_t *p)
 {
-    char buf[REPLY_MAX];
+    char buf[LONG_REPLY_MAX];
     size_t got = 0;
     void *reply = NULL;
 
     *out = NULL;
     for (;;) {
         size_t n = 0;
-        authn_hmac_redis_rc rc = recv_some(c, buf + got, sizeof(buf) - got, &n,
+        authn_hmac_redis_rc rc = recv_some(c, buf + got, c->reply_max - got, &n,
                                            deadline, doing, why, p);
 
         if (rc != AUTHN_HMAC_REDIS_OK)
@@ -255,7 +265,7 @@ static authn_hmac_redis_rc recv_reply(authn_hmac_redis_conn_t *c,
         got += n;
         if (reply)
             break;
-        if (got == sizeof(buf))
+        if (got == c->reply_max)
             return io_fail(why, doing, "reply too long", p);
     }
     if (c->reader->pos < c->reader->len) {
@@ -337,6 +347,8 @@ authn_hmac_redis_conn_t *authn_hmac_redis_conn_wrap(int fd)
     if (!c)
         return NULL;
     c->fd = fd;
+    c->reply_max = REPLY_MAX;
+    c->elements_max = MAX_ARRAY_ELEMENTS;
     c->reader = redisReaderCreate();
     if (!c->reader || !authn_hmac_redis_limit_reader(c->reader)) {
         if (c->reader)
@@ -344,7 +356,14 @@ authn_hmac_redis_conn_t *authn_hmac_redis_conn_wrap(int fd)
         free(c);
         return NULL;
     }
+    c->reader->privdata = &c->elements_max;
     return c;
+}
+
+void authn_hmac_redis_conn_long_replies(authn_hmac_redis_conn_t *c)
+{
+    c->reply_max = LONG_REPLY_MAX;
+    c->elements_max = LONG_MAX_ARRAY_ELEMENTS;
 }
 
 void authn_hmac_redis_close(authn_hmac_redis_conn_t *c)

@@ -234,7 +234,11 @@ int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
                                      now + apr_time_from_sec(1), 0,
                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return -1;
-    if (ip && (!__atomic_load_n(&sh->gen, __ATOMIC_RELAXED) ||
+    /* NB: an odd count is a writer that died within its write (killed
+     * after the fields, before closing it): rewritten, even if the same,
+     * else no process could read the primary again. */
+    if (ip && ((__atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & 1) ||
+               !__atomic_load_n(&sh->gen, __ATOMIC_RELAXED) ||
                strcmp(sh->ip, ip) != 0 || strcmp(sh->host, host) != 0 ||
                sh->port != port)) {
         uint64_t s = __atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & ~1ULL;
@@ -322,6 +326,10 @@ static authn_hmac_redis_rc ask(const authn_hmac_redis_conf_t *conf,
                                   why, p);
     if (rc != AUTHN_HMAC_REDIS_OK)
         return rc;
+    /* NB: a primary's ROLE lists its replicas: longer than the replies the
+     * requests read, still bounded. */
+    if (strcmp(argv[0], "ROLE") == 0)
+        authn_hmac_redis_conn_long_replies(c);
     rc = authn_hmac_redis_command(c, argc, argv, lens, deadline, reply, why, p);
     authn_hmac_redis_close(c);
     return rc;

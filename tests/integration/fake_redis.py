@@ -17,7 +17,7 @@ redis-server with tls-port does.
 
 With `names` = (host, port) it is also a Sentinel: SENTINEL
 get-master-addr-by-name answers that address (whatever master is asked
-for), and ROLE says master.
+for), and ROLE says master (listing `replicas` replicas).
 """
 import os
 import socket
@@ -36,6 +36,7 @@ class FakeRedis:
         self.tls = tls
         self.mode = "record"
         self.names = None
+        self.replicas = 0    # how many replicas ROLE lists
         self.gap = 0.03
         self.delay = 0.3
         self.store = {}      # key -> value, as SET wrote it
@@ -150,7 +151,12 @@ class FakeRedis:
                     reply = b"*2\r\n" + bulk(self.names[0].encode()) \
                         + bulk(b"%d" % self.names[1])
                 elif name == b"ROLE":
-                    reply = b"*3\r\n" + bulk(b"master") + b":0\r\n*0\r\n"
+                    # As Redis answers: each replica's address, port and
+                    # replication offset.
+                    reply = b"*3\r\n" + bulk(b"master") + b":3129659\r\n*%d\r\n" \
+                        % self.replicas + b"".join(
+                            b"*3\r\n" + bulk(b"10.0.1.%d" % (100 + i)) + bulk(b"6379")
+                            + bulk(b"3129242") for i in range(self.replicas))
                 elif name == b"GET":
                     reply = self._answer_get(cmd[1])
                 elif name == b"PTTL":

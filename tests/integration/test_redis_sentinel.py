@@ -315,6 +315,28 @@ def test_a_rogue_sentinel_naming_a_rogue_redis_cannot_grant():
     assert not problems, "\n".join(problems)
 
 
+def test_a_primary_with_many_replicas_is_confirmed():
+    """A primary's ROLE lists its replicas: with a dozen of them the reply
+    is longer than any other the module reads, and the primary is still
+    confirmed and used."""
+    primary = FakeRedis(password=PASSWORD).start()
+    primary.names = ("127.0.0.1", primary.port)
+    primary.replicas = 40
+    farm = Farm()
+    problems = []
+    try:
+        a = farm.server([primary.address], "manyA").start()
+        wait_for(lambda: "AHMAC0024" in a.error_log() or "AHMAC0023" in a.error_log(), 10,
+                 "a discovery")
+        assert "AHMAC0024" in a.error_log(), a.error_log_tail()
+        assert a.status_code("/w/", "alice", "alice farm pass") == 200
+        assert "SET" in primary.commands or "EVAL" in primary.commands
+    finally:
+        problems = farm.cleanup()
+        primary.stop()
+    assert not problems, "\n".join(problems)
+
+
 # ---------------------------------------------------------------------- TLS
 
 def test_over_tls_the_sentinels_and_the_primary_are_verified_each_by_its_name():
@@ -433,6 +455,11 @@ def test_bad_sentinel_configuration_stops_httpd_naming_the_directive():
          "too many Sentinels"),
         (["AuthHMACRedisTLSServerName redis.example", sentinel, master],
          "AuthHMACRedisTLSServerName needs AuthHMACRedisTLS on"),
+        # The system store would let a rogue Sentinel name any host with a
+        # public certificate, which would get AUTH and the Redis password.
+        (["AuthHMACRedisTLS on", sentinel, master],
+         "AuthHMACRedisTLS on with AuthHMACRedisSentinel needs "
+         "AuthHMACRedisTLSCACertificateFile or AuthHMACRedisTLSServerName"),
     ]
     try:
         for lines, want in cases:
@@ -441,5 +468,10 @@ def test_bad_sentinel_configuration_stops_httpd_naming_the_directive():
         # The farm's pepper, as with AuthHMACRedisServer.
         rc, out = configtest([sentinel, master], pepper=False)
         assert rc != 0 and "needs AuthHMACPepperFile" in out, out
+        # Either one is enough: the primary must then hold a certificate
+        # from that CA, or for that name.
+        rc, out = configtest(["AuthHMACRedisTLS on", "AuthHMACRedisTLSServerName redis.example",
+                              sentinel, master])
+        assert rc == 0, out
     finally:
         shutil.rmtree(d, ignore_errors=True)

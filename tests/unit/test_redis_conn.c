@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <apr_strings.h>
 #include <hiredis/hiredis.h>
 
 /* A server on the other end of a socket pair: writes `len` bytes of `data`,
@@ -40,6 +41,8 @@ static pid_t fake_server(int fd, const char *data, size_t len, size_t chunk,
     return pid;
 }
 
+static int long_replies; /* get_over's connection reads ROLE's replies */
+
 static authn_hmac_redis_rc get_over(const char *data, size_t len, size_t chunk,
                                     int gap_ms, int timeout_ms,
                                     apr_time_t *took, size_t *unread,
@@ -60,6 +63,8 @@ static authn_hmac_redis_rc get_over(const char *data, size_t len, size_t chunk,
     fcntl(sv[0], F_SETFL, O_NONBLOCK);
     pid = fake_server(sv[1], data, len, chunk, gap_ms);
     c = authn_hmac_redis_conn_wrap(sv[0]);
+    if (long_replies)
+        authn_hmac_redis_conn_long_replies(c);
     t0 = authn_hmac_monotonic();
     rc = authn_hmac_redis_command(
         c, 2, argv, lens, t0 + apr_time_from_msec(timeout_ms), &r, why, p);
@@ -142,6 +147,48 @@ static void test_huge_array_refused(apr_pool_t *p)
     redisReaderFree(rd);
 }
 
+/* A primary's ROLE, listing n replicas as Redis does. */
+static const char *role_reply(int n, apr_pool_t *p)
+{
+    const char *r =
+        apr_psprintf(p, "*3\r\n$6\r\nmaster\r\n:3129659\r\n*%d\r\n", n);
+    int i;
+
+    for (i = 0; i < n; i++)
+        r = apr_psprintf(p,
+                         "%s*3\r\n$10\r\n10.0.1.%03d\r\n$4\r\n6379\r\n"
+                         "$7\r\n3129242\r\n",
+                         r, i);
+    return r;
+}
+
+/* ROLE of a primary with many replicas is read on a connection allowed
+ * long replies (the discovery's), still bounded; others keep the cap. */
+static void test_long_replies(apr_pool_t *p)
+{
+    const char *role = role_reply(40, p), *why = "";
+    size_t unread = 0;
+    apr_time_t took = 0;
+    char *big = apr_palloc(p, 10000);
+
+    CHECK(strlen(role) > 1500);
+    CHECK(get_over(role, strlen(role), strlen(role), 0, 2000, &took, &unread,
+                   &why, p) == AUTHN_HMAC_REDIS_ERROR);
+    long_replies = 1;
+    CHECK(get_over(role, strlen(role), strlen(role), 0, 2000, &took, &unread,
+                   &why, p) == AUTHN_HMAC_REDIS_OK);
+    role = role_reply(300, p); /* too many elements, and too long */
+    CHECK(get_over(role, strlen(role), strlen(role), 0, 2000, &took, &unread,
+                   &why, p) == AUTHN_HMAC_REDIS_ERROR);
+    memcpy(big, "$10000000\r\n", 11);
+    memset(big + 11, 'x', 10000 - 11);
+    CHECK(get_over(big, 10000, 10000, 0, 2000, &took, &unread, &why, p) ==
+          AUTHN_HMAC_REDIS_ERROR);
+    CHECK(strstr(why, "reply too long") != NULL);
+    CHECK(unread >= 10000 - 8192);
+    long_replies = 0;
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -149,5 +196,6 @@ int main(void)
     RUN(test_huge_array_refused, p);
     RUN(test_reply_size_cap, p);
     RUN(test_trickle_deadline, p);
+    RUN(test_long_replies, p);
     return unit_end();
 }

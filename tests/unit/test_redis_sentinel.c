@@ -212,6 +212,16 @@ static void test_shared(apr_pool_t *p)
                                      t + MS(700)) == 1);
     CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 3 &&
           !strcmp(ip, "::1") && !strcmp(host, "redis-2.internal"));
+    /* A writer killed within its write, after the fields but before the
+     * closing count, left the count odd: nobody can read the primary.
+     * The next look repairs it, even with the same answer. */
+    __atomic_add_fetch(&sh.seq, 1, __ATOMIC_RELAXED);
+    CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 0);
+    CHECK((c = authn_hmac_sentinel_claim(&sh, t + MS(1300), MS(3000))) != 0);
+    CHECK(authn_hmac_sentinel_finish(&sh, c, "::1", "redis-2.internal", 6379,
+                                     t + MS(1400)) == 1);
+    CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 4 &&
+          !strcmp(ip, "::1") && port == 6379);
 }
 
 /* The pool's view: an address to connect to, taken only when new, with
