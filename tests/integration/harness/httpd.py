@@ -305,7 +305,10 @@ Timeout 30
             if not pid or not os.path.exists("/proc/%d" % pid):
                 return
             time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # it ended between the last look and now
 
     def error_log(self):
         try:
