@@ -2,14 +2,12 @@
 never turning into a 500 or a grant without a check."""
 import os
 import re
-import shutil
-import tempfile
 import threading
 import time
 
 import pytest
 
-from harness import VALGRIND, Httpd, Redis, hmac_location, htpasswd
+from harness import VALGRIND, FarmFiles, Httpd, Redis, hmac_location, htpasswd
 
 
 def wiki(srv, users):
@@ -19,21 +17,7 @@ def wiki(srv, users):
 OUTAGE = r"\[authn_hmac:warn\].*Redis at .* is unavailable"
 
 
-class Shared:
-    """What the servers of a farm share: a pepper and an htpasswd file."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="authn_hmac_farm_")
-        os.chmod(self.dir, 0o755)
-        self.pepper = os.path.join(self.dir, "pepper")
-        with open(self.pepper, "wb") as f:
-            f.write(os.urandom(32))
-        os.chmod(self.pepper, 0o600)
-        self.users = os.path.join(self.dir, "users")
-        htpasswd(self.users, "alice", "alice farm pass", create=True)
-
-    def cleanup(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
+Shared = FarmFiles
 
 
 def farm_server(shared, redis, extra="", name="farm", mpm=None, auth=True):

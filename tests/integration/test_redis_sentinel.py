@@ -15,7 +15,7 @@ import pytest
 
 from conftest import MPMS
 from fake_redis import FakeRedis
-from harness import VALGRIND, Httpd, Redis, TestCA, basic, hmac_location, htpasswd
+from harness import VALGRIND, FarmFiles, Httpd, Redis, TestCA, basic, hmac_location, htpasswd
 from harness.sentinel import Sentinel
 
 MASTER = "mymaster"
@@ -27,18 +27,11 @@ FAILOVER_LOG = [r"\[authn_hmac:warn\].*AHMAC0004: Redis at .* is unavailable",
                 r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary"]
 
 
-class Farm:
+class Farm(FarmFiles):
     """A pepper and an htpasswd file, shared by the servers of a farm."""
 
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="authn_hmac_sentinel_farm_")
-        os.chmod(self.dir, 0o755)
-        self.pepper = os.path.join(self.dir, "pepper")
-        with open(self.pepper, "wb") as f:
-            f.write(os.urandom(32))
-        os.chmod(self.pepper, 0o600)
-        self.users = os.path.join(self.dir, "users")
-        htpasswd(self.users, "alice", "alice farm pass", create=True)
+        super().__init__(prefix="authn_hmac_sentinel_farm_")
         self.servers = []
 
     def auth_file(self, name, text):
@@ -75,7 +68,7 @@ class Farm:
             s.stop()
             problems += s.log_problems()
             s.cleanup()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        super().cleanup()
         return problems
 
 

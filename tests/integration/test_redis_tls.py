@@ -9,14 +9,13 @@ import re
 import shutil
 import ssl
 import subprocess
-import tempfile
 import time
 
 import pytest
 
 from conftest import MPMS
 from fake_redis import FakeRedis
-from harness import VALGRIND, Httpd, Redis, TestCA, hmac_location, htpasswd
+from harness import VALGRIND, FarmFiles, Httpd, Redis, TestCA, hmac_location, htpasswd
 
 OUTAGE = r"\[authn_hmac:warn\].*AHMAC0004: Redis at .* is unavailable"
 ACL = ("farm", "farm-acl-pass-over-tls")
@@ -32,19 +31,12 @@ ONE_CHILD = {
 ONE_CHILD["event"] = ONE_CHILD["worker"]
 
 
-class Farm:
+class Farm(FarmFiles):
     """What the servers of a farm share: a pepper, an htpasswd file, and
     the CA that signed their Redis's certificate."""
 
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="authn_hmac_tlsfarm_")
-        os.chmod(self.dir, 0o755)
-        self.pepper = os.path.join(self.dir, "pepper")
-        with open(self.pepper, "wb") as f:
-            f.write(os.urandom(32))
-        os.chmod(self.pepper, 0o600)
-        self.users = os.path.join(self.dir, "users")
-        htpasswd(self.users, "alice", "alice tls pass", cost=4, create=True)
+        super().__init__(prefix="authn_hmac_tlsfarm_", password="alice tls pass", cost=4)
         self.ca = TestCA(dir=os.path.join(self.dir, "ca"))
 
     def redis(self, cert=None, auth_clients=False, client=None):
@@ -77,9 +69,6 @@ class Farm:
         with open(srv.path("htdocs", "index.html"), "w") as f:
             f.write("wiki page\n")
         return srv
-
-    def cleanup(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -5,13 +5,14 @@ tests/integration on sys.path and import it as the tests do:
 `from harness import Httpd, htpasswd`."""
 from .client import Flood, ab, basic, get, parse_ab
 from .delay_proxy import DelayProxy
+from .farm import FarmFiles
 from .env import COST, IS_ROOT, S, VALGRIND, free_port, run_user, settings
 from .httpd import EXPECTED_LOG, MPM_CONF, Httpd, hmac_auth, hmac_location, htpasswd
 from .proc import busy_ticks, children, cpu_ticks, proc_stat, rss_kb
 from .redis_server import Redis
 from .tls import TestCA
 
-__all__ = ["COST", "EXPECTED_LOG", "IS_ROOT", "MPM_CONF", "S", "VALGRIND", "DelayProxy", "Flood",
+__all__ = ["COST", "EXPECTED_LOG", "IS_ROOT", "MPM_CONF", "S", "VALGRIND", "DelayProxy", "FarmFiles", "Flood",
            "Httpd", "Redis", "TestCA", "ab", "basic", "busy_ticks", "children", "cpu_ticks",
            "free_port", "get", "hmac_auth", "hmac_location", "htpasswd", "parse_ab",
            "proc_stat", "rss_kb", "run_user", "settings"]
