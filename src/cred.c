@@ -6,6 +6,7 @@
  *   entry  names a cache entry: MAC(digest, password)
  *   user   names a user's bucket: MAC(scope, user)
  *   value  authenticates what Redis gives back
+ *   index  authenticates the blocks of a shared htpasswd index
  * (and a fourth, negative, names a refused credential as entry does). The
  * digest is the SHA-256 of the encoding of (scope, user, stored hash): no
  * secret, so the index of the file keeps it with the user's entry, and a
@@ -36,7 +37,7 @@ typedef struct {
 } hmac_key_t;
 
 struct authn_hmac_mac {
-    hmac_key_t entry, user, value, negative, dummy;
+    hmac_key_t entry, user, value, negative, dummy, index;
     authn_hmac_secret_t *page; /* where this structure lives */
 };
 
@@ -194,6 +195,7 @@ apr_status_t authn_hmac_mac_create(authn_hmac_mac_t **out,
     derive(&m->value, pepper, AUTHN_HMAC_LABEL_VALUE);
     derive(&m->negative, pepper, AUTHN_HMAC_LABEL_NEGATIVE);
     derive(&m->dummy, pepper, AUTHN_HMAC_LABEL_DUMMY);
+    derive(&m->index, pepper, AUTHN_HMAC_LABEL_INDEX);
     m->page = page;
     *out = m;
     return APR_SUCCESS;
@@ -361,4 +363,22 @@ void authn_hmac_value_tag(const authn_hmac_mac_t *mac,
     SHA256_Update(&ctx, uid, AUTHN_HMAC_KEY_LEN);
     SHA256_Update(&ctx, body, len);
     hmac_finish(&mac->value, &ctx, tag);
+}
+
+void authn_hmac_index_tag(const authn_hmac_mac_t *mac,
+                          const unsigned char vkey[AUTHN_HMAC_DIGEST_LEN],
+                          uint32_t block, const void *data, size_t len,
+                          unsigned char tag[AUTHN_HMAC_KEY_LEN])
+{
+    SHA256_CTX ctx = mac->index.inner;
+    unsigned char b[4];
+
+    b[0] = (unsigned char)(block >> 24);
+    b[1] = (unsigned char)(block >> 16);
+    b[2] = (unsigned char)(block >> 8);
+    b[3] = (unsigned char)block;
+    SHA256_Update(&ctx, vkey, AUTHN_HMAC_DIGEST_LEN);
+    SHA256_Update(&ctx, b, sizeof(b));
+    SHA256_Update(&ctx, data, len);
+    hmac_finish(&mac->index, &ctx, tag);
 }

@@ -2,6 +2,7 @@
  * view that rebuilds it when the file changes. */
 #include "authn_hmac/htpasswd.h"
 #include "authn_hmac/cred.h"
+#include "authn_hmac/util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -9,10 +10,12 @@
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,259 +29,63 @@
 
 #include <openssl/evp.h>
 
-#define MAX_BAD_REPORTS 10u /* malformed lines logged one by one */
-
+/* A file's index, in memory of p (authn_hmac_htpasswd_parse). */
 struct authn_hmac_htpasswd {
-    apr_hash_t *users; /* user -> entry_t */
-    unsigned bad;
-    const char *typical; /* a hash of the file's typical cost, or NULL */
-    size_t typical_len;
+    authn_hmac_index_t v;
 };
-
-/* A user's id and digest, worked out on the user's first lookup with a MAC
- * and kept with the entry for the life of the index (see lookup_id). */
-typedef struct {
-    const authn_hmac_mac_t *mac;
-    size_t scope_len;
-    unsigned char id[AUTHN_HMAC_KEY_LEN];
-    unsigned char digest[AUTHN_HMAC_DIGEST_LEN];
-    char scope[]; /* the scope they were made for */
-} memo_t;
-
-typedef struct {
-    const char *hash;
-    size_t len;
-    memo_t *memo; /* set once, atomically; freed with the index */
-} entry_t;
-
-/* One line, read as mod_authn_file reads it: trimmed as ap_cfg_getline
- * trims; the user is what comes before the first ':', the hash what comes
- * after the run of ':' that follows, up to the next ':' ("user:hash:extra"
- * has the hash "hash"). A line without a hash still names its user, who
- * then can never log in, as with mod_authn_file. Returns NULL, or why the
- * line is odd (it is then warned about). */
-static const char *parse_line(apr_hash_t *users, char *l, size_t len,
-                              apr_pool_t *p)
-{
-    char *colon, *hash, *hash_end, *end = l + len;
-    const char *why = NULL;
-    entry_t *e;
-
-    while (l < end && apr_isspace(*l))
-        l++;
-    while (end > l && apr_isspace(end[-1]))
-        end--;
-    if (l == end || *l == '#')
-        return NULL;
-    colon = memchr(l, ':', (size_t)(end - l));
-    hash = colon ? colon : end;
-    while (hash < end && *hash == ':')
-        hash++;
-    hash_end = memchr(hash, ':', (size_t)(end - hash));
-    if (!hash_end)
-        hash_end = end;
-    if (!colon)
-        why = "has no ':' separator; the user it names cannot log in";
-    else if (colon == l)
-        why = "has an empty user name";
-    else if (hash == hash_end)
-        why = "has an empty password hash; the user cannot log in";
-    if (!colon)
-        colon = end;
-    *colon = '\0';
-    *hash_end = '\0';
-    if (apr_hash_get(users, l, (apr_ssize_t)(colon - l)))
-        return why; /* the first line for a user wins */
-    e = apr_palloc(p, sizeof(*e));
-    e->hash = hash;
-    e->len = (size_t)(hash_end - hash);
-    e->memo = NULL;
-    apr_hash_set(users, l, (apr_ssize_t)(colon - l), e);
-    return why;
-}
-
-/* The bcrypt cost of a "$2y$NN$..." hash, or -1 for another scheme. */
-static int bcrypt_cost(const char *h, size_t len)
-{
-    if (len < 7 || h[0] != '$' || h[1] != '2' || h[3] != '$' || h[6] != '$' ||
-        !apr_isdigit(h[4]) || !apr_isdigit(h[5]))
-        return -1;
-    return (h[4] - '0') * 10 + (h[5] - '0');
-}
-
-static int by_value(const void *a, const void *b)
-{
-    return *(const int *)a - *(const int *)b;
-}
-
-int authn_hmac_hash_locked(const char *hash, size_t len)
-{
-    return len == 0 || hash[0] == '!' || hash[0] == '*';
-}
-
-/* The template of the hash that unknown and locked users are checked
- * against (authn_hmac_dummy_hash), so that they cost what known users
- * cost: one of the file's own, at the median bcrypt cost (or any, in a file
- * without bcrypt), never a locked one. */
-static void choose_typical(authn_hmac_htpasswd_t *idx, apr_pool_t *p)
-{
-    unsigned n = apr_hash_count(idx->users), nb = 0;
-    const entry_t *pick = NULL;
-    apr_hash_index_t *hi;
-    int *costs, median;
-
-    if (!n)
-        return;
-    costs = apr_palloc(p, sizeof(int) * n);
-    for (hi = apr_hash_first(p, idx->users); hi; hi = apr_hash_next(hi)) {
-        const entry_t *e = apr_hash_this_val(hi);
-        int cost = bcrypt_cost(e->hash, e->len);
-
-        if (authn_hmac_hash_locked(e->hash, e->len))
-            continue;
-        if (!pick)
-            pick = e;
-        if (cost >= 0)
-            costs[nb++] = cost;
-    }
-    if (nb) {
-        qsort(costs, nb, sizeof(int), by_value);
-        median = costs[nb / 2];
-        for (hi = apr_hash_first(p, idx->users); hi; hi = apr_hash_next(hi)) {
-            const entry_t *e = apr_hash_this_val(hi);
-
-            if (bcrypt_cost(e->hash, e->len) == median) {
-                pick = e;
-                break;
-            }
-        }
-    }
-    if (pick) {
-        idx->typical = pick->hash;
-        idx->typical_len = pick->len;
-    }
-}
-
-const char *authn_hmac_htpasswd_typical(const authn_hmac_htpasswd_t *idx,
-                                        size_t *len)
-{
-    *len = idx->typical_len;
-    return idx->typical;
-}
-
-/* The next logical line from *pos, as ap_cfg_getline reads it: a line
- * ending in '\\' (before its LF or CRLF) goes on with the next one, the
- * backslash removed; a NUL ends the line, and the rest of its physical line
- * is dropped. The line is joined in place at *line; returns its length and
- * sets *nul when a NUL cut it. */
-static size_t next_line(char **pos, char *end, char **line, unsigned *lineno,
-                        int *nul)
-{
-    char *w = *pos;
-
-    *line = *pos;
-    *nul = 0;
-    while (*pos < end) {
-        char *nl = memchr(*pos, '\n', (size_t)(end - *pos));
-        char *e = nl ? nl : end;
-        char *z = memchr(*pos, '\0', (size_t)(e - *pos));
-        int more = 0;
-
-        (*lineno)++;
-        if (z) {
-            *nul = 1;
-            e = z;
-        }
-        else if (nl) {
-            if (e > *pos && e[-1] == '\r')
-                e--;
-            if (e > *pos && e[-1] == '\\') {
-                e--;
-                more = 1;
-            }
-        }
-        memmove(w, *pos, (size_t)(e - *pos));
-        w += e - *pos;
-        *pos = nl ? nl + 1 : end;
-        if (!more)
-            break;
-    }
-    return (size_t)(w - *line);
-}
-
-static apr_status_t free_memos(void *data)
-{
-    authn_hmac_htpasswd_t *idx = data;
-    apr_hash_index_t *hi;
-
-    for (hi = apr_hash_first(NULL, idx->users); hi; hi = apr_hash_next(hi))
-        free(((entry_t *)apr_hash_this_val(hi))->memo);
-    return APR_SUCCESS;
-}
 
 apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
                                        size_t len, authn_hmac_badline_fn bad,
                                        void *baton, apr_pool_t *p)
 {
     authn_hmac_htpasswd_t *idx = apr_pcalloc(p, sizeof(*idx));
-    char *pos = buf, *end = buf + len;
-    unsigned lineno = 0;
+    size_t cap = authn_hmac_index_bound(buf, len), used;
+    void *area = apr_palloc(p, cap);
+    apr_status_t rv;
 
-    idx->users = apr_hash_make(p);
-    apr_pool_cleanup_register(p, idx, free_memos, apr_pool_cleanup_null);
-    while (pos < end) {
-        unsigned first = lineno + 1;
-        char *line;
-        int nul;
-        size_t l = next_line(&pos, end, &line, &lineno, &nul);
-        const char *why;
-
-        /* NB: the terminators written by parse_line land inside what the
-         * line took of the buffer, or on the byte past it, which callers
-         * reserve. */
-        why = parse_line(idx->users, line, l, p);
-        if (nul)
-            why = "contains a NUL byte; the rest of the line is ignored";
-        if (why) {
-            /* NB: at most MAX_BAD_REPORTS lines a reading, then one line
-             * for the rest: a file named in .htaccess is its author's to
-             * fill, and a file of bad lines must not flood the log. */
-            if (bad && idx->bad < MAX_BAD_REPORTS)
-                bad(baton, first, why);
-            idx->bad++;
-        }
-    }
-    if (bad && idx->bad > MAX_BAD_REPORTS)
-        bad(baton, lineno,
-            apr_psprintf(p,
-                         "is the last of %u malformed lines; the %u after "
-                         "the first %u are not reported one by one",
-                         idx->bad, idx->bad - MAX_BAD_REPORTS,
-                         MAX_BAD_REPORTS));
-    choose_typical(idx, p);
-    *out = idx;
-    return APR_SUCCESS;
+    rv = authn_hmac_index_build(area, cap, buf, len, NULL, 0, NULL, bad, baton,
+                                &used);
+    if (rv == APR_SUCCESS)
+        rv = authn_hmac_index_open(&idx->v, area, used, NULL);
+    if (rv == APR_SUCCESS)
+        *out = idx;
+    return rv;
 }
 
 const char *authn_hmac_htpasswd_get(const authn_hmac_htpasswd_t *idx,
                                     const char *user, size_t *hash_len)
 {
-    const entry_t *e = apr_hash_get(idx->users, user, APR_HASH_KEY_STRING);
+    authn_hmac_index_entry_t e;
+    uint32_t ord;
+    uint64_t off = authn_hmac_index_find(&idx->v, user, strlen(user), &ord);
 
-    if (!e)
+    if (!off || authn_hmac_index_entry(&idx->v, off, NULL, &e) != APR_SUCCESS)
         return NULL;
-    *hash_len = e->len;
-    return e->hash;
+    *hash_len = e.hash_len;
+    return e.hash;
+}
+
+const char *authn_hmac_htpasswd_typical(const authn_hmac_htpasswd_t *idx,
+                                        size_t *len)
+{
+    authn_hmac_index_entry_t e;
+    uint64_t off = authn_hmac_index_typical(&idx->v);
+
+    *len = 0;
+    if (!off || authn_hmac_index_entry(&idx->v, off, NULL, &e) != APR_SUCCESS)
+        return NULL;
+    *len = e.hash_len;
+    return e.hash;
 }
 
 unsigned authn_hmac_htpasswd_count(const authn_hmac_htpasswd_t *idx)
 {
-    return apr_hash_count(idx->users);
+    return idx->v.count;
 }
 
 unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx)
 {
-    return idx->bad;
+    return idx->v.bad;
 }
 
 /* ------------------------------------------------------ per-process view */
@@ -291,12 +98,46 @@ unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx)
  * within the same timestamp; such an index is read once more later. */
 #define RACY_WINDOW apr_time_from_sec(1)
 
+/* A user's id and digest, worked out on the user's first lookup with a MAC
+ * and kept for the life of the generation (see user_id), with the entry's
+ * user and hash as read (from a checked copy, for a shared index). */
+typedef struct memo {
+    struct memo *next; /* the generation's memos, to free */
+    const authn_hmac_mac_t *mac;
+    size_t scope_len, user_len, hash_len;
+    unsigned char id[AUTHN_HMAC_KEY_LEN];
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN];
+    char text[]; /* scope, then user NUL, then hash NUL */
+} memo_t;
+
+/* Memos a generation keeps at most, per process: a user past them works
+ * its id out on each hit (about a microsecond). */
+#define MEMO_MAX 16384u
+
+/* The version's metadata, kept in the index (and bound into a shared
+ * one's tags): the file as it was when read, and what was read. */
+typedef struct {
+    uint64_t dev, ino;
+    int64_t size, mtime, ctime;
+    uint32_t racy, summed;
+    unsigned char sum[32]; /* SHA-256 of what was read, if summed */
+    char path[];           /* NUL-terminated */
+} meta_t;
+
 /* One reading of the file: never changed once published, so that lookups
  * read it without a lock. */
 typedef struct {
     apr_pool_t *pool; /* holds all of it */
-    authn_hmac_htpasswd_t *idx;
-    apr_finfo_t st; /* the file as it was when idx was read */
+    authn_hmac_index_t v;
+    void *mem; /* the index: this process's own, or a shared version mapped */
+    size_t mem_size;
+    uint64_t version; /* the shared version's number; 0: this process's own */
+    memo_t **memos;   /* by entry number; NULL: none kept */
+    memo_t *memo_list;
+    uint32_t memos_made;
+    struct authn_hmac_userfile *uf;
+    apr_off_t reserved; /* of the budget */
+    apr_finfo_t st;     /* the file as it was when idx was read */
     int racy;
     uint64_t checked; /* the watcher's events when a stat() found it fresh */
     unsigned char sum[32]; /* SHA-256 of what was read, if summed */
@@ -328,6 +169,14 @@ struct authn_hmac_userfile {
     uint64_t watch;    /* the watcher instance that watches it, or 0 */
     apr_off_t max_size;
     authn_hmac_budget_t *budget; /* holds current's size, or NULL */
+    int wd; /* the file's inotify watch, or -1 */
+    authn_hmac_share_t *share; /* NULL: every process reads the file */
+    unsigned slot;
+    const authn_hmac_mac_t *mac; /* the shared versions' tags */
+    authn_hmac_warn_fn warn;
+    void *warn_baton;
+    int unshared; /* sharing failed in this process: it reads the file */
+    unsigned built, adopted; /* shared versions; under lock */
 };
 
 /* ------------------------------------------------------------ watching */
@@ -381,6 +230,8 @@ static struct {
     uint64_t events; /* moved on before and after each drain: even while
                         one is under way; never 0 */
     int dirs[WATCH_DIRS], files[WATCH_FILES];
+    apr_time_t writing[WATCH_FILES]; /* since a file was modified and not
+                                        closed after (monotonic), or 0 */
     int ndirs, nfiles, atfork;
 } w = {PTHREAD_MUTEX_INITIALIZER,
        -1,
@@ -390,6 +241,7 @@ static struct {
        0,
        0,
        1,
+       {0},
        {0},
        {0},
        0,
@@ -435,22 +287,23 @@ static int find(const int *list, int n, int wd)
     return -1;
 }
 
-/* Watches a file (under w.lock); 0 if it cannot. A replaced file's watch
- * goes when its inode does. */
+/* Watches a file (under w.lock): its watch, or -1 if it cannot. A
+ * replaced file's watch goes when its inode does. */
 static int watch_file(const char *path)
 {
     int wd = inotify_add_watch(w.fd, path, FILE_MASK);
 
     if (wd < 0)
-        return 0;
+        return -1;
     if (find(w.files, w.nfiles, wd) >= 0)
-        return 1;
+        return wd;
     if (w.nfiles == WATCH_FILES) {
         (void)inotify_rm_watch(w.fd, wd);
-        return 0;
+        return -1;
     }
+    w.writing[w.nfiles] = 0;
     w.files[w.nfiles++] = wd;
-    return 1;
+    return wd;
 }
 
 /* Watches a directory (under w.lock); 0 if it cannot. */
@@ -495,8 +348,14 @@ static void drain(void)
                   (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)) &&
                  find(w.dirs, w.ndirs, ev->wd) >= 0))
                 __atomic_store_n(&w.broken, 1, __ATOMIC_SEQ_CST);
-            else if ((ev->mask & IN_IGNORED) && i >= 0)
+            else if ((ev->mask & IN_IGNORED) && i >= 0) {
                 w.files[i] = w.files[--w.nfiles];
+                w.writing[i] = w.writing[w.nfiles];
+            }
+            else if (i >= 0 && (ev->mask & IN_CLOSE_WRITE))
+                w.writing[i] = 0; /* the writer is done */
+            else if (i >= 0 && (ev->mask & IN_MODIFY) && !w.writing[i])
+                w.writing[i] = authn_hmac_monotonic();
             q += sizeof(*ev) + ev->len;
         }
     }
@@ -587,7 +446,7 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
 {
     char *real = realpath(uf->path, NULL), *slash;
     struct statfs fs;
-    int ok = 0;
+    int ok = 0, wd;
 
     /* NB: a symbolic link anywhere on the path could be changed without an
      * event on what is watched (a Kubernetes ConfigMap is one). */
@@ -616,7 +475,9 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
     }
     if (w.id != 0 && !w.broken) {
         *slash = '/';
-        ok = watch_file(real);
+        wd = watch_file(real);
+        ok = wd >= 0;
+        __atomic_store_n(&uf->wd, wd, __ATOMIC_RELAXED);
         *slash = '\0';
         ok = ok && watch_dir(real, DIR_MASK);
         while (ok && (slash = strrchr(real, '/')) != NULL && slash != real) {
@@ -643,7 +504,7 @@ static void rewatch(authn_hmac_userfile_t *uf, apr_file_t *f)
     apr_os_file_t fd = -1;
     struct statfs fs;
     char proc[64];
-    int ok = 0;
+    int ok = 0, wd;
 
     if (!watched(uf))
         return;
@@ -651,8 +512,10 @@ static void rewatch(authn_hmac_userfile_t *uf, apr_file_t *f)
         fstatfs(fd, &fs) == 0 && local_fs(&fs)) {
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
         pthread_mutex_lock(&w.lock);
-        ok = watch_file(proc);
+        wd = watch_file(proc);
         pthread_mutex_unlock(&w.lock);
+        ok = wd >= 0;
+        __atomic_store_n(&uf->wd, wd, __ATOMIC_RELAXED);
     }
     if (!ok)
         __atomic_store_n(&uf->watch, 0, __ATOMIC_RELEASE);
@@ -663,6 +526,7 @@ authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path, apr_pool_t *p)
     authn_hmac_userfile_t *uf = apr_pcalloc(p, sizeof(*uf));
 
     uf->path = apr_pstrdup(p, path);
+    uf->wd = -1;
     uf->max_size = (apr_off_t)1 << 30; /* 1 GiB of users is not htpasswd */
     uf->stripes = (stripe_t *)(((uintptr_t)apr_pcalloc(
                                     p, STRIPES * sizeof(stripe_t) + 63) +
@@ -744,90 +608,6 @@ static void publish(authn_hmac_userfile_t *uf, generation_t *g)
         apr_pool_destroy(old->pool);
 }
 
-/* Reads and indexes the file, and publishes it; called with uf->lock held.
- * On failure no generation is left: nothing stale can be used. */
-static apr_status_t rebuild(authn_hmac_userfile_t *uf,
-                            authn_hmac_badline_fn bad, void *baton,
-                            uint64_t events)
-{
-    apr_pool_t *np = NULL;
-    apr_file_t *f = NULL;
-    generation_t *g;
-    apr_finfo_t st;
-    apr_size_t got;
-    char *buf;
-    apr_status_t rv;
-    int reserved = 0;
-
-    /* NB: the generation it replaces is gone when this returns, read or
-     * not: its bytes go back to the budget now. */
-    if (uf->current)
-        release(uf, uf->current->st.size);
-    rv = apr_pool_create(&np, uf->pool);
-    if (rv != APR_SUCCESS) {
-        publish(uf, NULL);
-        return rv;
-    }
-    g = apr_pcalloc(np, sizeof(*g));
-    g->pool = np;
-    memset(&st, 0, sizeof(st));
-    /* NB: non-blocking, so that a FIFO put at the path cannot hold the
-     * worker in open(); its type is refused just below. */
-    rv = apr_file_open(&f, uf->path, APR_FOPEN_READ | APR_FOPEN_NONBLOCK,
-                       APR_OS_DEFAULT, np);
-    if (rv == APR_SUCCESS) {
-        /* NB: watched before its fstat(): a write made between the two
-         * through a name not watched is in the size read, or queued. */
-        rewatch(uf, f);
-        rv = apr_file_info_get(&st, USERFILE_WANTED, f);
-        if (rv == APR_INCOMPLETE)
-            rv = APR_SUCCESS;
-    }
-    if (rv == APR_SUCCESS && st.filetype != APR_REG)
-        rv = APR_EBADF;
-    if (rv == APR_SUCCESS && st.size > uf->max_size)
-        rv = APR_ENOSPC;
-    if (rv != APR_SUCCESS)
-        goto done;
-    if (!reserve(uf, st.size)) {
-        rv = APR_ENOSPC;
-        goto done;
-    }
-    reserved = 1;
-    buf = apr_palloc(np, (apr_size_t)st.size + 1);
-    got = (apr_size_t)st.size;
-    rv = apr_file_read_full(f, buf, got, &got);
-    if (rv == APR_EOF)
-        rv = APR_SUCCESS; /* shrank since fstat: the next stat sees it */
-    if (rv != APR_SUCCESS)
-        goto done;
-    buf[got] = '\0';
-    /* NB: the same bytes as the reading before (a racy file read again)
-     * had their bad lines told then. */
-    g->summed = EVP_Digest(buf, got, g->sum, NULL, EVP_sha256(), NULL) == 1;
-    if (g->summed && uf->current && uf->current->summed &&
-        memcmp(uf->current->sum, g->sum, sizeof(g->sum)) == 0)
-        bad = NULL;
-    rv = authn_hmac_htpasswd_parse(&g->idx, buf, got, bad, baton, np);
-    if (rv != APR_SUCCESS)
-        goto done;
-    uf->reads++;
-    g->st = st;
-    g->racy = apr_time_now() - changed(&st) < RACY_WINDOW;
-    g->checked = events; /* counted before the file was watched and read */
-done:
-    if (f)
-        apr_file_close(f);
-    if (rv != APR_SUCCESS) {
-        if (reserved)
-            release(uf, st.size);
-        apr_pool_destroy(np);
-        g = NULL;
-    }
-    publish(uf, g);
-    return rv;
-}
-
 /* Whether g answers for the file as now stat()ed, with the watcher's
  * count of events (0: not watched). A generation read within a second of
  * a change is racy: a further change in the same timestamp tick, of the
@@ -844,69 +624,6 @@ static int fresh(const generation_t *g, const apr_finfo_t *now, uint64_t events)
         return 1;
     return apr_time_now() - changed(now) < RACY_WINDOW && events != 0 &&
            __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events;
-}
-
-/* What a lookup asks for and gets. */
-typedef struct {
-    const char *user;
-    const authn_hmac_mac_t *mac; /* NULL: no id wanted */
-    const char *scope;
-    size_t scope_len;
-    const char **hash;
-    size_t *hash_len;
-    unsigned char *id;
-    unsigned char *digest;
-} ask_t;
-
-/* The user's id and digest: the memo's, if made for this MAC and scope;
- * else worked out, and kept if the entry has none yet (of threads that
- * race, the first to publish keeps it). NB: the memo is whole before it is
- * published, and never changed after: readers take no lock. */
-static void user_id(entry_t *e, const ask_t *a)
-{
-    memo_t *m = __atomic_load_n(&e->memo, __ATOMIC_ACQUIRE), *n, *none = NULL;
-    size_t ul = strlen(a->user);
-
-    if (m && m->mac == a->mac && m->scope_len == a->scope_len &&
-        memcmp(m->scope, a->scope, a->scope_len) == 0) {
-        memcpy(a->id, m->id, AUTHN_HMAC_KEY_LEN);
-        memcpy(a->digest, m->digest, AUTHN_HMAC_DIGEST_LEN);
-        return;
-    }
-    authn_hmac_user_id(a->mac, a->scope, a->scope_len, a->user, ul, a->id);
-    authn_hmac_cred_digest(a->scope, a->scope_len, a->user, ul, e->hash, e->len,
-                           a->digest);
-    if (m || !(n = malloc(sizeof(*n) + a->scope_len)))
-        return;
-    n->mac = a->mac;
-    n->scope_len = a->scope_len;
-    memcpy(n->id, a->id, AUTHN_HMAC_KEY_LEN);
-    memcpy(n->digest, a->digest, AUTHN_HMAC_DIGEST_LEN);
-    memcpy(n->scope, a->scope, a->scope_len);
-    if (!__atomic_compare_exchange_n(&e->memo, &none, n, 0, __ATOMIC_RELEASE,
-                                     __ATOMIC_RELAXED))
-        free(n);
-}
-
-/* The user's hash (a copy in p) and id; or the file's typical hash and
- * APR_NOTFOUND (no such user) or AUTHN_HMAC_LOCKED (a locked line). */
-static apr_status_t answer(const generation_t *g, const ask_t *a, apr_pool_t *p)
-{
-    entry_t *e = apr_hash_get(g->idx->users, a->user, APR_HASH_KEY_STRING);
-    size_t hl = 0;
-    const char *h;
-
-    if (!e || authn_hmac_hash_locked(e->hash, e->len)) {
-        h = authn_hmac_htpasswd_typical(g->idx, &hl);
-        *a->hash = h ? apr_pstrmemdup(p, h, hl) : NULL;
-        *a->hash_len = h ? hl : 0;
-        return e ? AUTHN_HMAC_LOCKED : APR_NOTFOUND;
-    }
-    *a->hash = apr_pstrmemdup(p, e->hash, e->len);
-    *a->hash_len = e->len;
-    if (a->mac)
-        user_id(e, a);
-    return APR_SUCCESS;
 }
 
 #ifndef PAUSE_POINT
@@ -937,6 +654,605 @@ static stripe_t *enter(authn_hmac_userfile_t *uf, uint64_t *e)
     return st;
 }
 
+/* A shared version of a 1 GiB file takes a few seconds to build: past
+ * this, a waiting lookup reads the file itself. */
+#define SHARE_WAIT apr_time_from_sec(5)
+/* A writer that holds the file open is waited for this long. */
+#define WRITE_WAIT apr_time_from_sec(1)
+/* What answer() returns for an entry of a shared version that does not
+ * verify (altered since it was written). */
+#define CORRUPT (APR_OS_START_USERERR + 2)
+
+static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    if (!uf->warn)
+        return;
+    va_start(ap, fmt);
+    apr_vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    uf->warn(uf->warn_baton, msg);
+}
+
+void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
+                               authn_hmac_share_t *sh, unsigned slot,
+                               const authn_hmac_mac_t *mac,
+                               authn_hmac_warn_fn warn_fn, void *baton)
+{
+    uf->share = sh && mac ? sh : NULL;
+    uf->slot = slot;
+    uf->mac = mac;
+    uf->warn = warn_fn;
+    uf->warn_baton = baton;
+}
+
+static apr_status_t generation_free(void *data)
+{
+    generation_t *g = data;
+
+    while (g->memo_list) {
+        memo_t *m = g->memo_list;
+
+        g->memo_list = m->next;
+        free(m);
+    }
+    free(g->memos);
+    if (g->mem)
+        munmap(g->mem, g->mem_size);
+    if (g->reserved)
+        release(g->uf, g->reserved);
+    return APR_SUCCESS;
+}
+
+static generation_t *generation_make(authn_hmac_userfile_t *uf)
+{
+    apr_pool_t *np;
+    generation_t *g;
+
+    if (apr_pool_create(&np, uf->pool) != APR_SUCCESS)
+        return NULL;
+    g = apr_pcalloc(np, sizeof(*g));
+    g->pool = np;
+    g->uf = uf;
+    apr_pool_cleanup_register(np, g, generation_free, apr_pool_cleanup_null);
+    return g;
+}
+
+/* Opens the index at g->mem (with mac: only a tagged one), and makes room
+ * for its memos. */
+static apr_status_t generation_open(generation_t *g, size_t size,
+                                    const authn_hmac_mac_t *mac)
+{
+    apr_status_t rv = authn_hmac_index_open(&g->v, g->mem, size, mac);
+
+    /* NB: by entry number, zeroed pages the kernel gives only when a
+     * memo is kept (calloc maps a large array). */
+    if (rv == APR_SUCCESS && g->v.count)
+        g->memos = calloc(g->v.count, sizeof(*g->memos));
+    return rv;
+}
+
+static void destroy(generation_t *g)
+{
+    if (g)
+        apr_pool_destroy(g->pool);
+}
+
+/* Reads the file into memory of its own (*buf, to munmap *cap bytes):
+ * *st as fstat() saw it before, *torn when it changed while read. */
+static apr_status_t read_file(authn_hmac_userfile_t *uf, char **buf,
+                              size_t *len, size_t *cap, apr_finfo_t *st,
+                              int *torn, apr_pool_t *tp)
+{
+    apr_file_t *f = NULL;
+    apr_finfo_t after;
+    apr_size_t got;
+    apr_status_t rv;
+
+    *buf = NULL;
+    memset(st, 0, sizeof(*st));
+    /* NB: non-blocking, so that a FIFO put at the path cannot hold the
+     * worker in open(); its type is refused just below. */
+    rv = apr_file_open(&f, uf->path, APR_FOPEN_READ | APR_FOPEN_NONBLOCK,
+                       APR_OS_DEFAULT, tp);
+    if (rv != APR_SUCCESS)
+        return rv;
+    /* NB: watched before its fstat(): a write made between the two
+     * through a name not watched is in the size read, or queued. */
+    rewatch(uf, f);
+    rv = apr_file_info_get(st, USERFILE_WANTED, f);
+    if (rv == APR_INCOMPLETE)
+        rv = APR_SUCCESS;
+    if (rv == APR_SUCCESS && st->filetype != APR_REG)
+        rv = APR_EBADF;
+    if (rv == APR_SUCCESS && st->size > uf->max_size)
+        rv = APR_ENOSPC;
+    if (rv == APR_SUCCESS) {
+        /* NB: not in a pool, whose allocator would keep the pages. */
+        *cap = (size_t)st->size + 1;
+        *buf = mmap(NULL, *cap, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (*buf == MAP_FAILED) {
+            *buf = NULL;
+            rv = APR_ENOMEM;
+        }
+    }
+    if (rv == APR_SUCCESS) {
+        got = (apr_size_t)st->size;
+        rv = apr_file_read_full(f, *buf, got, &got);
+        if (rv == APR_EOF)
+            rv = APR_SUCCESS; /* shrank since fstat */
+        (*buf)[got] = '\0';
+        *len = got;
+        *torn = got != (apr_size_t)st->size ||
+                apr_file_info_get(&after, USERFILE_WANTED, f) !=
+                    APR_SUCCESS ||
+                !same_file(st, &after);
+    }
+    apr_file_close(f);
+    if (rv != APR_SUCCESS && *buf) {
+        munmap(*buf, *cap);
+        *buf = NULL;
+    }
+    return rv;
+}
+
+/* The metadata of a reading, in p. */
+static meta_t *meta_make(const authn_hmac_userfile_t *uf, const apr_finfo_t *st,
+                         int racy, int summed, const unsigned char *sum,
+                         size_t *len, apr_pool_t *p)
+{
+    size_t pl = strlen(uf->path);
+    meta_t *m;
+
+    *len = sizeof(*m) + pl + 1;
+    if (*len > AUTHN_HMAC_INDEX_META_MAX)
+        return NULL;
+    m = apr_pcalloc(p, *len);
+    m->dev = (uint64_t)st->device;
+    m->ino = (uint64_t)st->inode;
+    m->size = st->size;
+    m->mtime = st->mtime;
+    m->ctime = st->ctime;
+    m->racy = (uint32_t)racy;
+    m->summed = (uint32_t)summed;
+    if (summed)
+        memcpy(m->sum, sum, sizeof(m->sum));
+    memcpy(m->path, uf->path, pl + 1);
+    return m;
+}
+
+/* Builds the index of buf as a new shared version and maps it; an error
+ * if it cannot (no space, no directory). */
+static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
+                                 char *buf, size_t len, const meta_t *m,
+                                 size_t ml, authn_hmac_badline_fn bad,
+                                 void *baton)
+{
+    size_t cap = authn_hmac_index_bound(buf, len), used = 0;
+    authn_hmac_share_new_t n;
+    apr_status_t rv;
+    uint64_t version = 0;
+
+    rv = authn_hmac_share_begin(uf->share, uf->slot, cap, &n);
+    if (rv != APR_SUCCESS)
+        return rv;
+    PAUSE_POINT(3);
+    rv = authn_hmac_index_build(n.mem, cap, buf, len, m, ml, uf->mac, bad,
+                                baton, &used);
+    rv = authn_hmac_share_end(uf->share, uf->slot, &n,
+                              rv == APR_SUCCESS ? used : 0, &version);
+    if (rv == APR_SUCCESS)
+        rv = authn_hmac_share_map(uf->share, uf->slot, version, cap, &g->mem,
+                                  &g->mem_size);
+    if (rv == APR_SUCCESS)
+        rv = generation_open(g, g->mem_size, uf->mac);
+    if (rv == APR_SUCCESS) {
+        g->version = version;
+        uf->built++;
+    }
+    return rv;
+}
+
+/* Builds the index of buf in this process's own memory. */
+static apr_status_t build_private(generation_t *g, char *buf, size_t len,
+                                  const meta_t *m, size_t ml,
+                                  authn_hmac_badline_fn bad, void *baton)
+{
+    size_t cap = authn_hmac_index_bound(buf, len), used = 0;
+    apr_status_t rv;
+
+    g->mem = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g->mem == MAP_FAILED) {
+        g->mem = NULL;
+        return APR_ENOMEM;
+    }
+    g->mem_size = cap;
+    rv = authn_hmac_index_build(g->mem, cap, buf, len, m, ml, NULL, bad, baton,
+                                &used);
+    return rv == APR_SUCCESS ? generation_open(g, used, NULL) : rv;
+}
+
+/* Reads and indexes the file (as a shared version if share), and
+ * publishes it; called with uf->lock held. On failure no generation is
+ * left: nothing stale can be used. A reading that the file changed under
+ * (a writer at work) leaves the generation of before in place, if any:
+ * this lookup's stat() came before the change. */
+static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
+                         void *baton, uint64_t events, int share)
+{
+    generation_t *g = NULL, *cur = uf->current;
+    apr_pool_t *tp = NULL;
+    apr_finfo_t st;
+    size_t len = 0, cap = 0, ml = 0;
+    char *buf = NULL;
+    int torn = 0, racy, summed;
+    unsigned char sum[32];
+    meta_t *m;
+    apr_status_t rv;
+
+    /* NB: the generation it replaces goes when this returns, read or not:
+     * its bytes go back to the budget now. */
+    if (cur && cur->reserved) {
+        release(uf, cur->reserved);
+        cur->reserved = 0;
+    }
+    rv = apr_pool_create(&tp, uf->pool);
+    if (rv == APR_SUCCESS)
+        rv = read_file(uf, &buf, &len, &cap, &st, &torn, tp);
+    if (rv == APR_SUCCESS && torn && cur) {
+        munmap(buf, cap);
+        apr_pool_destroy(tp);
+        return APR_SUCCESS;
+    }
+    if (rv == APR_SUCCESS && !(g = generation_make(uf)))
+        rv = APR_ENOMEM;
+    if (rv != APR_SUCCESS)
+        goto done;
+    racy = torn || apr_time_now() - changed(&st) < RACY_WINDOW;
+    /* NB: a racy reading is summed, for other processes to check it
+     * against the file, and the one after it, to tell whether its bad
+     * lines were told already. */
+    summed = racy || (cur && cur->summed);
+    if (summed)
+        summed = EVP_Digest(buf, len, sum, NULL, EVP_sha256(), NULL) == 1;
+    if (summed && cur && cur->summed && memcmp(cur->sum, sum, sizeof(sum)) == 0)
+        bad = NULL; /* the same bytes: their bad lines were told */
+    m = meta_make(uf, &st, racy, summed, sum, &ml, tp);
+    if (!m) {
+        rv = APR_ENAMETOOLONG;
+        goto done;
+    }
+    rv = APR_EGENERAL;
+    if (share && !torn) {
+        rv = build_shared(uf, g, buf, len, m, ml, bad, baton);
+        if (rv != APR_SUCCESS) {
+            warn(uf,
+                 "cannot share the index of %s with the other processes "
+                 "(%pm); this process keeps its own",
+                 uf->path, &rv);
+            destroy(g);
+            g = generation_make(uf);
+            bad = NULL; /* told already */
+            rv = g ? APR_EGENERAL : APR_ENOMEM;
+        }
+    }
+    if (g && rv != APR_SUCCESS) {
+        if (!reserve(uf, st.size)) {
+            rv = APR_ENOSPC;
+            goto done;
+        }
+        g->reserved = st.size;
+        rv = build_private(g, buf, len, m, ml, bad, baton);
+    }
+    if (rv == APR_SUCCESS) {
+        uf->reads++;
+        g->st = st;
+        g->racy = racy;
+        g->summed = summed;
+        memcpy(g->sum, sum, sizeof(sum));
+        g->checked = events; /* counted before the file was watched and read */
+    }
+done:
+    if (buf)
+        munmap(buf, cap);
+    if (tp)
+        apr_pool_destroy(tp);
+    if (rv != APR_SUCCESS) {
+        destroy(g);
+        g = NULL;
+    }
+    publish(uf, g);
+    return rv;
+}
+
+/* Takes the shared version numbered version for this process, if it
+ * answers for the file as now stat()ed: read from it (its metadata says,
+ * bound into its tags), and not racy, or racy but read within the second
+ * and the same bytes as the file holds now (read again here to tell: this
+ * process's watcher cannot vouch for another's reading). Called with
+ * uf->lock held; whether it took it. */
+static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
+                 const apr_finfo_t *now, uint64_t events)
+{
+    generation_t *g = generation_make(uf);
+    const meta_t *m;
+    apr_finfo_t st;
+
+    if (!g)
+        return 0;
+    if (authn_hmac_share_map(uf->share, uf->slot, version,
+                             (size_t)uf->max_size * 2 + (64u << 20), &g->mem,
+                             &g->mem_size) != APR_SUCCESS ||
+        generation_open(g, g->mem_size, uf->mac) != APR_SUCCESS ||
+        g->v.meta_len < sizeof(meta_t) + 1)
+        goto no;
+    m = (const meta_t *)(const void *)g->v.meta; /* a private copy */
+    if (g->v.meta[g->v.meta_len - 1] != '\0' || strcmp(m->path, uf->path) != 0)
+        goto no;
+    memset(&st, 0, sizeof(st));
+    st.filetype = APR_REG;
+    st.device = (apr_dev_t)m->dev;
+    st.inode = (apr_ino_t)m->ino;
+    st.size = (apr_off_t)m->size;
+    st.mtime = (apr_time_t)m->mtime;
+    st.ctime = (apr_time_t)m->ctime;
+    if (!same_file(&st, now))
+        goto no;
+    if (m->racy) {
+        apr_pool_t *tp;
+        apr_finfo_t rst;
+        char *buf = NULL;
+        size_t len, cap;
+        int torn = 1, same = 0;
+        unsigned char sum[32];
+
+        if (!m->summed || apr_time_now() - changed(now) >= RACY_WINDOW ||
+            events == 0 || apr_pool_create(&tp, uf->pool) != APR_SUCCESS)
+            goto no;
+        if (read_file(uf, &buf, &len, &cap, &rst, &torn, tp) == APR_SUCCESS) {
+            same = !torn && same_file(&rst, now) &&
+                   EVP_Digest(buf, len, sum, NULL, EVP_sha256(), NULL) == 1 &&
+                   memcmp(sum, m->sum, sizeof(sum)) == 0;
+            munmap(buf, cap);
+        }
+        apr_pool_destroy(tp);
+        if (!same)
+            goto no;
+        memcpy(g->sum, m->sum, sizeof(g->sum));
+        g->summed = 1;
+    }
+    g->st = st;
+    g->racy = (int)m->racy;
+    g->version = version;
+    g->checked = events;
+    uf->adopted++;
+    publish(uf, g);
+    return 1;
+no:
+    destroy(g);
+    return 0;
+}
+
+/* Makes the index answer for the file as now stat()ed: a shared version
+ * another process made, or one made here (shared when the slot's lock
+ * comes within SHARE_WAIT, else this process's own). Called with uf->lock
+ * held. */
+static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
+                            uint64_t events, authn_hmac_badline_fn bad,
+                            void *baton)
+{
+    apr_status_t rv;
+    int tries;
+
+    for (tries = 0; uf->share && !uf->unshared && tries < 3; tries++) {
+        uint64_t v = authn_hmac_share_version(uf->share, uf->slot);
+
+        if (v && (!uf->current || uf->current->version != v) &&
+            adopt(uf, v, now, events))
+            return APR_SUCCESS;
+        rv = authn_hmac_share_lock(uf->share, uf->slot, SHARE_WAIT);
+        if (rv == APR_TIMEUP) {
+            warn(uf,
+                 "the shared index of %s was not ready within %d s; this "
+                 "request reads the file itself",
+                 uf->path, (int)apr_time_sec(SHARE_WAIT));
+            break;
+        }
+        if (rv != APR_SUCCESS) {
+            warn(uf, "cannot lock the shared index of %s (%pm); this process "
+                     "keeps its own", uf->path, &rv);
+            uf->unshared = 1;
+            break;
+        }
+        /* NB: another process may have published while this one waited. */
+        if (authn_hmac_share_version(uf->share, uf->slot) != v) {
+            authn_hmac_share_unlock(uf->share, uf->slot);
+            continue;
+        }
+        rv = load(uf, bad, baton, events, 1);
+        authn_hmac_share_unlock(uf->share, uf->slot);
+        return rv;
+    }
+    return load(uf, bad, baton, events, 0);
+}
+
+/* What a lookup asks for and gets. */
+typedef struct {
+    const char *user;
+    const authn_hmac_mac_t *mac; /* NULL: no id wanted */
+    const char *scope;
+    size_t scope_len;
+    const char **hash;
+    size_t *hash_len;
+    unsigned char *id;
+    unsigned char *digest;
+} ask_t;
+
+static int memo_for(const memo_t *m, const ask_t *a, size_t ul)
+{
+    return m->mac == a->mac && m->scope_len == a->scope_len &&
+           m->user_len == ul && memcmp(m->text, a->scope, a->scope_len) == 0 &&
+           memcmp(m->text + m->scope_len, a->user, ul) == 0;
+}
+
+/* The user's id and digest, worked out from the entry (a checked copy),
+ * and kept in a memo if the entry has none yet and the generation keeps
+ * fewer than MEMO_MAX (of threads that race, the first to publish keeps
+ * it). NB: the memo is whole before it is published, and never changed
+ * after: readers take no lock. */
+static void user_id(generation_t *g, const authn_hmac_index_entry_t *e,
+                    const ask_t *a)
+{
+    memo_t *n, *none = NULL;
+    size_t tl = a->scope_len + e->user_len + e->hash_len + 2;
+
+    authn_hmac_user_id(a->mac, a->scope, a->scope_len, e->user, e->user_len,
+                       a->id);
+    authn_hmac_cred_digest(a->scope, a->scope_len, e->user, e->user_len,
+                           e->hash, e->hash_len, a->digest);
+    if (!g->memos ||
+        __atomic_load_n(&g->memos_made, __ATOMIC_RELAXED) >= MEMO_MAX ||
+        __atomic_load_n(&g->memos[e->ord], __ATOMIC_RELAXED) ||
+        !(n = malloc(sizeof(*n) + tl)))
+        return;
+    n->mac = a->mac;
+    n->scope_len = a->scope_len;
+    n->user_len = e->user_len;
+    n->hash_len = e->hash_len;
+    memcpy(n->id, a->id, AUTHN_HMAC_KEY_LEN);
+    memcpy(n->digest, a->digest, AUTHN_HMAC_DIGEST_LEN);
+    memcpy(n->text, a->scope, a->scope_len);
+    memcpy(n->text + a->scope_len, e->user, e->user_len + 1);
+    memcpy(n->text + a->scope_len + e->user_len + 1, e->hash, e->hash_len + 1);
+    n->next = __atomic_load_n(&g->memo_list, __ATOMIC_RELAXED);
+    if (!__atomic_compare_exchange_n(&g->memos[e->ord], &none, n, 0,
+                                     __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+        free(n);
+        return;
+    }
+    __atomic_add_fetch(&g->memos_made, 1, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&g->memo_list, &n->next, n, 0,
+                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        ;
+}
+
+/* The user's hash (a copy in p) and id; or the file's typical hash and
+ * APR_NOTFOUND (no such user) or AUTHN_HMAC_LOCKED (a locked line); or
+ * CORRUPT for a shared version altered since it was written. NB: an
+ * unknown user's typical hash is read and checked as a known user's entry
+ * is, so that both cost the same. */
+static apr_status_t answer(generation_t *g, const ask_t *a, apr_pool_t *p)
+{
+    unsigned char copy[AUTHN_HMAC_INDEX_COPY];
+    authn_hmac_index_entry_t e;
+    size_t ul = strlen(a->user);
+    uint32_t ord = 0;
+    uint64_t off = authn_hmac_index_find(&g->v, a->user, ul, &ord), t;
+    const memo_t *m;
+
+    if (off && a->mac && g->memos && ord < g->v.count &&
+        (m = __atomic_load_n(&g->memos[ord], __ATOMIC_ACQUIRE)) != NULL &&
+        memo_for(m, a, ul)) {
+        *a->hash = apr_pstrmemdup(p, m->text + m->scope_len + ul + 1,
+                                  m->hash_len);
+        *a->hash_len = m->hash_len;
+        memcpy(a->id, m->id, AUTHN_HMAC_KEY_LEN);
+        memcpy(a->digest, m->digest, AUTHN_HMAC_DIGEST_LEN);
+        return APR_SUCCESS;
+    }
+    if (off) {
+        if (authn_hmac_index_entry(&g->v, off, copy, &e) != APR_SUCCESS ||
+            e.user_len != ul || memcmp(e.user, a->user, ul) != 0)
+            return CORRUPT;
+        if (!authn_hmac_hash_locked(e.hash, e.hash_len)) {
+            *a->hash = apr_pstrmemdup(p, e.hash, e.hash_len);
+            *a->hash_len = e.hash_len;
+            if (a->mac)
+                user_id(g, &e, a);
+            return APR_SUCCESS;
+        }
+    }
+    *a->hash = NULL;
+    *a->hash_len = 0;
+    if ((t = authn_hmac_index_typical(&g->v)) != 0) {
+        if (authn_hmac_index_entry(&g->v, t, copy, &e) != APR_SUCCESS ||
+            authn_hmac_hash_locked(e.hash, e.hash_len))
+            return CORRUPT;
+        *a->hash = apr_pstrmemdup(p, e.hash, e.hash_len);
+        *a->hash_len = e.hash_len;
+    }
+    return off ? AUTHN_HMAC_LOCKED : APR_NOTFOUND;
+}
+
+/* Whether a writer holds the file open: modified, not closed after,
+ * since less than WRITE_WAIT. */
+static int writing(const authn_hmac_userfile_t *uf)
+{
+    int i, wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
+    apr_time_t since = 0;
+
+    if (wd < 0)
+        return 0;
+    pthread_mutex_lock(&w.lock);
+    if ((i = find(w.files, w.nfiles, wd)) >= 0)
+        since = w.writing[i];
+    pthread_mutex_unlock(&w.lock);
+    return since && authn_hmac_monotonic() - since < WRITE_WAIT;
+}
+
+/* Answers from the generation there is, without a stat(): under no lock,
+ * or 0 if there is none. */
+static int answer_current(authn_hmac_userfile_t *uf, const ask_t *a,
+                          apr_pool_t *p, uint64_t events, int any,
+                          apr_status_t *rv)
+{
+    stripe_t *st;
+    generation_t *g;
+    uint64_t e;
+    int done = 0;
+
+    st = enter(uf, &e);
+    g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
+    PAUSE_POINT(2);
+    if (g && (any || (!g->racy && __atomic_load_n(&g->checked,
+                                                  __ATOMIC_SEQ_CST) == events))) {
+        *rv = answer(g, a, p);
+        done = *rv != CORRUPT;
+    }
+    __atomic_sub_fetch(&st->n[e], 1, __ATOMIC_SEQ_CST);
+    return done;
+}
+
+/* The answer from uf->current, under uf->lock: a shared version that does
+ * not verify is dropped, and the file read by this process from then on. */
+static apr_status_t answer_locked(authn_hmac_userfile_t *uf, const ask_t *a,
+                                  apr_pool_t *p, uint64_t events)
+{
+    apr_status_t rv;
+
+    if (!uf->current)
+        return APR_EGENERAL;
+    rv = answer(uf->current, a, p);
+    if (rv == CORRUPT) {
+        warn(uf,
+             "the shared index of %s does not verify (altered since it was "
+             "written); this process reads the file itself",
+             uf->path);
+        uf->unshared = 1;
+        rv = load(uf, NULL, NULL, events, 0);
+        if (rv == APR_SUCCESS)
+            rv = uf->current ? answer(uf->current, a, p) : APR_EGENERAL;
+    }
+    return rv;
+}
+
 static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
                            authn_hmac_badline_fn bad, void *baton,
                            apr_pool_t *p)
@@ -953,16 +1269,14 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
     /* The common case, without a lock: a watched file that nothing has
      * happened to since a stat() found its generation fresh. */
     if (watched(uf) && (events = watch_events()) != 0) {
-        st = enter(uf, &e);
-        g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
-        PAUSE_POINT(2);
-        if (g && !g->racy &&
-            __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events) {
-            rv = answer(g, a, p);
-            done = 1;
-        }
-        __atomic_sub_fetch(&st->n[e], 1, __ATOMIC_SEQ_CST);
-        if (done)
+        if (answer_current(uf, a, p, events, 0, &rv))
+            return rv;
+        /* NB: a writer holds the file open (htpasswd copies its new
+         * version over the old one): for a second at most, the version of
+         * before answers, not a prefix of the new one; the writer's close
+         * is queued within the close() itself, so that a completed change
+         * is never answered from the old one. */
+        if (writing(uf) && answer_current(uf, a, p, events, 1, &rv))
             return rv;
     }
     /* NB: the file is stat()ed before the index is read: a change that
@@ -991,21 +1305,20 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
         rv = answer(g, a, p);
         /* NB: the count was read before the stat(): what happened after
          * it is in the queue, and moves the count on. */
-        if (events)
+        if (events && rv != CORRUPT)
             __atomic_store_n(&g->checked, events, __ATOMIC_SEQ_CST);
-        done = 1;
+        done = rv != CORRUPT;
     }
     __atomic_sub_fetch(&st->n[e], 1, __ATOMIC_SEQ_CST);
     if (done)
         return rv;
-    /* The file changed (or was never read): one rebuild, under the lock. */
+    /* The file changed (or was never read): one refresh, under the lock. */
     apr_thread_mutex_lock(uf->lock);
+    rv = APR_SUCCESS;
     if (!fresh(uf->current, &now, events))
-        rv = rebuild(uf, bad, baton, events);
-    if (rv == APR_SUCCESS && uf->current)
-        rv = answer(uf->current, a, p);
-    else if (rv == APR_SUCCESS)
-        rv = APR_EGENERAL;
+        rv = refresh(uf, &now, events, bad, baton);
+    if (rv == APR_SUCCESS)
+        rv = answer_locked(uf, a, p, events);
     apr_thread_mutex_unlock(uf->lock);
     return rv;
 }
@@ -1031,6 +1344,15 @@ apr_status_t authn_hmac_userfile_lookup_id(
     ask_t a = {user, mac, scope, scope_len, hash, hash_len, id, digest};
 
     return lookup(uf, &a, bad, baton, p);
+}
+
+void authn_hmac_userfile_shared(authn_hmac_userfile_t *uf, unsigned *built,
+                                unsigned *adopted)
+{
+    apr_thread_mutex_lock(uf->lock);
+    *built = uf->built;
+    *adopted = uf->adopted;
+    apr_thread_mutex_unlock(uf->lock);
 }
 
 unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf)

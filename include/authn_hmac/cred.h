@@ -20,6 +20,7 @@
 #define AUTHN_HMAC_LABEL_VALUE    "authn_hmac v2 value"    /* Redis value tag */
 #define AUTHN_HMAC_LABEL_NEGATIVE "authn_hmac v2 negative" /* refused creds */
 #define AUTHN_HMAC_LABEL_DUMMY    "authn_hmac v2 dummy"    /* dummy hashes */
+#define AUTHN_HMAC_LABEL_INDEX    "authn_hmac v2 index"    /* shared index */
 
 /* Receives the encoding piece by piece. */
 typedef void (*authn_hmac_sink_fn)(void *baton, const void *data, size_t len);
@@ -115,6 +116,14 @@ void authn_hmac_user_id(const authn_hmac_mac_t *mac, const char *scope,
 void authn_hmac_value_tag(const authn_hmac_mac_t *mac,
                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                           const void *body, size_t len,
+                          unsigned char tag[AUTHN_HMAC_KEY_LEN]);
+
+/* tag = HMAC-SHA256(index subkey, vkey | block | data): authenticates one
+ * block of a shared htpasswd index (index.h), vkey naming the file's
+ * version it was read from. Thread-safe. */
+void authn_hmac_index_tag(const authn_hmac_mac_t *mac,
+                          const unsigned char vkey[AUTHN_HMAC_DIGEST_LEN],
+                          uint32_t block, const void *data, size_t len,
                           unsigned char tag[AUTHN_HMAC_KEY_LEN]);
 
 /* A user's cached credentials: at most PER_USER, in shared memory and in

@@ -1,17 +1,16 @@
-/* authn_hmac/htpasswd.h: the htpasswd index: a file's parser, and the
- * per-process view of a file that is read again when it changes. */
+/* authn_hmac/htpasswd.h: the htpasswd index: a file's parser, and a
+ * process's view of a file that is read again when it changes, shared by
+ * the server's children where authn_hmac_userfile_share set it up. */
 #ifndef AUTHN_HMAC_HTPASSWD_H
 #define AUTHN_HMAC_HTPASSWD_H
 
 #include "authn_hmac/cred.h"
+#include "authn_hmac/index.h"
+#include "authn_hmac/share.h"
 
 #include <apr_errno.h>
 
 typedef struct authn_hmac_htpasswd authn_hmac_htpasswd_t;
-
-/* Called once per malformed line; never given the line itself. */
-typedef void (*authn_hmac_badline_fn)(void *baton, unsigned lineno,
-                                      const char *why);
 
 /* Parses an htpasswd file held in buf (modified in place; it must live as
  * long as p, and have one writable byte past len). Blank lines and '#' comments
@@ -26,10 +25,6 @@ const char *authn_hmac_htpasswd_get(const authn_hmac_htpasswd_t *idx,
                                     const char *user, size_t *hash_len);
 
 unsigned authn_hmac_htpasswd_count(const authn_hmac_htpasswd_t *idx);
-
-/* Whether a line's hash locks its user out: empty ("carol:"), or starting
- * with '!' or '*' ("dave:!", as in /etc/shadow), which no scheme writes. */
-int authn_hmac_hash_locked(const char *hash, size_t len);
 
 /* A hash of the file's typical cost (one of its own, at the median bcrypt
  * cost; never a locked one), the template of the dummy hash that unknown
@@ -55,6 +50,18 @@ typedef struct {
  * budget->max bytes. A file over either is refused with APR_ENOSPC. */
 void authn_hmac_userfile_limit(authn_hmac_userfile_t *uf, apr_off_t max_bytes,
                                authn_hmac_budget_t *budget);
+
+/* Tells what goes wrong with sharing (never a password or a hash). */
+typedef void (*authn_hmac_warn_fn)(void *baton, const char *msg);
+
+/* Before child_init, in the parent: the view's versions are shared in slot
+ * of sh, their blocks tagged under mac, and what cannot be shared (no
+ * space, a version altered) is told to warn; the view then reads the file
+ * itself, as it does without sh. */
+void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
+                               authn_hmac_share_t *sh, unsigned slot,
+                               const authn_hmac_mac_t *mac,
+                               authn_hmac_warn_fn warn, void *baton);
 
 /* Once per child process, before any lookup. */
 apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
@@ -99,5 +106,10 @@ apr_status_t authn_hmac_userfile_lookup_id(
 
 /* How many times this process has read the file (for tests). */
 unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
+
+/* How many versions this process built and shared, and took from another
+ * (for tests and status). */
+void authn_hmac_userfile_shared(authn_hmac_userfile_t *uf, unsigned *built,
+                                unsigned *adopted);
 
 #endif /* AUTHN_HMAC_HTPASSWD_H */
