@@ -19,6 +19,7 @@
 #include "ap_mpm.h"
 #include "mod_status.h"
 #include "mod_core.h"
+#include "unixd.h"
 
 #include "apr_md5.h"
 #include "apr_shm.h"
@@ -27,6 +28,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <bsd/string.h>
 
@@ -1062,6 +1064,8 @@ static int attach_segment(retained_t *rd, apr_size_t size, server_rec *s,
     return OK;
 }
 
+static void share_userfiles(server_rec *s, apr_pool_t *pconf);
+
 static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                        server_rec *s)
 {
@@ -1114,7 +1118,65 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                      "AHMAC0015: cannot derive the keys");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
+    share_userfiles(s, pconf);
     return attach_segment(rd, size, s, pconf);
+}
+
+/* What goes wrong with sharing a file's index, in a child. */
+static void share_warn(void *baton, const char *msg)
+{
+    ap_log_error(APLOG_MARK, APLOG_WARNING, 0, (server_rec *)baton,
+                 "AHMAC0026: %s", msg);
+}
+
+/* One index per server for each file of the main configuration: the
+ * versions in a directory of the runtime directory, given to the
+ * children's user. Without it each child keeps its own. */
+static void share_userfiles(server_rec *s, apr_pool_t *pconf)
+{
+    unsigned n = apr_hash_count(g.userfiles), i = 0;
+    const char *dir = ap_runtime_dir_relative(pconf, "authn_hmac-index");
+    const char *why = NULL;
+    authn_hmac_share_t *sh;
+    apr_hash_index_t *hi;
+    apr_off_t total = 0;
+    struct statvfs fs;
+    apr_status_t rv;
+
+    if (!n || !dir)
+        return;
+    rv = authn_hmac_share_create(&sh, dir, n,
+                                 geteuid() == 0 ? ap_unixd_config.user_id
+                                                : (uid_t)-1,
+                                 ap_unixd_config.group_id, &why, pconf);
+    if (rv != APR_SUCCESS) {
+        ap_log_error(APLOG_MARK, APLOG_WARNING, rv, s,
+                     "AHMAC0025: %s %s: each child keeps its own index of "
+                     "the htpasswd files (memory grows with the children); "
+                     "check DefaultRuntimeDir",
+                     dir, why);
+        return;
+    }
+    for (hi = apr_hash_first(pconf, g.userfiles); hi; hi = apr_hash_next(hi)) {
+        apr_finfo_t f;
+
+        authn_hmac_userfile_share(apr_hash_this_val(hi), sh, i++, g.mac,
+                                  share_warn, s);
+        if (apr_stat(&f, apr_hash_this_key(hi), APR_FINFO_SIZE, pconf) ==
+            APR_SUCCESS)
+            total += f.size;
+    }
+    /* NB: a version takes about 1.5 times its file; two may live at once
+     * while one replaces the other. */
+    if (statvfs(dir, &fs) == 0 &&
+        (uint64_t)fs.f_bavail * fs.f_frsize < (uint64_t)total * 3)
+        ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s,
+                     "AHMAC0025: %s has %" APR_UINT64_T_FMT " bytes free, "
+                     "less than the %" APR_UINT64_T_FMT " that the index of "
+                     "the htpasswd files may need; a child that cannot "
+                     "write it keeps its own",
+                     dir, (apr_uint64_t)fs.f_bavail * fs.f_frsize,
+                     (apr_uint64_t)total * 3);
 }
 
 static void engine_log(void *baton, int level, const char *msg);

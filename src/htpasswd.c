@@ -213,8 +213,11 @@ typedef struct {
 #define FILE_MASK                                                              \
     (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF |  \
      IN_MASK_ADD)
+/* NB: not IN_MODIFY: the file's own watch sees its writes, merged while
+ * the queue is not read, where the directory's would alternate with them
+ * and fill the queue (a 70 MB file copied in place in 4 KB writes). */
 #define DIR_MASK                                                               \
-    (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE |          \
+    (IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE |                      \
      IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF |             \
      IN_ONLYDIR | IN_MASK_ADD)
 #define UP_MASK (IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
@@ -855,6 +858,8 @@ static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
     if (rv == APR_SUCCESS) {
         g->version = version;
         uf->built++;
+        if (getenv("AHDEBUG"))
+            warn(uf, "DEBUG built %" APR_UINT64_T_FMT, version);
     }
     return rv;
 }
@@ -984,6 +989,7 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     generation_t *g = generation_make(uf);
     const meta_t *m;
     apr_finfo_t st;
+    int why = 0;
 
     if (!g)
         return 0;
@@ -1003,8 +1009,17 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     st.size = (apr_off_t)m->size;
     st.mtime = (apr_time_t)m->mtime;
     st.ctime = (apr_time_t)m->ctime;
-    if (!same_file(&st, now))
+    why = 1;
+    if (!same_file(&st, now)) {
+        if (getenv("AHDEBUG"))
+            warn(uf, "DEBUG ident dev %d/%d ino %d/%d size %d/%d mtime %d/%d ctime %d/%d",
+                 st.device == now->device, 1, st.inode == now->inode, 1, (int)st.size, (int)now->size,
+                 (int)(st.mtime % 10000000), (int)(now->mtime % 10000000), (int)(st.ctime % 10000000), (int)(now->ctime % 10000000));
         goto no;
+    }
+    why = 2;
+    if (m->racy && getenv("AHDEBUG"))
+        warn(uf, "DEBUG racy summed %d age %d events %d watch %d id %d broken %d wd %d", (int)m->summed, (int)(apr_time_now() - changed(now)), (int)events, (int)uf->watch, (int)w.id, w.broken, uf->wd);
     if (m->racy) {
         apr_pool_t *tp;
         apr_finfo_t rst;
@@ -1016,6 +1031,7 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
         if (!m->summed || apr_time_now() - changed(now) >= RACY_WINDOW ||
             events == 0 || apr_pool_create(&tp, uf->pool) != APR_SUCCESS)
             goto no;
+        why = 3;
         if (read_file(uf, &buf, &len, &cap, &rst, &torn, tp) == APR_SUCCESS) {
             same = !torn && same_file(&rst, now) &&
                    EVP_Digest(buf, len, sum, NULL, EVP_sha256(), NULL) == 1 &&
@@ -1034,8 +1050,12 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     g->checked = events;
     uf->adopted++;
     publish(uf, g);
+    if (getenv("AHDEBUG"))
+        warn(uf, "DEBUG adopted %" APR_UINT64_T_FMT, version);
     return 1;
 no:
+    if (getenv("AHDEBUG"))
+        warn(uf, "DEBUG not adopted %" APR_UINT64_T_FMT " why %d", version, why);
     destroy(g);
     return 0;
 }
