@@ -39,12 +39,13 @@ apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
                                        void *baton, apr_pool_t *p)
 {
     authn_hmac_htpasswd_t *idx = apr_pcalloc(p, sizeof(*idx));
-    size_t cap = authn_hmac_index_bound(buf, len), used;
+    size_t cap = authn_hmac_index_bound(len, authn_hmac_index_lines(buf, len)),
+           used;
     void *area = apr_palloc(p, cap);
     apr_status_t rv;
 
     rv = authn_hmac_index_build(area, cap, buf, len, NULL, 0, NULL, bad, baton,
-                                &used);
+                                &used, p);
     if (rv == APR_SUCCESS)
         rv = authn_hmac_index_open(&idx->v, area, used, NULL);
     if (rv == APR_SUCCESS)
@@ -120,7 +121,7 @@ typedef struct {
     uint64_t dev, ino;
     int64_t size, mtime, ctime;
     uint32_t racy, summed;
-    unsigned char sum[32]; /* SHA-256 of what was read, if summed */
+    uint64_t sum; /* authn_hmac_fingerprint of what was read, if summed */
     char path[];           /* NUL-terminated */
 } meta_t;
 
@@ -140,7 +141,7 @@ typedef struct {
     apr_finfo_t st;     /* the file as it was when idx was read */
     int racy;
     uint64_t checked; /* the watcher's events when a stat() found it fresh */
-    unsigned char sum[32]; /* SHA-256 of what was read, if summed */
+    uint64_t sum; /* authn_hmac_fingerprint of what was read, if summed */
     int summed;
 } generation_t;
 
@@ -735,8 +736,8 @@ static apr_status_t generation_open(generation_t *g, size_t size,
 
     /* NB: by entry number, zeroed pages the kernel gives only when a
      * memo is kept (calloc maps a large array). */
-    if (rv == APR_SUCCESS && g->v.count)
-        g->memos = calloc(g->v.count, sizeof(*g->memos));
+    if (rv == APR_SUCCESS && g->v.entries)
+        g->memos = calloc(g->v.entries, sizeof(*g->memos));
     return rv;
 }
 
@@ -746,68 +747,127 @@ static void destroy(generation_t *g)
         apr_pool_destroy(g->pool);
 }
 
-/* Reads the file into memory of its own (*buf, to munmap *cap bytes):
- * *st as fstat() saw it before, *torn when it changed while read. */
-static apr_status_t read_file(authn_hmac_userfile_t *uf, char **buf,
-                              size_t *len, size_t *cap, apr_finfo_t *st,
-                              int *torn, apr_pool_t *tp)
-{
-    apr_file_t *f = NULL;
-    apr_finfo_t after;
-    apr_size_t got;
-    apr_status_t rv;
+/* The file is read in pieces of this size, twice: once to count its lines
+ * (which size the index) and sum it, once to index it. Never the whole
+ * file in memory at once: its pages would be as many again as the
+ * index's, each zeroed by the kernel first. */
+#define CHUNK ((size_t)4 << 20)
 
-    *buf = NULL;
-    memset(st, 0, sizeof(*st));
+/* A reading of the file. */
+typedef struct {
+    apr_file_t *f;
+    apr_finfo_t st; /* as fstat() saw it before */
+    size_t len, lines;
+    uint64_t sum; /* of the pieces, each authn_hmac_fingerprint'ed */
+    char *chunk;  /* CHUNK bytes */
+} reading_t;
+
+static void close_file(reading_t *r)
+{
+    free(r->chunk);
+    r->chunk = NULL;
+    if (r->f)
+        apr_file_close(r->f);
+    r->f = NULL;
+}
+
+/* Opens the file and reads it once: its length, lines and sum. */
+static apr_status_t scan_file(authn_hmac_userfile_t *uf, reading_t *r,
+                              apr_pool_t *tp)
+{
+    apr_status_t rv;
+    apr_size_t got;
+
+    memset(r, 0, sizeof(*r));
     /* NB: non-blocking, so that a FIFO put at the path cannot hold the
      * worker in open(); its type is refused just below. */
-    rv = apr_file_open(&f, uf->path, APR_FOPEN_READ | APR_FOPEN_NONBLOCK,
+    rv = apr_file_open(&r->f, uf->path, APR_FOPEN_READ | APR_FOPEN_NONBLOCK,
                        APR_OS_DEFAULT, tp);
     if (rv != APR_SUCCESS)
         return rv;
     /* NB: watched before its fstat(): a write made between the two
      * through a name not watched is in the size read, or queued. */
-    rewatch(uf, f);
-    rv = apr_file_info_get(st, USERFILE_WANTED, f);
+    rewatch(uf, r->f);
+    rv = apr_file_info_get(&r->st, USERFILE_WANTED, r->f);
     if (rv == APR_INCOMPLETE)
         rv = APR_SUCCESS;
-    if (rv == APR_SUCCESS && st->filetype != APR_REG)
+    if (rv == APR_SUCCESS && r->st.filetype != APR_REG)
         rv = APR_EBADF;
-    if (rv == APR_SUCCESS && st->size > uf->max_size)
+    if (rv == APR_SUCCESS && r->st.size > uf->max_size)
         rv = APR_ENOSPC;
-    if (rv == APR_SUCCESS) {
-        /* NB: not in a pool, whose allocator would keep the pages. */
-        *cap = (size_t)st->size + 1;
-        *buf = mmap(NULL, *cap, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (*buf == MAP_FAILED) {
-            *buf = NULL;
-            rv = APR_ENOMEM;
+    if (rv == APR_SUCCESS && !(r->chunk = malloc(CHUNK)))
+        rv = APR_ENOMEM;
+    while (rv == APR_SUCCESS) {
+        got = CHUNK;
+        rv = apr_file_read_full(r->f, r->chunk, got, &got);
+        r->len += got;
+        r->lines += authn_hmac_index_lines(r->chunk, got);
+        r->sum = (r->sum ^ authn_hmac_fingerprint(r->chunk, got)) *
+                     0x9E3779B97F4A7C15ULL +
+                 got;
+        if (rv == APR_EOF) {
+            rv = APR_SUCCESS;
+            break;
         }
+        if (got < CHUNK || (apr_off_t)r->len > uf->max_size)
+            break; /* NB: a file that grows while read stops at its max */
     }
-    if (rv == APR_SUCCESS) {
-        got = (apr_size_t)st->size;
-        rv = apr_file_read_full(f, *buf, got, &got);
+    if (rv != APR_SUCCESS)
+        close_file(r);
+    return rv;
+}
+
+/* Reads the file again into the index b. */
+static apr_status_t feed_file(reading_t *r, authn_hmac_index_builder_t *b,
+                              authn_hmac_badline_fn bad, void *baton)
+{
+    apr_off_t at = 0;
+    apr_status_t rv = apr_file_seek(r->f, APR_SET, &at);
+    size_t keep = 0, total = 0;
+
+    while (rv == APR_SUCCESS) {
+        apr_size_t got = CHUNK - keep;
+        size_t n, used;
+        int last;
+
+        rv = apr_file_read_full(r->f, r->chunk + keep, got, &got);
         if (rv == APR_EOF)
-            rv = APR_SUCCESS; /* shrank since fstat */
-        (*buf)[got] = '\0';
-        *len = got;
-        *torn = got != (apr_size_t)st->size ||
-                apr_file_info_get(&after, USERFILE_WANTED, f) !=
-                    APR_SUCCESS ||
-                !same_file(st, &after);
-    }
-    apr_file_close(f);
-    if (rv != APR_SUCCESS && *buf) {
-        munmap(*buf, *cap);
-        *buf = NULL;
+            rv = APR_SUCCESS;
+        if (rv != APR_SUCCESS)
+            break;
+        total += got;
+        /* NB: no more than the first reading saw: the index was sized
+         * for it (a change since is told by the fstat() after). */
+        if (total > r->len) {
+            got -= total - r->len;
+            total = r->len;
+        }
+        n = keep + got;
+        last = got < CHUNK - keep || total == r->len;
+        used = authn_hmac_index_feed(b, r->chunk, n, last, bad, baton);
+        if (used == 0 && n == CHUNK)
+            used = authn_hmac_index_feed(b, r->chunk, n, 1, bad, baton);
+        memmove(r->chunk, r->chunk + used, n - used);
+        keep = n - used;
+        if (last)
+            break;
     }
     return rv;
 }
 
+/* Whether the file changed while it was read. */
+static int torn(reading_t *r)
+{
+    apr_finfo_t after;
+
+    return r->len != (size_t)r->st.size ||
+           apr_file_info_get(&after, USERFILE_WANTED, r->f) != APR_SUCCESS ||
+           !same_file(&r->st, &after);
+}
+
 /* The metadata of a reading, in p. */
 static meta_t *meta_make(const authn_hmac_userfile_t *uf, const apr_finfo_t *st,
-                         int racy, int summed, const unsigned char *sum,
+                         int racy, int summed, uint64_t sum,
                          size_t *len, apr_pool_t *p)
 {
     size_t pl = strlen(uf->path);
@@ -824,32 +884,54 @@ static meta_t *meta_make(const authn_hmac_userfile_t *uf, const apr_finfo_t *st,
     m->ctime = st->ctime;
     m->racy = (uint32_t)racy;
     m->summed = (uint32_t)summed;
-    if (summed)
-        memcpy(m->sum, sum, sizeof(m->sum));
+    m->sum = summed ? sum : 0;
     memcpy(m->path, uf->path, pl + 1);
     return m;
 }
 
-/* Builds the index of buf as a new shared version and maps it; an error
- * if it cannot (no space, no directory). */
-static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
-                                 char *buf, size_t len, const meta_t *m,
-                                 size_t ml, authn_hmac_badline_fn bad,
-                                 void *baton)
+/* Indexes the reading r in area (cap bytes), tagged under mac if not
+ * NULL; *used what it took. APR_EOF if the file changed while read. */
+static apr_status_t index_file(reading_t *r, void *area, size_t cap,
+                               const meta_t *m, size_t ml,
+                               const authn_hmac_mac_t *mac,
+                               authn_hmac_badline_fn bad, void *baton,
+                               size_t *used, apr_pool_t *tp)
 {
-    size_t cap = authn_hmac_index_bound(buf, len), used = 0;
+    authn_hmac_index_builder_t *b;
+    apr_status_t rv = authn_hmac_index_begin(&b, area, cap, r->len, r->lines,
+                                             m, ml, tp);
+
+    if (rv == APR_SUCCESS)
+        rv = feed_file(r, b, bad, baton);
+    if (rv == APR_SUCCESS)
+        rv = authn_hmac_index_end(b, mac, bad, baton, used);
+    if (rv == APR_SUCCESS && torn(r))
+        rv = APR_EOF;
+    return rv;
+}
+
+/* Indexes the reading as a new shared version, and maps it: an error if it
+ * cannot be shared (no space, no directory), APR_EOF if the file changed
+ * while read (nothing is published then). */
+static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
+                                 reading_t *r, const meta_t *m, size_t ml,
+                                 authn_hmac_badline_fn bad, void *baton,
+                                 apr_pool_t *tp)
+{
+    size_t cap = authn_hmac_index_bound(r->len, r->lines), used = 0;
     authn_hmac_share_new_t n;
-    apr_status_t rv;
+    apr_status_t rv, built;
     uint64_t version = 0;
 
     rv = authn_hmac_share_begin(uf->share, uf->slot, cap, &n);
     if (rv != APR_SUCCESS)
         return rv;
     PAUSE_POINT(3);
-    rv = authn_hmac_index_build(n.mem, cap, buf, len, m, ml, uf->mac, bad,
-                                baton, &used);
+    built = index_file(r, n.mem, cap, m, ml, uf->mac, bad, baton, &used, tp);
     rv = authn_hmac_share_end(uf->share, uf->slot, &n,
-                              rv == APR_SUCCESS ? used : 0, &version);
+                              built == APR_SUCCESS ? used : 0, &version);
+    if (rv == APR_SUCCESS && built != APR_SUCCESS)
+        return built;
     if (rv == APR_SUCCESS)
         rv = authn_hmac_share_map(uf->share, uf->slot, version, cap, &g->mem,
                                   &g->mem_size);
@@ -858,19 +940,19 @@ static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
     if (rv == APR_SUCCESS) {
         g->version = version;
         uf->built++;
-        if (getenv("AHDEBUG"))
-            warn(uf, "DEBUG built %" APR_UINT64_T_FMT, version);
     }
     return rv;
 }
 
-/* Builds the index of buf in this process's own memory. */
-static apr_status_t build_private(generation_t *g, char *buf, size_t len,
+/* Indexes the reading in this process's own memory; APR_EOF if the file
+ * changed while read (the index is whole all the same). */
+static apr_status_t build_private(generation_t *g, reading_t *r,
                                   const meta_t *m, size_t ml,
-                                  authn_hmac_badline_fn bad, void *baton)
+                                  authn_hmac_badline_fn bad, void *baton,
+                                  apr_pool_t *tp)
 {
-    size_t cap = authn_hmac_index_bound(buf, len), used = 0;
-    apr_status_t rv;
+    size_t cap = authn_hmac_index_bound(r->len, r->lines), used = 0;
+    apr_status_t rv, opened;
 
     g->mem = mmap(NULL, cap, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -879,29 +961,30 @@ static apr_status_t build_private(generation_t *g, char *buf, size_t len,
         return APR_ENOMEM;
     }
     g->mem_size = cap;
-    rv = authn_hmac_index_build(g->mem, cap, buf, len, m, ml, NULL, bad, baton,
-                                &used);
-    return rv == APR_SUCCESS ? generation_open(g, used, NULL) : rv;
+    rv = index_file(r, g->mem, cap, m, ml, NULL, bad, baton, &used, tp);
+    if (rv != APR_SUCCESS && rv != APR_EOF)
+        return rv;
+    opened = generation_open(g, used, NULL);
+    return opened != APR_SUCCESS ? opened : rv;
 }
 
 /* Reads and indexes the file (as a shared version if share), and
  * publishes it; called with uf->lock held. On failure no generation is
  * left: nothing stale can be used. A reading that the file changed under
  * (a writer at work) leaves the generation of before in place, if any:
- * this lookup's stat() came before the change. */
+ * this lookup's stat() came before the change; else it is used, racy. */
 static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
                          void *baton, uint64_t events, int share)
 {
     generation_t *g = NULL, *cur = uf->current;
     apr_pool_t *tp = NULL;
-    apr_finfo_t st;
-    size_t len = 0, cap = 0, ml = 0;
-    char *buf = NULL;
-    int torn = 0, racy, summed;
-    unsigned char sum[32];
+    reading_t r;
+    size_t ml = 0;
+    int racy;
     meta_t *m;
     apr_status_t rv;
 
+    memset(&r, 0, sizeof(r));
     /* NB: the generation it replaces goes when this returns, read or not:
      * its bytes go back to the budget now. */
     if (cur && cur->reserved) {
@@ -910,63 +993,67 @@ static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
     }
     rv = apr_pool_create(&tp, uf->pool);
     if (rv == APR_SUCCESS)
-        rv = read_file(uf, &buf, &len, &cap, &st, &torn, tp);
-    if (rv == APR_SUCCESS && torn && cur) {
-        munmap(buf, cap);
-        apr_pool_destroy(tp);
-        return APR_SUCCESS;
-    }
+        rv = scan_file(uf, &r, tp);
     if (rv == APR_SUCCESS && !(g = generation_make(uf)))
         rv = APR_ENOMEM;
     if (rv != APR_SUCCESS)
         goto done;
-    racy = torn || apr_time_now() - changed(&st) < RACY_WINDOW;
-    /* NB: a racy reading is summed, for other processes to check it
-     * against the file, and the one after it, to tell whether its bad
-     * lines were told already. */
-    summed = racy || (cur && cur->summed);
-    if (summed)
-        summed = EVP_Digest(buf, len, sum, NULL, EVP_sha256(), NULL) == 1;
-    if (summed && cur && cur->summed && memcmp(cur->sum, sum, sizeof(sum)) == 0)
-        bad = NULL; /* the same bytes: their bad lines were told */
-    m = meta_make(uf, &st, racy, summed, sum, &ml, tp);
+    racy = apr_time_now() - changed(&r.st) < RACY_WINDOW;
+    /* NB: the same bytes as the reading before (a racy file read again)
+     * had their bad lines told then. */
+    if (cur && cur->summed && cur->sum == r.sum &&
+        cur->st.size == (apr_off_t)r.len)
+        bad = NULL;
+    m = meta_make(uf, &r.st, racy, 1, r.sum, &ml, tp);
     if (!m) {
         rv = APR_ENAMETOOLONG;
         goto done;
     }
     rv = APR_EGENERAL;
-    if (share && !torn) {
-        rv = build_shared(uf, g, buf, len, m, ml, bad, baton);
-        if (rv != APR_SUCCESS) {
+    if (share) {
+        rv = build_shared(uf, g, &r, m, ml, bad, baton, tp);
+        if (rv != APR_SUCCESS && rv != APR_EOF)
             warn(uf,
                  "cannot share the index of %s with the other processes "
                  "(%pm); this process keeps its own",
                  uf->path, &rv);
+        if (rv != APR_SUCCESS) {
             destroy(g);
             g = generation_make(uf);
-            bad = NULL; /* told already */
             rv = g ? APR_EGENERAL : APR_ENOMEM;
         }
     }
     if (g && rv != APR_SUCCESS) {
-        if (!reserve(uf, st.size)) {
+        if (!reserve(uf, r.st.size)) {
             rv = APR_ENOSPC;
             goto done;
         }
-        g->reserved = st.size;
-        rv = build_private(g, buf, len, m, ml, bad, baton);
+        g->reserved = r.st.size;
+        rv = build_private(g, &r, m, ml, bad, baton, tp);
+    }
+    if (rv == APR_EOF && cur) {
+        /* NB: cur stays; so does its reservation. */
+        destroy(g);
+        close_file(&r);
+        apr_pool_destroy(tp);
+        if (reserve(uf, cur->st.size))
+            cur->reserved = cur->st.size;
+        return APR_SUCCESS;
+    }
+    if (rv == APR_EOF) {
+        rv = APR_SUCCESS;
+        racy = 1;
     }
     if (rv == APR_SUCCESS) {
         uf->reads++;
-        g->st = st;
+        g->st = r.st;
         g->racy = racy;
-        g->summed = summed;
-        memcpy(g->sum, sum, sizeof(sum));
+        g->summed = 1;
+        g->sum = r.sum;
         g->checked = events; /* counted before the file was watched and read */
     }
 done:
-    if (buf)
-        munmap(buf, cap);
+    close_file(&r);
     if (tp)
         apr_pool_destroy(tp);
     if (rv != APR_SUCCESS) {
@@ -989,7 +1076,6 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     generation_t *g = generation_make(uf);
     const meta_t *m;
     apr_finfo_t st;
-    int why = 0;
 
     if (!g)
         return 0;
@@ -1009,39 +1095,24 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     st.size = (apr_off_t)m->size;
     st.mtime = (apr_time_t)m->mtime;
     st.ctime = (apr_time_t)m->ctime;
-    why = 1;
-    if (!same_file(&st, now)) {
-        if (getenv("AHDEBUG"))
-            warn(uf, "DEBUG ident dev %d/%d ino %d/%d size %d/%d mtime %d/%d ctime %d/%d",
-                 st.device == now->device, 1, st.inode == now->inode, 1, (int)st.size, (int)now->size,
-                 (int)(st.mtime % 10000000), (int)(now->mtime % 10000000), (int)(st.ctime % 10000000), (int)(now->ctime % 10000000));
+    if (!same_file(&st, now))
         goto no;
-    }
-    why = 2;
-    if (m->racy && getenv("AHDEBUG"))
-        warn(uf, "DEBUG racy summed %d age %d events %d watch %d id %d broken %d wd %d", (int)m->summed, (int)(apr_time_now() - changed(now)), (int)events, (int)uf->watch, (int)w.id, w.broken, uf->wd);
     if (m->racy) {
         apr_pool_t *tp;
-        apr_finfo_t rst;
-        char *buf = NULL;
-        size_t len, cap;
-        int torn = 1, same = 0;
-        unsigned char sum[32];
+        reading_t r;
+        int same = 0;
 
         if (!m->summed || apr_time_now() - changed(now) >= RACY_WINDOW ||
             events == 0 || apr_pool_create(&tp, uf->pool) != APR_SUCCESS)
             goto no;
-        why = 3;
-        if (read_file(uf, &buf, &len, &cap, &rst, &torn, tp) == APR_SUCCESS) {
-            same = !torn && same_file(&rst, now) &&
-                   EVP_Digest(buf, len, sum, NULL, EVP_sha256(), NULL) == 1 &&
-                   memcmp(sum, m->sum, sizeof(sum)) == 0;
-            munmap(buf, cap);
+        if (scan_file(uf, &r, tp) == APR_SUCCESS) {
+            same = !torn(&r) && same_file(&r.st, now) && r.sum == m->sum;
+            close_file(&r);
         }
         apr_pool_destroy(tp);
         if (!same)
             goto no;
-        memcpy(g->sum, m->sum, sizeof(g->sum));
+        g->sum = m->sum;
         g->summed = 1;
     }
     g->st = st;
@@ -1050,12 +1121,8 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     g->checked = events;
     uf->adopted++;
     publish(uf, g);
-    if (getenv("AHDEBUG"))
-        warn(uf, "DEBUG adopted %" APR_UINT64_T_FMT, version);
     return 1;
 no:
-    if (getenv("AHDEBUG"))
-        warn(uf, "DEBUG not adopted %" APR_UINT64_T_FMT " why %d", version, why);
     destroy(g);
     return 0;
 }
@@ -1177,7 +1244,7 @@ static apr_status_t answer(generation_t *g, const ask_t *a, apr_pool_t *p)
     uint64_t off = authn_hmac_index_find(&g->v, a->user, ul, &ord), t;
     const memo_t *m;
 
-    if (off && a->mac && g->memos && ord < g->v.count &&
+    if (off && a->mac && g->memos && ord < g->v.entries &&
         (m = __atomic_load_n(&g->memos[ord], __ATOMIC_ACQUIRE)) != NULL &&
         memo_for(m, a, ul)) {
         *a->hash = apr_pstrmemdup(p, m->text + m->scope_len + ul + 1,

@@ -14,6 +14,7 @@
 #define MAX_BAD_REPORTS 10u /* malformed lines logged one by one */
 #define TAG_LEN         16u /* bytes of a block's HMAC kept */
 #define ENTRY_HEAD      12u /* user length, hash length, number */
+#define RING            16u
 
 static const char MAGIC[8] = "AHMIDX1";
 
@@ -23,6 +24,8 @@ typedef struct {
     uint64_t meta_off, meta_len, slots_off, tags_off, data_off, data_len;
     uint64_t typical; /* offset of the typical entry, or 0 */
     uint32_t nslots, count, bad, tagged;
+    uint32_t entries, pad; /* entries written: count, and later lines for
+                              a user listed before */
 } header_t;
 
 /* A slot: the high 32 bits of the user's hash, then the entry's offset from
@@ -113,33 +116,62 @@ static size_t next_line(char **pos, char *end, char **line, unsigned *lineno,
     return (size_t)(w - *line);
 }
 
-size_t authn_hmac_index_bound(const char *buf, size_t len)
+/* Lines in len bytes at buf. */
+size_t authn_hmac_index_lines(const char *buf, size_t len)
 {
     const char *p = buf, *end = buf + len;
-    size_t lines = 1, nslots = 16, data;
+    size_t lines = 0;
 
     while (p < end && (p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
         lines++;
         p++;
     }
+    return lines;
+}
+
+static size_t slots_for(size_t lines)
+{
+    size_t nslots = 16;
+
     while (nslots < lines + lines / 2)
         nslots *= 2;
-    /* NB: an entry takes at most its line, its header, two NULs and the
-     * padding to 4 bytes. */
-    data = len + lines * (ENTRY_HEAD + 2 + 3);
+    return nslots;
+}
+
+/* NB: an entry takes at most its line, its header, two NULs and the
+ * padding to 4 bytes. */
+static size_t data_cap(size_t len, size_t lines)
+{
+    return len + lines * (ENTRY_HEAD + 2 + 3);
+}
+
+size_t authn_hmac_index_bound(size_t len, size_t lines)
+{
+    size_t data;
+
+    lines++; /* the last, without its newline */
+    data = data_cap(len, lines);
     return align8(sizeof(header_t)) + align8(AUTHN_HMAC_INDEX_META_MAX) +
-           nslots * sizeof(uint64_t) +
+           slots_for(lines) * sizeof(uint64_t) +
            (data / AUTHN_HMAC_INDEX_BLOCK + 1) * TAG_LEN + data + 8;
 }
 
 /* What a build works with. */
-typedef struct {
+struct authn_hmac_index_builder {
     unsigned char *base;
     header_t *h;
     uint64_t *slots;
     uint32_t mask;
-    size_t data_cap;
-} builder_t;
+    size_t data_cap, lines, cap;
+    unsigned lineno;
+    int full; /* more lines than counted: the rest is dropped */
+    /* Entries written whose slots are not yet set: each slot is
+     * prefetched when its entry is written and set RING entries later,
+     * so that the misses of a table larger than the caches overlap. */
+    uint64_t ring_h[RING], ring_off[RING];
+    unsigned nring;
+};
+typedef struct authn_hmac_index_builder builder_t;
 
 /* The user and hash of one line, as mod_authn_file reads it: trimmed as
  * ap_cfg_getline trims; the user is what comes before the first ':', the
@@ -198,38 +230,69 @@ static const unsigned char *entry_at(const builder_t *b, uint64_t off,
     return e + ENTRY_HEAD;
 }
 
-/* Adds user unless listed before (the first line wins). */
-static void add_user(builder_t *b, const char *user, size_t ulen,
-                     const char *hash, size_t hlen)
+/* Sets the slot of the entry at off (of user hash h) unless its user is
+ * in the table already: the first line wins, a later one stays unused. */
+static void insert(builder_t *b, uint64_t h, uint64_t off)
 {
-    uint64_t h = user_hash(user, ulen), s;
-    uint32_t tag = (uint32_t)(h >> 32), i = (uint32_t)h & b->mask, u, hl;
-    unsigned char *e;
+    uint32_t tag = (uint32_t)(h >> 32), i = (uint32_t)h & b->mask, u, hl, ul;
+    const unsigned char *user = entry_at(b, off, &ul, &hl);
+    uint64_t s;
 
     while ((s = b->slots[i]) != 0) {
         if ((uint32_t)(s >> 32) == tag) {
             const unsigned char *eu = entry_at(b, (uint32_t)s, &u, &hl);
 
-            if (u == ulen && memcmp(eu, user, ulen) == 0)
+            if (u == ul && memcmp(eu, user, ul) == 0)
                 return;
         }
         i = (i + 1) & b->mask;
     }
-    e = b->base + b->h->data_off + b->h->data_len;
+    b->slots[i] = SLOT(tag, off);
+    b->h->count++;
+}
+
+static void flush(builder_t *b)
+{
+    unsigned i;
+
+    for (i = 0; i < b->nring; i++)
+        insert(b, b->ring_h[i], b->ring_off[i]);
+    b->nring = 0;
+}
+
+/* Writes the entry of a line, its slot set later (insert). */
+static void add_user(builder_t *b, const char *user, size_t ulen,
+                     const char *hash, size_t hlen)
+{
+    uint64_t h = user_hash(user, ulen), off;
+    unsigned char *e;
+
+    /* NB: the lines were counted before (the file may have grown since):
+     * the table stays at most two thirds full, the data within its room. */
+    if ((uint64_t)b->h->entries + 1 > (uint64_t)b->mask * 2 / 3 ||
+        b->h->data_len + ENTRY_HEAD + ulen + hlen + 2 + 3 > b->data_cap) {
+        b->full = 1;
+        return;
+    }
+    off = b->h->data_off + b->h->data_len;
+    e = b->base + off;
     put32(e, (uint32_t)ulen);
     put32(e + 4, (uint32_t)hlen);
-    put32(e + 8, b->h->count++);
+    put32(e + 8, b->h->entries++);
     memcpy(e + ENTRY_HEAD, user, ulen);
     e[ENTRY_HEAD + ulen] = '\0';
     memcpy(e + ENTRY_HEAD + ulen + 1, hash, hlen);
     e[ENTRY_HEAD + ulen + 1 + hlen] = '\0';
-    b->slots[i] = SLOT(tag, b->h->data_off + b->h->data_len);
     b->h->data_len += (ENTRY_HEAD + ulen + hlen + 2 + 3) & ~(size_t)3;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    return *(const int *)a - *(const int *)b;
+    __builtin_prefetch(&b->slots[(uint32_t)h & b->mask], 1);
+    if (b->nring == RING) {
+        insert(b, b->ring_h[0], b->ring_off[0]);
+        memmove(b->ring_h, b->ring_h + 1, (RING - 1) * sizeof(uint64_t));
+        memmove(b->ring_off, b->ring_off + 1, (RING - 1) * sizeof(uint64_t));
+        b->nring--;
+    }
+    b->ring_h[b->nring] = h;
+    b->ring_off[b->nring++] = off;
 }
 
 /* The typical entry: the first at the median bcrypt cost (or the first
@@ -237,38 +300,44 @@ static int by_value(const void *a, const void *b)
 static uint64_t choose_typical(const builder_t *b)
 {
     uint64_t off, end = b->h->data_off + b->h->data_len, pick = 0;
-    uint32_t ulen, hlen, nb = 0;
-    int *costs, median;
+    uint64_t costs[100] = {0}, nb = 0, seen = 0;
+    uint32_t ulen, hlen;
+    int median = -1, c;
 
-    costs = b->h->count ? malloc(sizeof(int) * b->h->count) : NULL;
     for (off = b->h->data_off; off < end;
          off += (ENTRY_HEAD + ulen + hlen + 2 + 3) & ~(uint64_t)3) {
-        const char *hash = (const char *)entry_at(b, off, &ulen, &hlen) + ulen + 1;
+        const char *hash =
+            (const char *)entry_at(b, off, &ulen, &hlen) + ulen + 1;
         int cost = bcrypt_cost(hash, hlen);
 
         if (authn_hmac_hash_locked(hash, hlen))
             continue;
         if (!pick)
             pick = off;
-        if (cost >= 0 && costs)
-            costs[nb++] = cost;
-    }
-    if (nb) {
-        qsort(costs, nb, sizeof(int), by_value);
-        median = costs[nb / 2];
-        for (off = b->h->data_off; off < end;
-             off += (ENTRY_HEAD + ulen + hlen + 2 + 3) & ~(uint64_t)3) {
-            const char *hash =
-                (const char *)entry_at(b, off, &ulen, &hlen) + ulen + 1;
-
-            if (!authn_hmac_hash_locked(hash, hlen) &&
-                bcrypt_cost(hash, hlen) == median) {
-                pick = off;
-                break;
-            }
+        if (cost >= 0) {
+            costs[cost]++;
+            nb++;
         }
     }
-    free(costs);
+    /* NB: the cost the sorted costs hold at nb / 2. */
+    for (c = 0; nb && c < 100; c++) {
+        seen += costs[c];
+        if (seen > nb / 2) {
+            median = c;
+            break;
+        }
+    }
+    for (off = b->h->data_off; median >= 0 && off < end;
+         off += (ENTRY_HEAD + ulen + hlen + 2 + 3) & ~(uint64_t)3) {
+        const char *hash =
+            (const char *)entry_at(b, off, &ulen, &hlen) + ulen + 1;
+
+        if (!authn_hmac_hash_locked(hash, hlen) &&
+            bcrypt_cost(hash, hlen) == median) {
+            pick = off;
+            break;
+        }
+    }
     return pick;
 }
 
@@ -287,104 +356,152 @@ static void version_key(const void *meta, size_t len,
     EVP_MD_CTX_free(ctx);
 }
 
-apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
-                                    size_t len, const void *meta,
-                                    size_t meta_len,
-                                    const authn_hmac_mac_t *mac,
-                                    authn_hmac_badline_fn bad, void *baton,
-                                    size_t *used)
+apr_status_t authn_hmac_index_begin(authn_hmac_index_builder_t **out,
+                                    void *area, size_t cap, size_t len,
+                                    size_t lines, const void *meta,
+                                    size_t meta_len, apr_pool_t *p)
 {
-    size_t bound = authn_hmac_index_bound(buf, len), nslots;
-    char *pos = buf, *end = buf + len;
-    unsigned lineno = 0;
-    unsigned char vkey[AUTHN_HMAC_DIGEST_LEN];
-    builder_t b;
-    uint64_t i, blocks;
+    builder_t *b;
+    size_t nslots;
 
-    if (cap < bound || meta_len > AUTHN_HMAC_INDEX_META_MAX ||
-        bound > UINT32_MAX)
+    lines++;
+    if (cap < authn_hmac_index_bound(len, lines - 1) ||
+        meta_len > AUTHN_HMAC_INDEX_META_MAX || cap > UINT32_MAX)
         return APR_ENOSPC; /* NB: offsets are 32 bits in a slot */
-    b.base = area;
-    b.h = area;
-    memset(b.h, 0, sizeof(*b.h));
-    b.h->meta_off = align8(sizeof(header_t));
-    b.h->meta_len = meta_len;
+    b = apr_pcalloc(p, sizeof(*b));
+    b->base = area;
+    b->h = area;
+    b->cap = cap;
+    b->lines = lines;
+    memset(b->h, 0, sizeof(*b->h));
+    b->h->meta_off = align8(sizeof(header_t));
+    b->h->meta_len = meta_len;
     if (meta_len)
-        memcpy(b.base + b.h->meta_off, meta, meta_len);
-    b.h->slots_off = b.h->meta_off + align8(AUTHN_HMAC_INDEX_META_MAX);
-    /* NB: the same count of slots as the bound worked out. */
-    nslots = 16;
-    {
-        size_t lines = 1;
-        const char *p = buf;
+        memcpy(b->base + b->h->meta_off, meta, meta_len);
+    b->h->slots_off = b->h->meta_off + align8(AUTHN_HMAC_INDEX_META_MAX);
+    nslots = slots_for(lines);
+    b->data_cap = data_cap(len, lines);
+    b->h->nslots = (uint32_t)nslots;
+    b->mask = (uint32_t)nslots - 1;
+    b->slots = (uint64_t *)(void *)(b->base + b->h->slots_off);
+    memset(b->slots, 0, nslots * sizeof(uint64_t));
+    b->h->tags_off = b->h->slots_off + nslots * sizeof(uint64_t);
+    b->h->data_off = align8(b->h->tags_off +
+                            (b->data_cap / AUTHN_HMAC_INDEX_BLOCK + 1) * TAG_LEN);
+    *out = b;
+    return APR_SUCCESS;
+}
 
-        while (p < end && (p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
-            lines++;
-            p++;
-        }
-        while (nslots < lines + lines / 2)
-            nslots *= 2;
-        b.data_cap = len + lines * (ENTRY_HEAD + 2 + 3);
-    }
-    b.h->nslots = (uint32_t)nslots;
-    b.mask = (uint32_t)nslots - 1;
-    b.slots = (uint64_t *)(void *)(b.base + b.h->slots_off);
-    memset(b.slots, 0, nslots * sizeof(uint64_t));
-    b.h->tags_off = b.h->slots_off + nslots * sizeof(uint64_t);
-    b.h->data_off = align8(b.h->tags_off +
-                           (b.data_cap / AUTHN_HMAC_INDEX_BLOCK + 1) * TAG_LEN);
+/* Whether the logical line at pos (up to end) is whole: its last physical
+ * line ends in a newline, or the text is all there is (last). */
+static int whole_line(const char *pos, const char *end, int last)
+{
     while (pos < end) {
-        unsigned first = lineno + 1;
+        const char *nl = memchr(pos, '\n', (size_t)(end - pos));
+        const char *e = nl;
+
+        if (!nl)
+            return last;
+        if (memchr(pos, '\0', (size_t)(nl - pos)))
+            return 1; /* a NUL ends it */
+        if (e > pos && e[-1] == '\r')
+            e--;
+        if (!(e > pos && e[-1] == '\\'))
+            return 1;
+        pos = nl + 1;
+    }
+    return last;
+}
+
+size_t authn_hmac_index_feed(authn_hmac_index_builder_t *b, char *text,
+                             size_t len, int last, authn_hmac_badline_fn bad,
+                             void *baton)
+{
+    char *pos = text, *end = text + len;
+
+    while (pos < end && whole_line(pos, end, last)) {
+        unsigned first = b->lineno + 1;
         char *line;
         int nul, add;
-        size_t l = next_line(&pos, end, &line, &lineno, &nul), ulen, hlen;
+        size_t l = next_line(&pos, end, &line, &b->lineno, &nul), ulen, hlen;
         const char *why, *user, *hash;
 
         why = split_line(line, l, &user, &ulen, &hash, &hlen, &add);
         if (add)
-            add_user(&b, user, ulen, hash, hlen);
+            add_user(b, user, ulen, hash, hlen);
         if (nul)
             why = "contains a NUL byte; the rest of the line is ignored";
         if (why) {
             /* NB: at most MAX_BAD_REPORTS lines a reading, then one line
              * for the rest: a file named in .htaccess is its author's to
              * fill, and a file of bad lines must not flood the log. */
-            if (bad && b.h->bad < MAX_BAD_REPORTS)
+            if (bad && b->h->bad < MAX_BAD_REPORTS)
                 bad(baton, first, why);
-            b.h->bad++;
+            b->h->bad++;
         }
     }
-    if (bad && b.h->bad > MAX_BAD_REPORTS) {
+    return (size_t)(pos - text);
+}
+
+apr_status_t authn_hmac_index_end(authn_hmac_index_builder_t *b,
+                                  const authn_hmac_mac_t *mac,
+                                  authn_hmac_badline_fn bad, void *baton,
+                                  size_t *used)
+{
+    unsigned char vkey[AUTHN_HMAC_DIGEST_LEN];
+    uint64_t i, blocks;
+
+    if (bad && b->h->bad > MAX_BAD_REPORTS) {
         char msg[160];
 
         apr_snprintf(msg, sizeof(msg),
                      "is the last of %u malformed lines; the %u after "
                      "the first %u are not reported one by one",
-                     b.h->bad, b.h->bad - MAX_BAD_REPORTS, MAX_BAD_REPORTS);
-        bad(baton, lineno, msg);
+                     b->h->bad, b->h->bad - MAX_BAD_REPORTS, MAX_BAD_REPORTS);
+        bad(baton, b->lineno, msg);
     }
-    b.h->typical = choose_typical(&b);
+    flush(b);
+    b->h->typical = choose_typical(b);
     if (mac) {
-        version_key(meta, meta_len, vkey);
-        blocks = (b.h->data_len + AUTHN_HMAC_INDEX_BLOCK - 1) /
+        version_key(b->base + b->h->meta_off, b->h->meta_len, vkey);
+        blocks = (b->h->data_len + AUTHN_HMAC_INDEX_BLOCK - 1) /
                  AUTHN_HMAC_INDEX_BLOCK;
         for (i = 0; i < blocks; i++) {
             uint64_t from = i * AUTHN_HMAC_INDEX_BLOCK;
-            uint64_t n = b.h->data_len - from < AUTHN_HMAC_INDEX_BLOCK
-                             ? b.h->data_len - from
+            uint64_t n = b->h->data_len - from < AUTHN_HMAC_INDEX_BLOCK
+                             ? b->h->data_len - from
                              : AUTHN_HMAC_INDEX_BLOCK;
             unsigned char tag[AUTHN_HMAC_KEY_LEN];
 
             authn_hmac_index_tag(mac, vkey, (uint32_t)i,
-                                 b.base + b.h->data_off + from, (size_t)n, tag);
-            memcpy(b.base + b.h->tags_off + i * TAG_LEN, tag, TAG_LEN);
+                                 b->base + b->h->data_off + from, (size_t)n,
+                                 tag);
+            memcpy(b->base + b->h->tags_off + i * TAG_LEN, tag, TAG_LEN);
         }
-        b.h->tagged = 1;
+        b->h->tagged = 1;
     }
-    b.h->size = b.h->data_off + b.h->data_len;
-    memcpy(b.h->magic, MAGIC, sizeof(MAGIC));
-    *used = (size_t)b.h->size;
-    return APR_SUCCESS;
+    b->h->size = b->h->data_off + b->h->data_len;
+    memcpy(b->h->magic, MAGIC, sizeof(MAGIC));
+    *used = (size_t)b->h->size;
+    return b->full ? APR_EOF : APR_SUCCESS;
+}
+
+apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
+                                    size_t len, const void *meta,
+                                    size_t meta_len,
+                                    const authn_hmac_mac_t *mac,
+                                    authn_hmac_badline_fn bad, void *baton,
+                                    size_t *used, apr_pool_t *p)
+{
+    authn_hmac_index_builder_t *b;
+    apr_status_t rv = authn_hmac_index_begin(
+        &b, area, cap, len, authn_hmac_index_lines(buf, len), meta, meta_len,
+        p);
+
+    if (rv != APR_SUCCESS)
+        return rv;
+    (void)authn_hmac_index_feed(b, buf, len, 1, bad, baton);
+    return authn_hmac_index_end(b, mac, bad, baton, used);
 }
 
 apr_status_t authn_hmac_index_open(authn_hmac_index_t *v, const void *area,
@@ -405,7 +522,8 @@ apr_status_t authn_hmac_index_open(authn_hmac_index_t *v, const void *area,
         h.tags_off > h.size ||
         (h.data_len / AUTHN_HMAC_INDEX_BLOCK + 1) * TAG_LEN >
             h.size - h.tags_off ||
-        h.count > h.data_len / (ENTRY_HEAD + 4) || (mac && !h.tagged))
+        h.entries > h.data_len / (ENTRY_HEAD + 4) || h.count > h.entries ||
+        (mac && !h.tagged))
         return APR_EGENERAL;
     v->base = area;
     v->size = (size_t)h.size;
@@ -416,6 +534,7 @@ apr_status_t authn_hmac_index_open(authn_hmac_index_t *v, const void *area,
     v->typical = h.typical;
     v->mask = h.nslots - 1;
     v->count = h.count;
+    v->entries = h.entries;
     v->bad = h.bad;
     v->mac = h.tagged ? mac : NULL;
     v->meta_len = (size_t)h.meta_len;
@@ -535,7 +654,7 @@ apr_status_t authn_hmac_index_entry(const authn_hmac_index_t *v, uint64_t off,
     e->hash = e->user + ulen + 1;
     e->hash_len = hlen;
     e->ord = get32(p + 8);
-    if (e->ord >= v->count)
+    if (e->ord >= v->entries)
         return APR_EGENERAL;
     return APR_SUCCESS;
 }

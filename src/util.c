@@ -347,3 +347,73 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
         return apr_pstrcat(p, out, "</table>\n", NULL);
     return out;
 }
+
+/* XXH64 (Yann Collet's xxHash, 64-bit), written from its specification. */
+#define FP_P1 0x9E3779B185EBCA87ULL
+#define FP_P2 0xC2B2AE3D27D4EB4FULL
+#define FP_P3 0x165667B19E3779F9ULL
+#define FP_P4 0x85EBCA77C2B2AE63ULL
+#define FP_P5 0x27D4EB2F165667C5ULL
+
+static uint64_t fp_rotl(uint64_t x, int r)
+{
+    return (x << r) | (x >> (64 - r));
+}
+
+static uint64_t fp_read64(const unsigned char *p)
+{
+    uint64_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static uint64_t fp_round(uint64_t acc, uint64_t in)
+{
+    return fp_rotl(acc + in * FP_P2, 31) * FP_P1;
+}
+
+static uint64_t fp_merge(uint64_t acc, uint64_t v)
+{
+    return (acc ^ fp_round(0, v)) * FP_P1 + FP_P4;
+}
+
+uint64_t authn_hmac_fingerprint(const void *data, size_t len)
+{
+    const unsigned char *p = data, *end = p + len;
+    uint64_t h;
+
+    if (len >= 32) {
+        uint64_t v1 = FP_P1 + FP_P2, v2 = FP_P2, v3 = 0, v4 = 0 - FP_P1;
+
+        do {
+            v1 = fp_round(v1, fp_read64(p));
+            v2 = fp_round(v2, fp_read64(p + 8));
+            v3 = fp_round(v3, fp_read64(p + 16));
+            v4 = fp_round(v4, fp_read64(p + 24));
+            p += 32;
+        } while (end - p >= 32);
+        h = fp_rotl(v1, 1) + fp_rotl(v2, 7) + fp_rotl(v3, 12) +
+            fp_rotl(v4, 18);
+        h = fp_merge(fp_merge(fp_merge(fp_merge(h, v1), v2), v3), v4);
+    }
+    else
+        h = FP_P5;
+    h += (uint64_t)len;
+    for (; end - p >= 8; p += 8)
+        h = fp_rotl(h ^ fp_round(0, fp_read64(p)), 27) * FP_P1 + FP_P4;
+    if (end - p >= 4) {
+        uint32_t v;
+
+        memcpy(&v, p, sizeof(v));
+        h = fp_rotl(h ^ ((uint64_t)v * FP_P1), 23) * FP_P2 + FP_P3;
+        p += 4;
+    }
+    for (; p < end; p++)
+        h = fp_rotl(h ^ (*p * FP_P5), 11) * FP_P1;
+    h ^= h >> 33;
+    h *= FP_P2;
+    h ^= h >> 29;
+    h *= FP_P3;
+    return h ^ (h >> 32);
+}

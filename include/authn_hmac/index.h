@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include <apr_errno.h>
+#include <apr_pools.h>
 
 /* Called once per malformed line; never given the line itself. */
 typedef void (*authn_hmac_badline_fn)(void *baton, unsigned lineno,
@@ -40,6 +41,7 @@ typedef struct {
     size_t size;
     uint64_t slots_off, tags_off, data_off, data_len, typical;
     uint32_t mask, count, bad;
+    uint32_t entries; /* entry numbers are below it */
     const authn_hmac_mac_t *mac; /* tagged: the key its tags are checked with */
     unsigned char vkey[AUTHN_HMAC_DIGEST_LEN];
     size_t meta_len;
@@ -50,24 +52,50 @@ typedef struct {
 typedef struct {
     const char *user, *hash;
     size_t user_len, hash_len;
-    uint32_t ord; /* 0 .. count - 1, in the file's order */
+    uint32_t ord; /* 0 .. entries - 1, in the file's order */
 } authn_hmac_index_entry_t;
 
-/* The most bytes the index of the len bytes at buf can take. */
-size_t authn_hmac_index_bound(const char *buf, size_t len);
+/* Newlines in len bytes at buf. */
+size_t authn_hmac_index_lines(const char *buf, size_t len);
 
-/* Builds the index of the htpasswd text buf (len bytes, modified in place)
- * in area (cap bytes, at least authn_hmac_index_bound; 8-byte aligned),
- * with meta (at most AUTHN_HMAC_INDEX_META_MAX bytes) kept in it; tagged
- * under mac unless mac is NULL. Lines are read as mod_authn_file reads
- * them; the first line of a user listed twice wins. *used is what the
- * index took of area. */
+/* The most bytes the index of a text of len bytes and lines newlines can
+ * take. */
+size_t authn_hmac_index_bound(size_t len, size_t lines);
+
+/* A build, fed the text piece by piece. */
+typedef struct authn_hmac_index_builder authn_hmac_index_builder_t;
+
+/* Starts the index of an htpasswd text of len bytes and lines newlines in
+ * area (cap bytes, at least authn_hmac_index_bound; 8-byte aligned), with
+ * meta (at most AUTHN_HMAC_INDEX_META_MAX bytes) kept in it. */
+apr_status_t authn_hmac_index_begin(authn_hmac_index_builder_t **b,
+                                    void *area, size_t cap, size_t len,
+                                    size_t lines, const void *meta,
+                                    size_t meta_len, apr_pool_t *p);
+
+/* Indexes the whole lines of text (len bytes, modified in place), read as
+ * mod_authn_file reads them (the first line of a user listed twice wins);
+ * with last, what remains is the last line. Returns the bytes taken: the
+ * rest begins the next piece. */
+size_t authn_hmac_index_feed(authn_hmac_index_builder_t *b, char *text,
+                             size_t len, int last, authn_hmac_badline_fn bad,
+                             void *baton);
+
+/* Finishes the index, tagged under mac unless mac is NULL; *used is what it
+ * took of area. APR_EOF if the text held more than it was said to (the
+ * lines past it are not in the index). */
+apr_status_t authn_hmac_index_end(authn_hmac_index_builder_t *b,
+                                  const authn_hmac_mac_t *mac,
+                                  authn_hmac_badline_fn bad, void *baton,
+                                  size_t *used);
+
+/* All of it at once: begin, feed and end. */
 apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
                                     size_t len, const void *meta,
                                     size_t meta_len,
                                     const authn_hmac_mac_t *mac,
                                     authn_hmac_badline_fn bad, void *baton,
-                                    size_t *used);
+                                    size_t *used, apr_pool_t *p);
 
 /* Opens the index in area (size bytes): APR_SUCCESS, or APR_EGENERAL for
  * one whose header does not hold together. With mac, only a tagged index

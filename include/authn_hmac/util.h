@@ -18,6 +18,9 @@
  * microseconds. */
 apr_time_t authn_hmac_monotonic(void);
 
+/* XXH64 of len bytes: tells two readings of a file apart (not a MAC). */
+uint64_t authn_hmac_fingerprint(const void *data, size_t len);
+
 /* ------------------------------------------------------------- parsing */
 
 /* "4M", "512K", "1G", "65536" -> bytes. Returns NULL or what is wrong;

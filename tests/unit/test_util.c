@@ -183,6 +183,22 @@ static void test_status_format(apr_pool_t *p)
     CHECK(strstr(html, "</table>\n"));
 }
 
+/* XXH64's published values (seed 0), and one change of one bit. */
+static void test_fingerprint(apr_pool_t *p)
+{
+    static const char spam[] = "Nobody inspects the spammish repetition";
+
+    (void)p;
+    CHECK(authn_hmac_fingerprint("", 0) == 0xEF46DB3751D8E999ULL);
+    CHECK(authn_hmac_fingerprint("a", 1) == 0xD24EC4F1A98C6E5BULL);
+    CHECK(authn_hmac_fingerprint("abc", 3) == 0x44BC2CF5AD770999ULL);
+    CHECK(authn_hmac_fingerprint(spam, sizeof(spam) - 1) ==
+          0xFBCEA83C8A378BF1ULL);
+    CHECK(authn_hmac_fingerprint("Nobody inspects the spammish repetitioo",
+                                 sizeof(spam) - 1) !=
+          authn_hmac_fingerprint(spam, sizeof(spam) - 1));
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -193,5 +209,6 @@ int main(void)
     RUN(test_uint, p);
     RUN(test_json_query, p);
     RUN(test_status_format, p);
+    RUN(test_fingerprint, p);
     return unit_end();
 }
