@@ -115,15 +115,15 @@ def test_prefork_children_share_the_index():
     srv.expect_log(r"\[mpm_prefork:error\].*AH00161: server reached MaxRequestWorkers")
     f = srv.path("users")
     real = {"alice": "alice's pass", "bob": "bob's old pass", "carol": "carol's pass"}
-    for i, (user, pw) in enumerate(real.items()):
-        htpasswd(f, user, pw, cost=COST, create=i == 0)
-        srv.secrets.add(pw)
-    bulk_hash = htpasswd_line("u", BULK_PASSWORD, cost=COST).split(":", 1)[1]
     n = 200000
-    with open(f, "a") as out:
-        out.writelines(bulk_line(i, bulk_hash) for i in range(n))
-    size = os.path.getsize(f)
     try:
+        for i, (user, pw) in enumerate(real.items()):
+            htpasswd(f, user, pw, cost=COST, create=i == 0)
+            srv.secrets.add(pw)
+        bulk_hash = htpasswd_line("u", BULK_PASSWORD, cost=COST).split(":", 1)[1]
+        with open(f, "a") as out:
+            out.writelines(bulk_line(i, bulk_hash) for i in range(n))
+        size = os.path.getsize(f)
         srv.start()
         for _ in range(200):
             if len(srv.children()) == 10:
@@ -307,7 +307,11 @@ class Clients:
 
 def write_server(mpm, name):
     srv = index_server(name, mpm, "users")
-    uf = Userfile(srv.path("users"))
+    try:
+        uf = Userfile(srv.path("users"))
+    except BaseException:
+        srv.cleanup()
+        raise
     for pw in list(REAL.values()) + list(FLIP.values()):
         srv.secrets.add(pw)
     # Warm users: the real ones and 20 near the end of the file.
