@@ -63,6 +63,17 @@ def htpasswd(path, user, password, cost=None, create=False, delete=False):
     os.chmod(path, 0o644)
 
 
+def htpasswd_line(user, password, cost=None):
+    """user's line as `htpasswd -nbB` makes it, without a file: for large
+    files made fast (one real hash repeated, or a few placed among them)."""
+    p = subprocess.run([S["htpasswd"], "-n", "-b", "-B", "-C", str(cost or COST), user,
+                        password], capture_output=True, text=True, check=True)
+    line = p.stdout.strip()
+    if not line.startswith(user + ":$2y$"):
+        raise RuntimeError("unexpected htpasswd -n output: %r" % line)
+    return line
+
+
 def hmac_auth(userfile, realm, *extra, provider="hmac", require="valid-user"):
     """Basic auth through provider (hmac: AuthHMACUserFile; a provider list
     with file: AuthUserFile; else no user file when userfile is None), with

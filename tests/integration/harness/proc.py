@@ -45,6 +45,22 @@ def rss_kb(pid):
     return None
 
 
+def smaps_rollup(pid):
+    """The kB fields of /proc/<pid>/smaps_rollup (Rss, Pss, Pss_Anon,
+    Pss_File, Pss_Shmem, ...), or None if pid is gone."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    out = {}
+    for line in lines[1:]:
+        parts = line.split()
+        if len(parts) == 3 and parts[2] == "kB":
+            out[parts[0].rstrip(":")] = int(parts[1])
+    return out
+
+
 def busy_ticks():
     """CPU time of the whole machine: user nice system irq softirq steal."""
     with open("/proc/stat") as f:
