@@ -1145,10 +1145,9 @@ static void share_userfiles(server_rec *s, apr_pool_t *pconf)
 
     if (!n || !dir)
         return;
-    rv = authn_hmac_share_create(&sh, dir, n,
-                                 geteuid() == 0 ? ap_unixd_config.user_id
-                                                : (uid_t)-1,
-                                 ap_unixd_config.group_id, &why, pconf);
+    rv = authn_hmac_share_create(
+        &sh, dir, n, geteuid() == 0 ? ap_unixd_config.user_id : (uid_t)-1,
+        ap_unixd_config.group_id, &why, pconf);
     if (rv != APR_SUCCESS) {
         ap_log_error(APLOG_MARK, APLOG_WARNING, rv, s,
                      "AHMAC0025: %s %s: each child keeps its own index of "

@@ -122,7 +122,7 @@ typedef struct {
     int64_t size, mtime, ctime;
     uint32_t racy, summed;
     uint64_t sum; /* authn_hmac_fingerprint of what was read, if summed */
-    char path[];           /* NUL-terminated */
+    char path[];  /* NUL-terminated */
 } meta_t;
 
 /* One reading of the file: never changed once published, so that lookups
@@ -135,13 +135,14 @@ typedef struct {
     uint64_t version; /* the shared version's number; 0: this process's own */
     memo_t **memos;   /* by entry number; NULL: none kept */
     memo_t *memo_list;
+    size_t memos_size;
     uint32_t memos_made;
     struct authn_hmac_userfile *uf;
     apr_off_t reserved; /* of the budget */
     apr_finfo_t st;     /* the file as it was when idx was read */
     int racy;
     uint64_t checked; /* the watcher's events when a stat() found it fresh */
-    uint64_t sum; /* authn_hmac_fingerprint of what was read, if summed */
+    uint64_t sum;     /* authn_hmac_fingerprint of what was read, if summed */
     int summed;
 } generation_t;
 
@@ -170,8 +171,8 @@ struct authn_hmac_userfile {
     uint64_t watch;    /* the watcher instance that watches it, or 0 */
     apr_off_t max_size;
     authn_hmac_budget_t *budget; /* holds current's size, or NULL */
-    int wd; /* the file's inotify watch, or -1 */
-    authn_hmac_share_t *share; /* NULL: every process reads the file */
+    int wd;                      /* the file's inotify watch, or -1 */
+    authn_hmac_share_t *share;   /* NULL: every process reads the file */
     unsigned slot;
     const authn_hmac_mac_t *mac; /* the shared versions' tags */
     authn_hmac_warn_fn warn;
@@ -211,6 +212,7 @@ typedef struct {
     char pad[64 - 2 * sizeof(int)];
 } poll_t;
 #define WATCH_FILES 64
+#define WATCH_WDS   1024 /* a watch past it is never told written to */
 #define FILE_MASK                                                              \
     (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF |  \
      IN_MASK_ADD)
@@ -218,9 +220,8 @@ typedef struct {
  * the queue is not read, where the directory's would alternate with them
  * and fill the queue (a 70 MB file copied in place in 4 KB writes). */
 #define DIR_MASK                                                               \
-    (IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE |                      \
-     IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF |             \
-     IN_ONLYDIR | IN_MASK_ADD)
+    (IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM |      \
+     IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
 #define UP_MASK (IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
 
 static struct {
@@ -234,8 +235,11 @@ static struct {
     uint64_t events; /* moved on before and after each drain: even while
                         one is under way; never 0 */
     int dirs[WATCH_DIRS], files[WATCH_FILES];
-    apr_time_t writing[WATCH_FILES]; /* since a file was modified and not
-                                        closed after (monotonic), or 0 */
+    struct authn_hmac_userfile *owner[WATCH_WDS]; /* a shared view of the
+                                                     watched file, or NULL */
+    apr_time_t writing[WATCH_WDS]; /* by watch: since a file was modified
+                                      and not closed after (monotonic), or
+                                      0; read without the lock */
     int ndirs, nfiles, atfork;
 } w = {PTHREAD_MUTEX_INITIALIZER,
        -1,
@@ -245,6 +249,7 @@ static struct {
        0,
        0,
        1,
+       {0},
        {0},
        {0},
        {0},
@@ -277,6 +282,8 @@ static void watch_forked(void)
     w.id = 0;
     w.broken = 0;
     w.ndirs = w.nfiles = 0;
+    memset(w.writing, 0, sizeof(w.writing));
+    memset(w.owner, 0, sizeof(w.owner));
     w.events |= 1; /* forked in the middle of a drain */
 }
 
@@ -305,7 +312,6 @@ static int watch_file(const char *path)
         (void)inotify_rm_watch(w.fd, wd);
         return -1;
     }
-    w.writing[w.nfiles] = 0;
     w.files[w.nfiles++] = wd;
     return wd;
 }
@@ -323,6 +329,25 @@ static int watch_dir(const char *dir, uint32_t mask)
         return 0;
     w.dirs[w.ndirs++] = wd;
     return 1;
+}
+
+static void set_writing(int wd, apr_time_t since)
+{
+    struct authn_hmac_userfile *uf;
+
+    if (wd < 0 || wd >= WATCH_WDS)
+        return;
+    __atomic_store_n(&w.writing[wd], since, __ATOMIC_SEQ_CST);
+    if ((uf = w.owner[wd]) != NULL && uf->share)
+        authn_hmac_share_set_writer(uf->share, uf->slot, since);
+}
+
+/* Under w.lock: uf's file is watched as wd. */
+static void own(struct authn_hmac_userfile *uf, int wd)
+{
+    __atomic_store_n(&uf->wd, wd, __ATOMIC_RELAXED);
+    if (wd >= 0 && wd < WATCH_WDS)
+        w.owner[wd] = uf;
 }
 
 /* Takes in what the queue holds. The count moves on before the queue is
@@ -354,12 +379,15 @@ static void drain(void)
                 __atomic_store_n(&w.broken, 1, __ATOMIC_SEQ_CST);
             else if ((ev->mask & IN_IGNORED) && i >= 0) {
                 w.files[i] = w.files[--w.nfiles];
-                w.writing[i] = w.writing[w.nfiles];
+                set_writing(ev->wd, 0);
+                if (ev->wd < WATCH_WDS)
+                    w.owner[ev->wd] = NULL;
             }
             else if (i >= 0 && (ev->mask & IN_CLOSE_WRITE))
-                w.writing[i] = 0; /* the writer is done */
-            else if (i >= 0 && (ev->mask & IN_MODIFY) && !w.writing[i])
-                w.writing[i] = authn_hmac_monotonic();
+                set_writing(ev->wd, 0); /* the writer is done */
+            else if (i >= 0 && (ev->mask & IN_MODIFY) && ev->wd < WATCH_WDS &&
+                     !__atomic_load_n(&w.writing[ev->wd], __ATOMIC_RELAXED))
+                set_writing(ev->wd, authn_hmac_monotonic());
             q += sizeof(*ev) + ev->len;
         }
     }
@@ -481,7 +509,7 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
         *slash = '/';
         wd = watch_file(real);
         ok = wd >= 0;
-        __atomic_store_n(&uf->wd, wd, __ATOMIC_RELAXED);
+        own(uf, wd);
         *slash = '\0';
         ok = ok && watch_dir(real, DIR_MASK);
         while (ok && (slash = strrchr(real, '/')) != NULL && slash != real) {
@@ -517,9 +545,9 @@ static void rewatch(authn_hmac_userfile_t *uf, apr_file_t *f)
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
         pthread_mutex_lock(&w.lock);
         wd = watch_file(proc);
+        own(uf, wd);
         pthread_mutex_unlock(&w.lock);
         ok = wd >= 0;
-        __atomic_store_n(&uf->wd, wd, __ATOMIC_RELAXED);
     }
     if (!ok)
         __atomic_store_n(&uf->watch, 0, __ATOMIC_RELEASE);
@@ -705,7 +733,8 @@ static apr_status_t generation_free(void *data)
         g->memo_list = m->next;
         free(m);
     }
-    free(g->memos);
+    if (g->memos)
+        munmap(g->memos, g->memos_size);
     if (g->mem)
         munmap(g->mem, g->mem_size);
     if (g->reserved)
@@ -735,9 +764,14 @@ static apr_status_t generation_open(generation_t *g, size_t size,
     apr_status_t rv = authn_hmac_index_open(&g->v, g->mem, size, mac);
 
     /* NB: by entry number, zeroed pages the kernel gives only when a
-     * memo is kept (calloc maps a large array). */
-    if (rv == APR_SUCCESS && g->v.entries)
-        g->memos = calloc(g->v.entries, sizeof(*g->memos));
+     * memo is kept there. */
+    if (rv == APR_SUCCESS && g->v.entries) {
+        g->memos_size = g->v.entries * sizeof(*g->memos);
+        g->memos = mmap(NULL, g->memos_size, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (g->memos == MAP_FAILED)
+            g->memos = NULL;
+    }
     return rv;
 }
 
@@ -764,7 +798,8 @@ typedef struct {
 
 static void close_file(reading_t *r)
 {
-    free(r->chunk);
+    if (r->chunk)
+        munmap(r->chunk, CHUNK);
     r->chunk = NULL;
     if (r->f)
         apr_file_close(r->f);
@@ -795,8 +830,13 @@ static apr_status_t scan_file(authn_hmac_userfile_t *uf, reading_t *r,
         rv = APR_EBADF;
     if (rv == APR_SUCCESS && r->st.size > uf->max_size)
         rv = APR_ENOSPC;
-    if (rv == APR_SUCCESS && !(r->chunk = malloc(CHUNK)))
+    /* NB: not malloc()ed: glibc would keep the pages when it is freed. */
+    if (rv == APR_SUCCESS &&
+        (r->chunk = mmap(NULL, CHUNK, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED) {
+        r->chunk = NULL;
         rv = APR_ENOMEM;
+    }
     while (rv == APR_SUCCESS) {
         got = CHUNK;
         rv = apr_file_read_full(r->f, r->chunk, got, &got);
@@ -867,8 +907,8 @@ static int torn(reading_t *r)
 
 /* The metadata of a reading, in p. */
 static meta_t *meta_make(const authn_hmac_userfile_t *uf, const apr_finfo_t *st,
-                         int racy, int summed, uint64_t sum,
-                         size_t *len, apr_pool_t *p)
+                         int racy, int summed, uint64_t sum, size_t *len,
+                         apr_pool_t *p)
 {
     size_t pl = strlen(uf->path);
     meta_t *m;
@@ -898,8 +938,8 @@ static apr_status_t index_file(reading_t *r, void *area, size_t cap,
                                size_t *used, apr_pool_t *tp)
 {
     authn_hmac_index_builder_t *b;
-    apr_status_t rv = authn_hmac_index_begin(&b, area, cap, r->len, r->lines,
-                                             m, ml, tp);
+    apr_status_t rv =
+        authn_hmac_index_begin(&b, area, cap, r->len, r->lines, m, ml, tp);
 
     if (rv == APR_SUCCESS)
         rv = feed_file(r, b, bad, baton);
@@ -1071,7 +1111,7 @@ done:
  * process's watcher cannot vouch for another's reading). Called with
  * uf->lock held; whether it took it. */
 static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
-                 const apr_finfo_t *now, uint64_t events)
+                 const apr_finfo_t *now, uint64_t events, int any)
 {
     generation_t *g = generation_make(uf);
     const meta_t *m;
@@ -1095,9 +1135,9 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     st.size = (apr_off_t)m->size;
     st.mtime = (apr_time_t)m->mtime;
     st.ctime = (apr_time_t)m->ctime;
-    if (!same_file(&st, now))
+    if (!any && !same_file(&st, now))
         goto no;
-    if (m->racy) {
+    if (!any && m->racy) {
         apr_pool_t *tp;
         reading_t r;
         int same = 0;
@@ -1116,7 +1156,7 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
         g->summed = 1;
     }
     g->st = st;
-    g->racy = (int)m->racy;
+    g->racy = (int)m->racy || any;
     g->version = version;
     g->checked = events;
     uf->adopted++;
@@ -1125,6 +1165,17 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
 no:
     destroy(g);
     return 0;
+}
+
+/* Takes the version the server published last, whatever file it was read
+ * from (a writer is at work); whether it did. Called with uf->lock held. */
+static int adopt_published(authn_hmac_userfile_t *uf, uint64_t events)
+{
+    uint64_t v;
+
+    return uf->share && !uf->unshared &&
+           (v = authn_hmac_share_version(uf->share, uf->slot)) != 0 &&
+           adopt(uf, v, NULL, events, 1);
 }
 
 /* Makes the index answer for the file as now stat()ed: a shared version
@@ -1142,7 +1193,7 @@ static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
         uint64_t v = authn_hmac_share_version(uf->share, uf->slot);
 
         if (v && (!uf->current || uf->current->version != v) &&
-            adopt(uf, v, now, events))
+            adopt(uf, v, now, events, 0))
             return APR_SUCCESS;
         rv = authn_hmac_share_lock(uf->share, uf->slot, SHARE_WAIT);
         if (rv == APR_TIMEUP) {
@@ -1153,8 +1204,10 @@ static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
             break;
         }
         if (rv != APR_SUCCESS) {
-            warn(uf, "cannot lock the shared index of %s (%pm); this process "
-                     "keeps its own", uf->path, &rv);
+            warn(uf,
+                 "cannot lock the shared index of %s (%pm); this process "
+                 "keeps its own",
+                 uf->path, &rv);
             uf->unshared = 1;
             break;
         }
@@ -1247,8 +1300,8 @@ static apr_status_t answer(generation_t *g, const ask_t *a, apr_pool_t *p)
     if (off && a->mac && g->memos && ord < g->v.entries &&
         (m = __atomic_load_n(&g->memos[ord], __ATOMIC_ACQUIRE)) != NULL &&
         memo_for(m, a, ul)) {
-        *a->hash = apr_pstrmemdup(p, m->text + m->scope_len + ul + 1,
-                                  m->hash_len);
+        *a->hash =
+            apr_pstrmemdup(p, m->text + m->scope_len + ul + 1, m->hash_len);
         *a->hash_len = m->hash_len;
         memcpy(a->id, m->id, AUTHN_HMAC_KEY_LEN);
         memcpy(a->digest, m->digest, AUTHN_HMAC_DIGEST_LEN);
@@ -1279,19 +1332,40 @@ static apr_status_t answer(generation_t *g, const ask_t *a, apr_pool_t *p)
 }
 
 /* Whether a writer holds the file open: modified, not closed after,
- * since less than WRITE_WAIT. */
+ * since less than WRITE_WAIT, as far as the queue was taken in. */
 static int writing(const authn_hmac_userfile_t *uf)
 {
-    int i, wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
-    apr_time_t since = 0;
+    int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
+    apr_time_t since;
 
-    if (wd < 0)
+    if (wd < 0 || wd >= WATCH_WDS)
         return 0;
-    pthread_mutex_lock(&w.lock);
-    if ((i = find(w.files, w.nfiles, wd)) >= 0)
-        since = w.writing[i];
-    pthread_mutex_unlock(&w.lock);
+    since = __atomic_load_n(&w.writing[wd], __ATOMIC_SEQ_CST);
     return since && authn_hmac_monotonic() - since < WRITE_WAIT;
+}
+
+/* As writing(), once what is queued is taken in: after a drain that
+ * another thread has under way, and one of this thread's. NB: the kernel
+ * makes a change seen (a size of 0 after an open with O_TRUNC) a moment
+ * before it queues the change's event: when the file differs from g, and
+ * the count is still the one g was found fresh at, the event is waited
+ * for (20 ms at most: a change made through a name not watched has none). */
+static int writing_settled(const authn_hmac_userfile_t *uf,
+                           const generation_t *g, const apr_finfo_t *now)
+{
+    apr_time_t until = authn_hmac_monotonic() + 20000;
+    uint64_t events;
+
+    pthread_mutex_lock(&w.lock);
+    pthread_mutex_unlock(&w.lock);
+    events = watch_events();
+    while (g && now && !same_file(&g->st, now) && events != 0 &&
+           events == __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) &&
+           authn_hmac_monotonic() < until) {
+        usleep(200);
+        events = watch_events();
+    }
+    return writing(uf);
 }
 
 /* Answers from the generation there is, without a stat(): under no lock,
@@ -1308,8 +1382,9 @@ static int answer_current(authn_hmac_userfile_t *uf, const ask_t *a,
     st = enter(uf, &e);
     g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
     PAUSE_POINT(2);
-    if (g && (any || (!g->racy && __atomic_load_n(&g->checked,
-                                                  __ATOMIC_SEQ_CST) == events))) {
+    if (g &&
+        (any || (!g->racy &&
+                 __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events))) {
         *rv = answer(g, a, p);
         done = *rv != CORRUPT;
     }
@@ -1355,16 +1430,35 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
         return APR_EINIT; /* child_init did not run or failed */
     /* The common case, without a lock: a watched file that nothing has
      * happened to since a stat() found its generation fresh. */
-    if (watched(uf) && (events = watch_events()) != 0) {
-        if (answer_current(uf, a, p, events, 0, &rv))
+    if (watched(uf)) {
+        if ((events = watch_events()) != 0 &&
+            answer_current(uf, a, p, events, 0, &rv))
             return rv;
         /* NB: a writer holds the file open (htpasswd copies its new
          * version over the old one): for a second at most, the version of
          * before answers, not a prefix of the new one; the writer's close
          * is queued within the close() itself, so that a completed change
-         * is never answered from the old one. */
+         * is never answered from the old one. Asked again under the lock
+         * before a rebuild, once the queue is taken in (another thread
+         * may be at it: events 0). */
         if (writing(uf) && answer_current(uf, a, p, events, 1, &rv))
             return rv;
+    }
+    /* NB: a process without a version yet, whose watcher may have come
+     * after a writer opened the file (a child just made), waits while
+     * another process has seen a writer at work: for its close, a second
+     * at most from its open. Never the version of before: the close may
+     * have come already, unseen. */
+    if (!__atomic_load_n(&uf->current, __ATOMIC_SEQ_CST) && uf->share &&
+        !uf->unshared) {
+        apr_time_t since;
+
+        while ((since = authn_hmac_share_writer(uf->share, uf->slot)) != 0 &&
+               authn_hmac_monotonic() - since < WRITE_WAIT) {
+            usleep(2000);
+            if (watched(uf))
+                (void)watch_events(); /* a close seen here ends it */
+        }
     }
     /* NB: the file is stat()ed before the index is read: a change that
      * this request saw is never answered from the index of before. A
@@ -1399,10 +1493,14 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
     __atomic_sub_fetch(&st->n[e], 1, __ATOMIC_SEQ_CST);
     if (done)
         return rv;
-    /* The file changed (or was never read): one refresh, under the lock. */
+    /* The file changed (or was never read): one refresh, under the lock,
+     * unless a writer is at work: then the version of before answers (a
+     * process without one takes the server's). */
     apr_thread_mutex_lock(uf->lock);
     rv = APR_SUCCESS;
-    if (!fresh(uf->current, &now, events))
+    if (!fresh(uf->current, &now, events) &&
+        !(watched(uf) && writing_settled(uf, uf->current, &now) &&
+          (uf->current || adopt_published(uf, events))))
         rv = refresh(uf, &now, events, bad, baton);
     if (rv == APR_SUCCESS)
         rv = answer_locked(uf, a, p, events);

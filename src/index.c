@@ -386,8 +386,8 @@ apr_status_t authn_hmac_index_begin(authn_hmac_index_builder_t **out,
     b->slots = (uint64_t *)(void *)(b->base + b->h->slots_off);
     memset(b->slots, 0, nslots * sizeof(uint64_t));
     b->h->tags_off = b->h->slots_off + nslots * sizeof(uint64_t);
-    b->h->data_off = align8(b->h->tags_off +
-                            (b->data_cap / AUTHN_HMAC_INDEX_BLOCK + 1) * TAG_LEN);
+    b->h->data_off = align8(
+        b->h->tags_off + (b->data_cap / AUTHN_HMAC_INDEX_BLOCK + 1) * TAG_LEN);
     *out = b;
     return APR_SUCCESS;
 }
@@ -494,9 +494,9 @@ apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
                                     size_t *used, apr_pool_t *p)
 {
     authn_hmac_index_builder_t *b;
-    apr_status_t rv = authn_hmac_index_begin(
-        &b, area, cap, len, authn_hmac_index_lines(buf, len), meta, meta_len,
-        p);
+    apr_status_t rv = authn_hmac_index_begin(&b, area, cap, len,
+                                             authn_hmac_index_lines(buf, len),
+                                             meta, meta_len, p);
 
     if (rv != APR_SUCCESS)
         return rv;
@@ -513,10 +513,9 @@ apr_status_t authn_hmac_index_open(authn_hmac_index_t *v, const void *area,
         return APR_EGENERAL;
     memcpy(&h, area, sizeof(h)); /* NB: a copy: the mapping may change */
     if (memcmp(h.magic, MAGIC, sizeof(MAGIC)) != 0 || h.size > size ||
-        h.meta_len > AUTHN_HMAC_INDEX_META_MAX ||
-        h.meta_off < sizeof(h) || h.meta_off + h.meta_len > h.size ||
-        h.nslots == 0 || (h.nslots & (h.nslots - 1)) != 0 ||
-        h.slots_off > h.size ||
+        h.meta_len > AUTHN_HMAC_INDEX_META_MAX || h.meta_off < sizeof(h) ||
+        h.meta_off + h.meta_len > h.size || h.nslots == 0 ||
+        (h.nslots & (h.nslots - 1)) != 0 || h.slots_off > h.size ||
         (uint64_t)h.nslots * sizeof(uint64_t) > h.size - h.slots_off ||
         h.data_off > h.size || h.data_len > h.size - h.data_off ||
         h.tags_off > h.size ||
@@ -559,8 +558,8 @@ static int fits(const authn_hmac_index_t *v, uint64_t off, uint64_t ulen,
 uint64_t authn_hmac_index_find(const authn_hmac_index_t *v, const char *user,
                                size_t user_len, uint32_t *ord)
 {
-    const uint64_t *slots = (const uint64_t *)(const void *)(v->base +
-                                                             v->slots_off);
+    const uint64_t *slots =
+        (const uint64_t *)(const void *)(v->base + v->slots_off);
     uint64_t h = user_hash(user, user_len), s;
     uint32_t tag = (uint32_t)(h >> 32), i = (uint32_t)h & v->mask, n;
 

@@ -22,6 +22,8 @@ typedef struct {
     pthread_mutex_t lock; /* robust, process-shared: one builder */
     uint64_t version;     /* published; 0: none */
     uint64_t last;        /* the last number given */
+    int64_t writer;       /* since a process saw a writer open the file
+                             (monotonic), until one saw it close it; 0 */
     char pad[64];
 } slot_t;
 
@@ -75,10 +77,9 @@ static apr_status_t unmap(void *data)
     return APR_SUCCESS;
 }
 
-apr_status_t authn_hmac_share_create(authn_hmac_share_t **out,
-                                     const char *dir, unsigned nslots,
-                                     uid_t uid, gid_t gid, const char **why,
-                                     apr_pool_t *p)
+apr_status_t authn_hmac_share_create(authn_hmac_share_t **out, const char *dir,
+                                     unsigned nslots, uid_t uid, gid_t gid,
+                                     const char **why, apr_pool_t *p)
 {
     authn_hmac_share_t *sh = apr_pcalloc(p, sizeof(*sh));
     pthread_mutexattr_t a;
@@ -210,8 +211,8 @@ apr_status_t authn_hmac_share_begin(authn_hmac_share_t *sh, unsigned slot,
     int rc;
 
     name(sh, slot, 0, path, sizeof(path));
-    n->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                 0600);
+    n->fd =
+        open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (n->fd < 0)
         return errno;
     /* NB: the pages are taken now, or ENOSPC: a page that a full tmpfs
@@ -265,4 +266,17 @@ apr_status_t authn_hmac_share_end(authn_hmac_share_t *sh, unsigned slot,
     }
     *version = v;
     return APR_SUCCESS;
+}
+
+void authn_hmac_share_set_writer(authn_hmac_share_t *sh, unsigned slot,
+                                 apr_time_t since)
+{
+    __atomic_store_n(&sh->r->slots[slot].writer, (int64_t)since,
+                     __ATOMIC_SEQ_CST);
+}
+
+apr_time_t authn_hmac_share_writer(const authn_hmac_share_t *sh, unsigned slot)
+{
+    return (apr_time_t)__atomic_load_n(&sh->r->slots[slot].writer,
+                                       __ATOMIC_SEQ_CST);
 }

@@ -393,8 +393,7 @@ uint64_t authn_hmac_fingerprint(const void *data, size_t len)
             v4 = fp_round(v4, fp_read64(p + 24));
             p += 32;
         } while (end - p >= 32);
-        h = fp_rotl(v1, 1) + fp_rotl(v2, 7) + fp_rotl(v3, 12) +
-            fp_rotl(v4, 18);
+        h = fp_rotl(v1, 1) + fp_rotl(v2, 7) + fp_rotl(v3, 12) + fp_rotl(v4, 18);
         h = fp_merge(fp_merge(fp_merge(fp_merge(h, v1), v2), v3), v4);
     }
     else

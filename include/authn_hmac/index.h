@@ -32,7 +32,8 @@ typedef void (*authn_hmac_badline_fn)(void *baton, unsigned lineno,
  * reported and skipped. */
 #define AUTHN_HMAC_INDEX_ENTRY_MAX (8u * AUTHN_HMAC_INDEX_BLOCK)
 /* What a copy of a tagged entry needs: the blocks it spans. */
-#define AUTHN_HMAC_INDEX_COPY (AUTHN_HMAC_INDEX_ENTRY_MAX + 2u * AUTHN_HMAC_INDEX_BLOCK)
+#define AUTHN_HMAC_INDEX_COPY                                                  \
+    (AUTHN_HMAC_INDEX_ENTRY_MAX + 2u * AUTHN_HMAC_INDEX_BLOCK)
 #define AUTHN_HMAC_INDEX_META_MAX 8192u
 
 /* A view of an index (made by authn_hmac_index_open). */
@@ -41,7 +42,7 @@ typedef struct {
     size_t size;
     uint64_t slots_off, tags_off, data_off, data_len, typical;
     uint32_t mask, count, bad;
-    uint32_t entries; /* entry numbers are below it */
+    uint32_t entries;            /* entry numbers are below it */
     const authn_hmac_mac_t *mac; /* tagged: the key its tags are checked with */
     unsigned char vkey[AUTHN_HMAC_DIGEST_LEN];
     size_t meta_len;
@@ -68,10 +69,10 @@ typedef struct authn_hmac_index_builder authn_hmac_index_builder_t;
 /* Starts the index of an htpasswd text of len bytes and lines newlines in
  * area (cap bytes, at least authn_hmac_index_bound; 8-byte aligned), with
  * meta (at most AUTHN_HMAC_INDEX_META_MAX bytes) kept in it. */
-apr_status_t authn_hmac_index_begin(authn_hmac_index_builder_t **b,
-                                    void *area, size_t cap, size_t len,
-                                    size_t lines, const void *meta,
-                                    size_t meta_len, apr_pool_t *p);
+apr_status_t authn_hmac_index_begin(authn_hmac_index_builder_t **b, void *area,
+                                    size_t cap, size_t len, size_t lines,
+                                    const void *meta, size_t meta_len,
+                                    apr_pool_t *p);
 
 /* Indexes the whole lines of text (len bytes, modified in place), read as
  * mod_authn_file reads them (the first line of a user listed twice wins);

@@ -19,6 +19,7 @@
 
 #include <apr_errno.h>
 #include <apr_pools.h>
+#include <apr_time.h>
 
 typedef struct authn_hmac_share authn_hmac_share_t;
 
@@ -26,10 +27,9 @@ typedef struct authn_hmac_share authn_hmac_share_t;
  * in dir (made if missing, mode 0700, owned by uid:gid when uid is not
  * (uid_t)-1; files there from servers no longer running are removed).
  * Freed with p. On failure, *why says what failed. */
-apr_status_t authn_hmac_share_create(authn_hmac_share_t **out,
-                                     const char *dir, unsigned nslots,
-                                     uid_t uid, gid_t gid, const char **why,
-                                     apr_pool_t *p);
+apr_status_t authn_hmac_share_create(authn_hmac_share_t **out, const char *dir,
+                                     unsigned nslots, uid_t uid, gid_t gid,
+                                     const char **why, apr_pool_t *p);
 
 /* The version published in slot, or 0. */
 uint64_t authn_hmac_share_version(const authn_hmac_share_t *sh, unsigned slot);
@@ -61,5 +61,12 @@ apr_status_t authn_hmac_share_begin(authn_hmac_share_t *sh, unsigned slot,
 apr_status_t authn_hmac_share_end(authn_hmac_share_t *sh, unsigned slot,
                                   authn_hmac_share_new_t *n, size_t used,
                                   uint64_t *version);
+
+/* A hint for processes whose watcher came after a writer opened the file:
+ * since when one was seen writing it (monotonic), or 0 once one was seen
+ * closing it. */
+void authn_hmac_share_set_writer(authn_hmac_share_t *sh, unsigned slot,
+                                 apr_time_t since);
+apr_time_t authn_hmac_share_writer(const authn_hmac_share_t *sh, unsigned slot);
 
 #endif /* AUTHN_HMAC_SHARE_H */

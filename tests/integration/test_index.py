@@ -349,9 +349,14 @@ def where(r, writes):
 
 
 def late(r, writes, after):
-    """Whether request r began more than after s into a write."""
+    """Whether request r was answered more than after s into a write: past
+    the second that the previous version answers for, a request may read
+    what is there (one that began earlier may have waited that long: a
+    child made during the write waits for the writer's close, never
+    answering from the version before, whose close it may not have
+    seen)."""
     w = write_of(r, writes)
-    return w is not None and r[0] - w[0] > after
+    return w is not None and r[1] - w[0] > after
 
 
 def revoked_at_close(srv, uf, v, **how):
@@ -401,7 +406,7 @@ def test_slow_in_place_write_gives_no_false_401(mpm):
     false401 = [r for r in results if r[4] == 401 and not late(r, writes, LATE)]
     other = [r for r in results if r[4] not in (200, 401)]
     print("%s: %d writes of %d bytes, %.2f-%.2f s each; %d requests (%d during a write, "
-          "%d of them begun past %.1f s); false 401: %d (%d warm, %d fresh); other "
+          "%d of them answered past %.1f s); false 401: %d (%d warm, %d fresh); other "
           "failures: %d" % (
               mpm, len(writes), len(uf.versions["A"]), min(c - o for o, c in writes),
               max(c - o for o, c in writes), len(results), len(during), n_late, LATE,
@@ -418,7 +423,7 @@ def test_slow_in_place_write_gives_no_false_401(mpm):
 def test_writer_that_holds_the_file_open_long_is_not_waited_for(mpm):
     """A writer writes half the file, holds it open 2.5 s, then writes the
     rest: every request is answered, promptly (under 3 s, no 5xx), users of
-    both versions are granted in the first 0.8 s (the version before), and
+    both versions are granted when answered in the first 0.8 s (the version before), and
     from the close on the new version is in force (flipper's old password
     refused, the new one taken). After about a second the server may read
     the half-written file: no 401 is counted past that."""
@@ -452,7 +457,7 @@ def test_writer_that_holds_the_file_open_long_is_not_waited_for(mpm):
     slow = [r for r in results if r[1] - r[0] >= 3]
     early401 = [r for r in early if r[4] == 401]
     print("%s: %d writes held open %.2f-%.2f s; %d requests (%d during a write, %d in its "
-          "first 0.8 s); 401 in the first 0.8 s: %d; 401 later in a write: %d; unanswered or "
+          "first 0.8 s); 401 answered in the first 0.8 s: %d; 401 later in a write: %d; unanswered or "
           "5xx: %d; slowest %.2f s" % (
               mpm, len(writes), min(c - o for o, c in writes), max(c - o for o, c in writes),
               len(results), len(during), len(early), len(early401),

@@ -415,6 +415,51 @@ static void test_fork_while_instances_are_made(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* A writer that holds the file open (htpasswd copying its new version
+ * over the old one): lookups answer from the version before, not from the
+ * prefix written so far; once it closes the file, from the new one. Past
+ * WRITE_WAIT, from what is there. */
+static void test_writer_holding_the_file(apr_pool_t *p)
+{
+    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
+    authn_hmac_userfile_t *uf;
+    const char *hash;
+    size_t len;
+    int fd;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "bob:BOB0\nalice:AAAA\n");
+    uf = authn_hmac_userfile_make(path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    if (authn_hmac_userfile_watch(uf) != 1) {
+        printf("  skipped: /tmp is not watched\n");
+        return;
+    }
+    CHECK(alice_is(uf, "AAAA", p));
+    fd = open(path, O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "bob:BOB1\n", 9) == 9);
+    CHECK(alice_is(uf, "AAAA", p)); /* not "no such user" */
+    CHECK(authn_hmac_userfile_lookup(uf, "bob", &hash, &len, NULL, NULL, p) ==
+              APR_SUCCESS &&
+          strcmp(hash, "BOB0") == 0);
+    CHECK(write(fd, "alice:BBBB\n", 11) == 11);
+    CHECK(alice_is(uf, "AAAA", p));
+    CHECK(close(fd) == 0);
+    CHECK(alice_is(uf, "BBBB", p)); /* the close is the change */
+    /* Held open past WRITE_WAIT: what is there. */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "alice:CCCC\n", 11) == 11);
+    CHECK(alice_is(uf, "BBBB", p));
+    usleep((useconds_t)(WRITE_WAIT + 100000));
+    CHECK(alice_is(uf, "CCCC", p));
+    CHECK(close(fd) == 0);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -424,6 +469,9 @@ int main(void)
     for (int i = 0; i < WATCH_POLLS; i++)
         CHECK(w.polls[i].fd == -1 && w.polls[i].busy == 0);
 
+    /* NB: first: a test that removes its directory leaves this process's
+     * watcher broken for good (a watched directory went). */
+    RUN(test_writer_holding_the_file, p);
     RUN(test_lookup_during_drain, p);
     RUN(test_lookup_across_two_rebuilds, p);
     RUN(test_each_cpu_sees_each_change_epoll, p);
