@@ -766,7 +766,7 @@ static apr_status_t generation_open(generation_t *g, size_t size,
     /* NB: by entry number, zeroed pages the kernel gives only when a
      * memo is kept there. */
     if (rv == APR_SUCCESS && g->v.entries) {
-        g->memos_size = g->v.entries * sizeof(*g->memos);
+        g->memos_size = g->v.entries * sizeof(memo_t *);
         g->memos = mmap(NULL, g->memos_size, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (g->memos == MAP_FAILED)
@@ -1171,11 +1171,13 @@ no:
  * from (a writer is at work); whether it did. Called with uf->lock held. */
 static int adopt_published(authn_hmac_userfile_t *uf, uint64_t events)
 {
+    apr_finfo_t any;
     uint64_t v;
 
+    memset(&any, 0, sizeof(any));
     return uf->share && !uf->unshared &&
            (v = authn_hmac_share_version(uf->share, uf->slot)) != 0 &&
-           adopt(uf, v, NULL, events, 1);
+           adopt(uf, v, &any, events, 1);
 }
 
 /* Makes the index answer for the file as now stat()ed: a shared version

@@ -30,7 +30,7 @@ typedef void (*authn_hmac_badline_fn)(void *baton, unsigned lineno,
 #define AUTHN_HMAC_INDEX_BLOCK 1024u
 /* The longest entry (user and hash) an index keeps; a longer line is
  * reported and skipped. */
-#define AUTHN_HMAC_INDEX_ENTRY_MAX (8u * AUTHN_HMAC_INDEX_BLOCK)
+#define AUTHN_HMAC_INDEX_ENTRY_MAX 8192u /* 8 blocks */
 /* What a copy of a tagged entry needs: the blocks it spans. */
 #define AUTHN_HMAC_INDEX_COPY                                                  \
     (AUTHN_HMAC_INDEX_ENTRY_MAX + 2u * AUTHN_HMAC_INDEX_BLOCK)
