@@ -943,6 +943,7 @@ static apr_status_t index_file(reading_t *r, void *area, size_t cap,
 
     if (rv == APR_SUCCESS)
         rv = feed_file(r, b, bad, baton);
+    PAUSE_POINT(4);
     if (rv == APR_SUCCESS)
         rv = authn_hmac_index_end(b, mac, bad, baton, used);
     if (rv == APR_SUCCESS && torn(r))
