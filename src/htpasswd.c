@@ -963,12 +963,26 @@ static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
     authn_hmac_share_new_t n;
     apr_status_t rv, built;
     uint64_t version = 0;
+    void *area;
 
+    /* NB: built in this process's own memory, then copied: the version's
+     * file is writable by any process of the server's user (PHP-FPM...)
+     * until published, and the tags must cover only what was built, never
+     * what such a process wrote there before they were made. */
+    area = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                -1, 0);
+    if (area == MAP_FAILED)
+        return APR_ENOMEM;
     rv = authn_hmac_share_begin(uf->share, uf->slot, cap, &n);
-    if (rv != APR_SUCCESS)
+    if (rv != APR_SUCCESS) {
+        munmap(area, cap);
         return rv;
+    }
     PAUSE_POINT(3);
-    built = index_file(r, n.mem, cap, m, ml, uf->mac, bad, baton, &used, tp);
+    built = index_file(r, area, cap, m, ml, uf->mac, bad, baton, &used, tp);
+    if (built == APR_SUCCESS)
+        memcpy(n.mem, area, used);
+    munmap(area, cap);
     rv = authn_hmac_share_end(uf->share, uf->slot, &n,
                               built == APR_SUCCESS ? used : 0, &version);
     if (rv == APR_SUCCESS && built != APR_SUCCESS)
