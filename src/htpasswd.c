@@ -122,7 +122,11 @@ typedef struct {
     int64_t size, mtime, ctime;
     uint32_t racy, summed;
     uint64_t sum; /* authn_hmac_fingerprint of what was read, if summed */
-    char path[];  /* NUL-terminated */
+    /* A shared version's number and region (authn_hmac_share_id): a
+     * version put in place of another (an older one of the same file) is
+     * never taken for it. */
+    uint64_t version, region;
+    char path[]; /* NUL-terminated */
 } meta_t;
 
 /* One reading of the file: never changed once published, so that lookups
@@ -955,7 +959,7 @@ static apr_status_t index_file(reading_t *r, void *area, size_t cap,
  * cannot be shared (no space, no directory), APR_EOF if the file changed
  * while read (nothing is published then). */
 static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
-                                 reading_t *r, const meta_t *m, size_t ml,
+                                 reading_t *r, meta_t *m, size_t ml,
                                  authn_hmac_badline_fn bad, void *baton,
                                  apr_pool_t *tp)
 {
@@ -979,6 +983,8 @@ static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
         return rv;
     }
     PAUSE_POINT(3);
+    m->version = n.version;
+    m->region = authn_hmac_share_id(uf->share);
     built = index_file(r, area, cap, m, ml, uf->mac, bad, baton, &used, tp);
     if (built == APR_SUCCESS)
         memcpy(n.mem, area, used);
@@ -1141,7 +1147,9 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
         g->v.meta_len < sizeof(meta_t) + 1)
         goto no;
     m = (const meta_t *)(const void *)g->v.meta; /* a private copy */
-    if (g->v.meta[g->v.meta_len - 1] != '\0' || strcmp(m->path, uf->path) != 0)
+    if (g->v.meta[g->v.meta_len - 1] != '\0' ||
+        strcmp(m->path, uf->path) != 0 || m->version != version ||
+        m->region != authn_hmac_share_id(uf->share))
         goto no;
     memset(&st, 0, sizeof(st));
     st.filetype = APR_REG;
