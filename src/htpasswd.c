@@ -1463,8 +1463,10 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
          * is queued within the close() itself, so that a completed change
          * is never answered from the old one. Asked again under the lock
          * before a rebuild, once the queue is taken in (another thread
-         * may be at it: events 0). */
-        if (writing(uf) && answer_current(uf, a, p, events, 1, &rv))
+         * may be at it: events 0, and then the close it took is not yet
+         * in what writing() reads). */
+        if (events != 0 && writing(uf) &&
+            answer_current(uf, a, p, events, 1, &rv))
             return rv;
     }
     /* NB: a process without a version yet, whose watcher may have come
