@@ -305,6 +305,54 @@ static void test_slot_at_a_later_line(apr_pool_t *p)
           strcmp(e.hash, "EVIL") != 0);
 }
 
+/* A slot may point anywhere in the data: at every offset an entry can
+ * start at (4-byte steps), what reads as an entry and verifies is one of
+ * the file's, read whole, or the middle of one that no user name can be
+ * found at. */
+static void test_slot_at_every_offset(apr_pool_t *p)
+{
+    char text[] = "alice:$2y$05$abcdefghijklmnopqrstuu\n"
+                  "bob:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\n"
+                  "carol:\n"
+                  "dave:!locked\n"
+                  "eve:x:y:z\n"
+                  "a:b\n";
+    const char *users[] = {"alice", "bob", "carol", "dave", "eve", "a"};
+    size_t len = strlen(text), cap = authn_hmac_index_bound(len, 6), used = 0;
+    unsigned char *area = apr_pcalloc(p, cap + 8);
+    unsigned char copy[AUTHN_HMAC_INDEX_COPY];
+    authn_hmac_mac_t *mac = make_mac(p);
+    authn_hmac_index_t *v = apr_pcalloc(p, sizeof(*v));
+    authn_hmac_index_entry_t e;
+    uint64_t starts[6], off;
+    uint32_t ord;
+    size_t i, good = 0;
+
+    area = (unsigned char *)(((uintptr_t)area + 7) & ~(uintptr_t)7);
+    CHECK(authn_hmac_index_build(area, cap, text, len, "m", 1, mac, NULL, NULL,
+                                 &used, p) == APR_SUCCESS);
+    CHECK(authn_hmac_index_open(v, area, used, mac) == APR_SUCCESS);
+    for (i = 0; i < 6; i++) {
+        starts[i] = authn_hmac_index_find(v, users[i], strlen(users[i]), &ord);
+        CHECK(starts[i] != 0);
+    }
+    for (off = 0; off < used + 64; off += 4) {
+        int real = 0;
+
+        if (authn_hmac_index_entry(v, off, copy, &e) != APR_SUCCESS)
+            continue;
+        for (i = 0; i < 6; i++)
+            if (off == starts[i] && strcmp(e.user, users[i]) == 0)
+                real = 1;
+        /* NB: the middle of one may read as an entry, whose user then
+         * holds a NUL (a length's high bytes): no user name matches it
+         * (a name is a C string, compared with its length). */
+        CHECK(real || memchr(e.user, '\0', e.user_len) != NULL);
+        good += real;
+    }
+    CHECK(good == 6);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -313,5 +361,6 @@ int main(void)
     RUN(test_written_during_build, p);
     RUN(test_old_version_replayed, p);
     RUN(test_slot_at_a_later_line, p);
+    RUN(test_slot_at_every_offset, p);
     return unit_end();
 }
