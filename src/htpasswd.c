@@ -122,7 +122,11 @@ typedef struct {
     int64_t size, mtime, ctime;
     uint32_t racy, summed;
     uint64_t sum; /* authn_hmac_fingerprint of what was read, if summed */
-    char path[];  /* NUL-terminated */
+    /* A shared version's number and region (authn_hmac_share_id): a
+     * version put in place of another (an older one of the same file) is
+     * never taken for it. */
+    uint64_t version, region;
+    char path[]; /* NUL-terminated */
 } meta_t;
 
 /* One reading of the file: never changed once published, so that lookups
@@ -943,6 +947,7 @@ static apr_status_t index_file(reading_t *r, void *area, size_t cap,
 
     if (rv == APR_SUCCESS)
         rv = feed_file(r, b, bad, baton);
+    PAUSE_POINT(4);
     if (rv == APR_SUCCESS)
         rv = authn_hmac_index_end(b, mac, bad, baton, used);
     if (rv == APR_SUCCESS && torn(r))
@@ -954,7 +959,7 @@ static apr_status_t index_file(reading_t *r, void *area, size_t cap,
  * cannot be shared (no space, no directory), APR_EOF if the file changed
  * while read (nothing is published then). */
 static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
-                                 reading_t *r, const meta_t *m, size_t ml,
+                                 reading_t *r, meta_t *m, size_t ml,
                                  authn_hmac_badline_fn bad, void *baton,
                                  apr_pool_t *tp)
 {
@@ -962,12 +967,28 @@ static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
     authn_hmac_share_new_t n;
     apr_status_t rv, built;
     uint64_t version = 0;
+    void *area;
 
+    /* NB: built in this process's own memory, then copied: the version's
+     * file is writable by any process of the server's user (PHP-FPM...)
+     * until published, and the tags must cover only what was built, never
+     * what such a process wrote there before they were made. */
+    area = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                -1, 0);
+    if (area == MAP_FAILED)
+        return APR_ENOMEM;
     rv = authn_hmac_share_begin(uf->share, uf->slot, cap, &n);
-    if (rv != APR_SUCCESS)
+    if (rv != APR_SUCCESS) {
+        munmap(area, cap);
         return rv;
+    }
     PAUSE_POINT(3);
-    built = index_file(r, n.mem, cap, m, ml, uf->mac, bad, baton, &used, tp);
+    m->version = n.version;
+    m->region = authn_hmac_share_id(uf->share);
+    built = index_file(r, area, cap, m, ml, uf->mac, bad, baton, &used, tp);
+    if (built == APR_SUCCESS)
+        memcpy(n.mem, area, used);
+    munmap(area, cap);
     rv = authn_hmac_share_end(uf->share, uf->slot, &n,
                               built == APR_SUCCESS ? used : 0, &version);
     if (rv == APR_SUCCESS && built != APR_SUCCESS)
@@ -1126,7 +1147,9 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
         g->v.meta_len < sizeof(meta_t) + 1)
         goto no;
     m = (const meta_t *)(const void *)g->v.meta; /* a private copy */
-    if (g->v.meta[g->v.meta_len - 1] != '\0' || strcmp(m->path, uf->path) != 0)
+    if (g->v.meta[g->v.meta_len - 1] != '\0' ||
+        strcmp(m->path, uf->path) != 0 || m->version != version ||
+        m->region != authn_hmac_share_id(uf->share))
         goto no;
     memset(&st, 0, sizeof(st));
     st.filetype = APR_REG;
@@ -1442,8 +1465,10 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
          * is queued within the close() itself, so that a completed change
          * is never answered from the old one. Asked again under the lock
          * before a rebuild, once the queue is taken in (another thread
-         * may be at it: events 0). */
-        if (writing(uf) && answer_current(uf, a, p, events, 1, &rv))
+         * may be at it: events 0, and then the close it took is not yet
+         * in what writing() reads). */
+        if (events != 0 && writing(uf) &&
+            answer_current(uf, a, p, events, 1, &rv))
             return rv;
     }
     /* NB: a process without a version yet, whose watcher may have come

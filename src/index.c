@@ -15,6 +15,9 @@
 #define TAG_LEN         16u /* bytes of a block's HMAC kept */
 #define ENTRY_HEAD      12u /* user length, hash length, number */
 #define RING            16u
+/* In an entry's number: a later line of a user listed before, which no
+ * lookup reads (a slot that points at it is a corrupt one). */
+#define SHADOWED 0x80000000u
 
 static const char MAGIC[8] = "AHMIDX1";
 
@@ -242,8 +245,14 @@ static void insert(builder_t *b, uint64_t h, uint64_t off)
         if ((uint32_t)(s >> 32) == tag) {
             const unsigned char *eu = entry_at(b, (uint32_t)s, &u, &hl);
 
-            if (u == ul && memcmp(eu, user, ul) == 0)
+            if (u == ul && memcmp(eu, user, ul) == 0) {
+                /* NB: marked before the tags are made: in a shared index
+                 * a rewritten slot could point at it. */
+                unsigned char *e = b->base + off + 8;
+
+                put32(e, get32(e) | SHADOWED);
                 return;
+            }
         }
         i = (i + 1) & b->mask;
     }
@@ -310,7 +319,8 @@ static uint64_t choose_typical(const builder_t *b)
             (const char *)entry_at(b, off, &ulen, &hlen) + ulen + 1;
         int cost = bcrypt_cost(hash, hlen);
 
-        if (authn_hmac_hash_locked(hash, hlen))
+        if (authn_hmac_hash_locked(hash, hlen) ||
+            (get32(b->base + off + 8) & SHADOWED))
             continue;
         if (!pick)
             pick = off;
@@ -333,6 +343,7 @@ static uint64_t choose_typical(const builder_t *b)
             (const char *)entry_at(b, off, &ulen, &hlen) + ulen + 1;
 
         if (!authn_hmac_hash_locked(hash, hlen) &&
+            !(get32(b->base + off + 8) & SHADOWED) &&
             bcrypt_cost(hash, hlen) == median) {
             pick = off;
             break;
@@ -653,7 +664,7 @@ apr_status_t authn_hmac_index_entry(const authn_hmac_index_t *v, uint64_t off,
     e->hash = e->user + ulen + 1;
     e->hash_len = hlen;
     e->ord = get32(p + 8);
-    if (e->ord >= v->entries)
+    if ((e->ord & SHADOWED) || e->ord >= v->entries)
         return APR_EGENERAL;
     return APR_SUCCESS;
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <apr_general.h>
 #include <apr_strings.h>
 #include <apr_time.h>
 
@@ -37,6 +38,7 @@ struct authn_hmac_share {
     size_t size;
     const char *dir;
     const char *tag; /* "<parent pid>-<time>": this region's files */
+    uint64_t id;     /* random */
     pid_t maker;
 };
 
@@ -90,6 +92,9 @@ apr_status_t authn_hmac_share_create(authn_hmac_share_t **out, const char *dir,
     sh->maker = getpid();
     sh->tag = apr_psprintf(p, "%ld-%" APR_UINT64_T_HEX_FMT, (long)sh->maker,
                            (apr_uint64_t)apr_time_now());
+    if (apr_generate_random_bytes((unsigned char *)&sh->id, sizeof(sh->id)) !=
+        APR_SUCCESS)
+        sh->id = ((uint64_t)sh->maker << 44) ^ (uint64_t)apr_time_now();
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         *why = "cannot make the directory";
         return errno;
@@ -135,6 +140,11 @@ static void name(const authn_hmac_share_t *sh, unsigned slot, uint64_t version,
                  (unsigned long long)version);
     else
         snprintf(buf, len, "%s/%s.%u.new", sh->dir, sh->tag, slot);
+}
+
+uint64_t authn_hmac_share_id(const authn_hmac_share_t *sh)
+{
+    return sh->id;
 }
 
 uint64_t authn_hmac_share_version(const authn_hmac_share_t *sh, unsigned slot)
@@ -229,6 +239,7 @@ apr_status_t authn_hmac_share_begin(authn_hmac_share_t *sh, unsigned slot,
         return rc;
     }
     n->cap = cap;
+    n->version = sh->r->slots[slot].last + 1; /* NB: under the lock */
     return APR_SUCCESS;
 }
 
@@ -238,7 +249,7 @@ apr_status_t authn_hmac_share_end(authn_hmac_share_t *sh, unsigned slot,
 {
     slot_t *s = &sh->r->slots[slot];
     char tmp[4096], path[4096], old[4096];
-    uint64_t was = s->version, v = s->last + 1;
+    uint64_t was = s->version, v = n->version;
     apr_status_t rv = APR_SUCCESS;
 
     munmap(n->mem, n->cap);

@@ -31,6 +31,11 @@ apr_status_t authn_hmac_share_create(authn_hmac_share_t **out, const char *dir,
                                      unsigned nslots, uid_t uid, gid_t gid,
                                      const char **why, apr_pool_t *p);
 
+/* This region's identity: a number no other region has (a version's
+ * metadata carries it, so that a version of another region, one of the
+ * server before a restart included, is never taken for one of this). */
+uint64_t authn_hmac_share_id(const authn_hmac_share_t *sh);
+
 /* The version published in slot, or 0. */
 uint64_t authn_hmac_share_version(const authn_hmac_share_t *sh, unsigned slot);
 
@@ -51,6 +56,7 @@ typedef struct {
     int fd;
     void *mem;
     size_t cap;
+    uint64_t version; /* the number it is published under */
 } authn_hmac_share_new_t;
 
 apr_status_t authn_hmac_share_begin(authn_hmac_share_t *sh, unsigned slot,

@@ -84,7 +84,7 @@ static void *late_lookup(void *arg)
 static pthread_mutex_t pause_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pause_cv = PTHREAD_COND_INITIALIZER;
 static pthread_t paused;
-static int pausing, pause_at[3], stopped_at;
+static int pausing, pause_at[5], stopped_at;
 
 static void pause_point(int n)
 {
@@ -460,6 +460,56 @@ static void test_writer_holding_the_file(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* A lookup made after a writer closed the file, while another thread
+ * drains the queue that holds the close (taken from the queue, not yet
+ * taken in): the version of before must not answer because this
+ * process last saw the writer at work. This test drains by hand. */
+static char *left_dir; /* a directory to remove last */
+
+static void test_writer_closed_during_drain(apr_pool_t *p)
+{
+    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
+    char buf[4096];
+    authn_hmac_userfile_t *uf;
+    lookup_t late;
+    pthread_t t;
+    int fd;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:AAAA\n");
+    uf = authn_hmac_userfile_make(path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    if (authn_hmac_userfile_watch(uf) != 1) {
+        printf("  skipped: /tmp is not watched\n");
+        return;
+    }
+    CHECK(alice_is(uf, "AAAA", p));
+    fd = open(path, O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "alice:BBBB\n", 11) == 11);
+    CHECK(alice_is(uf, "AAAA", p)); /* a writer at work */
+    /* A drain begins, and takes the queue... */
+    pthread_mutex_lock(&w.lock);
+    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
+    /* ...where the writer's close is: the change is done. */
+    CHECK(close(fd) == 0);
+    while (read(w.fd, buf, sizeof(buf)) > 0)
+        ;
+    late.uf = uf;
+    late.ok = 0;
+    CHECK(pthread_create(&t, NULL, late_lookup, &late) == 0);
+    usleep(100 * 1000);
+    set_writing(uf->wd, 0); /* the drain takes the close in */
+    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&w.lock);
+    CHECK(pthread_join(t, NULL) == 0 && late.ok);
+    CHECK(alice_is(uf, "BBBB", p));
+    unlink(path);
+    /* NB: the directory goes once every test is done (see main). */
+    left_dir = strdup(dir);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -471,6 +521,7 @@ int main(void)
 
     /* NB: first: a test that removes its directory leaves this process's
      * watcher broken for good (a watched directory went). */
+    RUN(test_writer_closed_during_drain, p);
     RUN(test_writer_holding_the_file, p);
     RUN(test_lookup_during_drain, p);
     RUN(test_lookup_across_two_rebuilds, p);
@@ -480,5 +531,8 @@ int main(void)
     RUN(test_racy_change_unwatched, p);
     RUN(test_racy_change_watched, p);
     RUN(test_fork_while_instances_are_made, p);
+    if (left_dir)
+        rmdir(left_dir);
+    free(left_dir);
     return unit_end();
 }
