@@ -215,51 +215,49 @@ void authn_hmac_share_unlock(authn_hmac_share_t *sh, unsigned slot)
 }
 
 apr_status_t authn_hmac_share_begin(authn_hmac_share_t *sh, unsigned slot,
-                                    size_t cap, authn_hmac_share_new_t *n)
+                                    authn_hmac_share_new_t *n)
 {
     char path[4096];
-    int rc;
 
     name(sh, slot, 0, path, sizeof(path));
     n->fd =
         open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (n->fd < 0)
         return errno;
-    /* NB: the pages are taken now, or ENOSPC: a page that a full tmpfs
-     * cannot give when the mapping is first written is a SIGBUS. */
-    rc = posix_fallocate(n->fd, 0, (off_t)cap);
-    if (rc == 0) {
-        n->mem = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED, n->fd, 0);
-        if (n->mem == MAP_FAILED)
-            rc = errno;
-    }
-    if (rc != 0) {
-        close(n->fd);
-        (void)unlink(path);
-        return rc;
-    }
-    n->cap = cap;
     n->version = sh->r->slots[slot].last + 1; /* NB: under the lock */
     return APR_SUCCESS;
 }
 
 apr_status_t authn_hmac_share_end(authn_hmac_share_t *sh, unsigned slot,
-                                  authn_hmac_share_new_t *n, size_t used,
-                                  uint64_t *version)
+                                  authn_hmac_share_new_t *n, const void *data,
+                                  size_t used, uint64_t *version)
 {
     slot_t *s = &sh->r->slots[slot];
     char tmp[4096], path[4096], old[4096];
     uint64_t was = s->version, v = n->version;
     apr_status_t rv = APR_SUCCESS;
+    const char *p = data;
+    size_t done = 0;
 
-    munmap(n->mem, n->cap);
     name(sh, slot, 0, tmp, sizeof(tmp));
     if (used == 0) {
         close(n->fd);
         (void)unlink(tmp);
         return APR_SUCCESS;
     }
-    if (ftruncate(n->fd, (off_t)used) != 0 || fchmod(n->fd, 0400) != 0)
+    /* NB: written, not mapped: a full tmpfs is then ENOSPC here, where a
+     * page it cannot give to a mapping is a SIGBUS. */
+    while (rv == APR_SUCCESS && done < used) {
+        ssize_t w = pwrite(n->fd, p + done, used - done, (off_t)done);
+
+        if (w > 0)
+            done += (size_t)w;
+        else if (w < 0 && errno != EINTR)
+            rv = errno;
+        else if (w == 0)
+            rv = APR_ENOSPC;
+    }
+    if (rv == APR_SUCCESS && fchmod(n->fd, 0400) != 0)
         rv = errno;
     close(n->fd);
     name(sh, slot, v, path, sizeof(path));

@@ -51,22 +51,22 @@ apr_status_t authn_hmac_share_lock(authn_hmac_share_t *sh, unsigned slot,
                                    apr_interval_time_t timeout);
 void authn_hmac_share_unlock(authn_hmac_share_t *sh, unsigned slot);
 
-/* Under the lock: a new version of cap bytes, writable at *mem. */
+/* Under the lock: a new version, under a temporary name. */
 typedef struct {
-    int fd;
-    void *mem;
-    size_t cap;
+    int fd;           /* its temporary file */
     uint64_t version; /* the number it is published under */
 } authn_hmac_share_new_t;
 
 apr_status_t authn_hmac_share_begin(authn_hmac_share_t *sh, unsigned slot,
-                                    size_t cap, authn_hmac_share_new_t *n);
+                                    authn_hmac_share_new_t *n);
 
-/* Publishes what was written (used bytes), replacing the version before;
- * *version is its number. Or, with used 0, drops it. */
+/* Writes the version (used bytes at data, made in the builder's own memory:
+ * the file is writable by the server's user until it is published) and
+ * publishes it, replacing the version before; *version is its number. Or,
+ * with used 0, drops it. */
 apr_status_t authn_hmac_share_end(authn_hmac_share_t *sh, unsigned slot,
-                                  authn_hmac_share_new_t *n, size_t used,
-                                  uint64_t *version);
+                                  authn_hmac_share_new_t *n, const void *data,
+                                  size_t used, uint64_t *version);
 
 /* A hint for processes whose watcher came after a writer opened the file:
  * since when one was seen writing it (monotonic), or 0 once one was seen

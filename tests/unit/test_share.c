@@ -185,10 +185,14 @@ static void test_builder_killed_mid_build(apr_pool_t *p)
     if (pid == 0) {
         authn_hmac_share_new_t n;
 
+        static char junk[1 << 16];
+
         if (authn_hmac_share_lock(sh, 0, apr_time_from_sec(5)) != APR_SUCCESS ||
-            authn_hmac_share_begin(sh, 0, 1 << 16, &n) != APR_SUCCESS)
+            authn_hmac_share_begin(sh, 0, &n) != APR_SUCCESS)
             _exit(1);
-        memset(n.mem, 'x', 1 << 16); /* half a version, never ended */
+        memset(junk, 'x', sizeof(junk)); /* half a version, never ended */
+        if (write(n.fd, junk, sizeof(junk)) != (ssize_t)sizeof(junk))
+            _exit(1);
         (void)write(fds[1], "b", 1);
         pause();
         _exit(0);
