@@ -1170,7 +1170,7 @@ static void share_userfiles(server_rec *s, apr_pool_t *pconf)
     if (statvfs(dir, &fs) == 0 &&
         (uint64_t)fs.f_bavail * fs.f_frsize < (uint64_t)total * 3)
         ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s,
-                     "AHMAC0025: %s has %" APR_UINT64_T_FMT " bytes free, "
+                     "AHMAC0027: %s has %" APR_UINT64_T_FMT " bytes free, "
                      "less than the %" APR_UINT64_T_FMT " that the index of "
                      "the htpasswd files may need; a child that cannot "
                      "write it keeps its own",
