@@ -640,6 +640,9 @@ static void publish(authn_hmac_userfile_t *uf, generation_t *g)
     for (i = 0; i < STRIPES; i++)
         while (__atomic_load_n(&uf->stripes[i].n[was], __ATOMIC_SEQ_CST) != 0)
             sched_yield();
+    if (old && old->reserved)
+        release(uf, old->reserved); /* NB: not at the pool's cleanup: the
+                                       budget may be gone by then */
     if (old)
         apr_pool_destroy(old->pool);
 }
@@ -741,8 +744,6 @@ static apr_status_t generation_free(void *data)
         munmap(g->memos, g->memos_size);
     if (g->mem)
         munmap(g->mem, g->mem_size);
-    if (g->reserved)
-        release(g->uf, g->reserved);
     return APR_SUCCESS;
 }
 
@@ -781,6 +782,8 @@ static apr_status_t generation_open(generation_t *g, size_t size,
 
 static void destroy(generation_t *g)
 {
+    if (g && g->reserved)
+        release(g->uf, g->reserved);
     if (g)
         apr_pool_destroy(g->pool);
 }
