@@ -232,6 +232,21 @@ int main(int argc, char **argv)
      * whose index is checked with stat() until that second is over. */
     sleep(2);
     uf = authn_hmac_userfile_make(path, p);
+    /* HITBENCH_SHARED=<dir>: the index shared as a server's children share
+     * it, its versions in <dir> (best on tmpfs). */
+    if (getenv("HITBENCH_SHARED")) {
+        authn_hmac_share_t *sh;
+        const char *why = "";
+
+        if (authn_hmac_share_create(&sh, getenv("HITBENCH_SHARED"), 1,
+                                    (uid_t)-1, 0, &why, p) != APR_SUCCESS) {
+            fprintf(stderr, "hitbench: %s %s\n", getenv("HITBENCH_SHARED"),
+                    why);
+            return 1;
+        }
+        authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
+        fprintf(stderr, "hitbench: the index is shared\n");
+    }
     if (authn_hmac_userfile_child_init(uf, p) != APR_SUCCESS)
         return 1;
     /* HITBENCH_STAT=1: as a file that is not watched (NFS, a symlink). */
