@@ -1252,8 +1252,16 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
         if (rv != APR_SUCCESS)
             ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
                          "AHMAC0018: cannot set up the htpasswd index");
-        else
+        else {
             (void)authn_hmac_userfile_watch(apr_hash_this_val(hi));
+            rv = authn_hmac_userfile_reaper(apr_hash_this_val(hi), pchild);
+            if (rv != APR_SUCCESS)
+                ap_log_error(APLOG_MARK, APLOG_ERR, rv, s,
+                             "AHMAC0028: cannot start the thread that lets "
+                             "go of replaced versions of the htpasswd index; "
+                             "an idle child holds its last one until its "
+                             "next request");
+        }
     }
 }
 

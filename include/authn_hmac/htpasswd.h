@@ -104,6 +104,13 @@ apr_status_t authn_hmac_userfile_lookup_id(
     unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
     void *baton, apr_pool_t *p);
 
+/* After child_init, for a shared view: a thread of this process (one for
+ * all views) lets go, within a second, of a version the server has
+ * replaced, so that a process without requests does not hold its memory.
+ * Stopped with pchild. */
+apr_status_t authn_hmac_userfile_reaper(authn_hmac_userfile_t *uf,
+                                        apr_pool_t *pchild);
+
 /* How many times this process has read the file (for tests). */
 unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
 

@@ -294,6 +294,48 @@ static void test_version_of_another_file(apr_pool_t *p)
     CHECK(adopted == 0 && built == 1);
 }
 
+/* Mappings of this process whose file name holds what. */
+static int mapped(const char *what)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[1024];
+    int n = 0;
+
+    while (f && fgets(line, sizeof(line), f))
+        if (strstr(line, what))
+            n++;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* A process that gets no request lets go of a version the server has
+ * replaced within a second or two (its reaper), not at its next request. */
+static void test_idle_process_lets_go(apr_pool_t *p)
+{
+    char *path = apr_pstrcat(p, dir, "/idle", NULL), *old;
+    authn_hmac_share_t *sh = region(p);
+    authn_hmac_userfile_t *a, *b;
+    int i;
+
+    write_text(path, "alice:AAAA\n");
+    a = view(p, path, sh);
+    b = view(p, path, sh);
+    sleep(1);
+    CHECK(hash_is(a, "alice", "AAAA", p));
+    CHECK(hash_is(b, "alice", "AAAA", p));
+    CHECK(authn_hmac_userfile_reaper(a, p) == APR_SUCCESS);
+    old = apr_pstrcat(p, strrchr(version_file(p), '/'), NULL);
+    CHECK(mapped(old) == 2);
+    replace(p, path, "alice:BBBB\n");
+    CHECK(hash_is(b, "alice", "BBBB", p)); /* b moves on, a is idle */
+    CHECK(mapped(old) == 1);
+    for (i = 0; i < 30 && mapped(old) > 0; i++)
+        usleep(100 * 1000);
+    CHECK(mapped(old) == 0);
+    CHECK(hash_is(a, "alice", "BBBB", p));
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -315,6 +357,7 @@ int main(void)
         RUN(test_builder_killed_mid_build, tp);
         RUN(test_altered_version_is_refused, tp);
         RUN(test_version_of_another_file, tp);
+        RUN(test_idle_process_lets_go, tp);
     }
     if (system(apr_pstrcat(p, "rm -rf ", dir, NULL)) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
