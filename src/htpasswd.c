@@ -243,6 +243,9 @@ static struct {
     int dirs[WATCH_DIRS], files[WATCH_FILES];
     struct authn_hmac_userfile *owner[WATCH_WDS]; /* a shared view of the
                                                      watched file, or NULL */
+    uint64_t base[WATCH_WDS];      /* by watch: the count before the drain that
+                                      saw the writer start, if its first event
+                                      was that drain's first; else 0 */
     apr_time_t writing[WATCH_WDS]; /* by watch: since a file was modified
                                       and not closed after (monotonic), or
                                       0; read without the lock */
@@ -255,6 +258,7 @@ static struct {
        0,
        0,
        1,
+       {0},
        {0},
        {0},
        {0},
@@ -289,6 +293,7 @@ static void watch_forked(void)
     w.broken = 0;
     w.ndirs = w.nfiles = 0;
     memset(w.writing, 0, sizeof(w.writing));
+    memset(w.base, 0, sizeof(w.base));
     memset(w.owner, 0, sizeof(w.owner));
     w.events |= 1; /* forked in the middle of a drain */
 }
@@ -368,8 +373,11 @@ static void drain(void)
     } u;
     ssize_t n;
 
+    uint64_t before;
+    int first = 1;
+
     pthread_mutex_lock(&w.lock);
-    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
+    before = __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST) - 1;
     while ((n = read(w.fd, u.buf, sizeof(u.buf))) > 0 ||
            (n < 0 && errno == EINTR)) {
         const char *q = u.buf;
@@ -392,8 +400,12 @@ static void drain(void)
             else if (i >= 0 && (ev->mask & IN_CLOSE_WRITE))
                 set_writing(ev->wd, 0); /* the writer is done */
             else if (i >= 0 && (ev->mask & IN_MODIFY) && ev->wd < WATCH_WDS &&
-                     !__atomic_load_n(&w.writing[ev->wd], __ATOMIC_RELAXED))
+                     !__atomic_load_n(&w.writing[ev->wd], __ATOMIC_RELAXED)) {
+                __atomic_store_n(&w.base[ev->wd], first ? before : 0,
+                                 __ATOMIC_SEQ_CST);
                 set_writing(ev->wd, authn_hmac_monotonic());
+            }
+            first = 0;
             q += sizeof(*ev) + ev->len;
         }
     }
@@ -790,6 +802,11 @@ static void destroy(generation_t *g)
         apr_pool_destroy(g->pool);
 }
 
+static int writing_settled(const authn_hmac_userfile_t *uf,
+                           const generation_t *g, const apr_finfo_t *now);
+static int before_writer(const authn_hmac_userfile_t *uf,
+                         const generation_t *g);
+
 /* The file is read in pieces of this size, twice: once to count its lines
  * (which size the index) and sum it, once to index it. Never the whole
  * file in memory at once: its pages would be as many again as the
@@ -940,9 +957,9 @@ static meta_t *meta_make(const authn_hmac_userfile_t *uf, const apr_finfo_t *st,
 
 /* Indexes the reading r in area (cap bytes), tagged under mac if not
  * NULL; *used what it took. APR_EOF if the file changed while read. */
-static apr_status_t index_file(reading_t *r, void *area, size_t cap,
-                               const meta_t *m, size_t ml,
-                               const authn_hmac_mac_t *mac,
+static apr_status_t index_file(authn_hmac_userfile_t *uf, reading_t *r,
+                               void *area, size_t cap, const meta_t *m,
+                               size_t ml, const authn_hmac_mac_t *mac,
                                authn_hmac_badline_fn bad, void *baton,
                                size_t *used, apr_pool_t *tp)
 {
@@ -956,6 +973,13 @@ static apr_status_t index_file(reading_t *r, void *area, size_t cap,
     if (rv == APR_SUCCESS)
         rv = authn_hmac_index_end(b, mac, bad, baton, used);
     if (rv == APR_SUCCESS && torn(r))
+        rv = APR_EOF;
+    /* NB: a writer seen only now (its first event queued late: the kernel
+     * makes a change seen before it queues its event, and may run another
+     * process between the two) may have left a prefix that was read as a
+     * whole file: not published, and the version of before stays. */
+    if (rv == APR_SUCCESS && uf->current && watched(uf) &&
+        writing_settled(uf, NULL, NULL) && before_writer(uf, uf->current))
         rv = APR_EOF;
     return rv;
 }
@@ -992,7 +1016,7 @@ static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
     PAUSE_POINT(3);
     m->version = n.version;
     m->region = authn_hmac_share_id(uf->share);
-    built = index_file(r, area, cap, m, ml, uf->mac, bad, baton, &used, tp);
+    built = index_file(uf, r, area, cap, m, ml, uf->mac, bad, baton, &used, tp);
     rv = authn_hmac_share_end(uf->share, uf->slot, &n, area,
                               built == APR_SUCCESS ? used : 0, &version);
     munmap(area, cap);
@@ -1027,7 +1051,7 @@ static apr_status_t build_private(generation_t *g, reading_t *r,
         return APR_ENOMEM;
     }
     g->mem_size = cap;
-    rv = index_file(r, g->mem, cap, m, ml, NULL, bad, baton, &used, tp);
+    rv = index_file(g->uf, r, g->mem, cap, m, ml, NULL, bad, baton, &used, tp);
     if (rv != APR_SUCCESS && rv != APR_EOF)
         return rv;
     opened = generation_open(g, used, NULL);
@@ -1137,7 +1161,7 @@ done:
  * process's watcher cannot vouch for another's reading). Called with
  * uf->lock held; whether it took it. */
 static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
-                 const apr_finfo_t *now, uint64_t events, int any)
+                 const apr_finfo_t *now, uint64_t events)
 {
     generation_t *g = generation_make(uf);
     const meta_t *m;
@@ -1163,9 +1187,9 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     st.size = (apr_off_t)m->size;
     st.mtime = (apr_time_t)m->mtime;
     st.ctime = (apr_time_t)m->ctime;
-    if (!any && !same_file(&st, now))
+    if (!same_file(&st, now))
         goto no;
-    if (!any && m->racy) {
+    if (m->racy) {
         apr_pool_t *tp;
         reading_t r;
         int same = 0;
@@ -1184,7 +1208,7 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
         g->summed = 1;
     }
     g->st = st;
-    g->racy = (int)m->racy || any;
+    g->racy = (int)m->racy;
     g->version = version;
     g->checked = events;
     uf->adopted++;
@@ -1193,19 +1217,6 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
 no:
     destroy(g);
     return 0;
-}
-
-/* Takes the version the server published last, whatever file it was read
- * from (a writer is at work); whether it did. Called with uf->lock held. */
-static int adopt_published(authn_hmac_userfile_t *uf, uint64_t events)
-{
-    apr_finfo_t any;
-    uint64_t v;
-
-    memset(&any, 0, sizeof(any));
-    return uf->share && !uf->unshared &&
-           (v = authn_hmac_share_version(uf->share, uf->slot)) != 0 &&
-           adopt(uf, v, &any, events, 1);
 }
 
 /* Makes the index answer for the file as now stat()ed: a shared version
@@ -1223,7 +1234,7 @@ static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
         uint64_t v = authn_hmac_share_version(uf->share, uf->slot);
 
         if (v && (!uf->current || uf->current->version != v) &&
-            adopt(uf, v, now, events, 0))
+            adopt(uf, v, now, events))
             return APR_SUCCESS;
         rv = authn_hmac_share_lock(uf->share, uf->slot, SHARE_WAIT);
         if (rv == APR_TIMEUP) {
@@ -1374,16 +1385,43 @@ static int writing(const authn_hmac_userfile_t *uf)
     return since && authn_hmac_monotonic() - since < WRITE_WAIT;
 }
 
+/* Whether g answers for the file as it was when the writer at work began:
+ * found fresh at the count just before the writer's first event, which was
+ * the first event after it. Else a change may have come between (a write
+ * done, and this process got no request since): g is older than what the
+ * writer overwrites, and never answers for it. */
+static int before_writer(const authn_hmac_userfile_t *uf, const generation_t *g)
+{
+    int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
+    uint64_t base;
+
+    if (!g || wd < 0 || wd >= WATCH_WDS)
+        return 0;
+    base = __atomic_load_n(&w.base[wd], __ATOMIC_SEQ_CST);
+    return base != 0 && __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == base;
+}
+
+/* Waits while this process sees a writer at work (a second at most from
+ * its first write), taking in the queue: for its close. */
+static void wait_writer(const authn_hmac_userfile_t *uf)
+{
+    while (writing(uf)) {
+        usleep(2000);
+        (void)watch_events();
+    }
+}
+
 /* As writing(), once what is queued is taken in: after a drain that
  * another thread has under way, and one of this thread's. NB: the kernel
  * makes a change seen (a size of 0 after an open with O_TRUNC) a moment
  * before it queues the change's event: when the file differs from g, and
  * the count is still the one g was found fresh at, the event is waited
- * for (20 ms at most: a change made through a name not watched has none). */
+ * for (100 ms at most: a change made through a name not watched has none;
+ * the writer may be put off the CPU between the two). */
 static int writing_settled(const authn_hmac_userfile_t *uf,
                            const generation_t *g, const apr_finfo_t *now)
 {
-    apr_time_t until = authn_hmac_monotonic() + 20000;
+    apr_time_t until = authn_hmac_monotonic() + 100000;
     uint64_t events;
 
     pthread_mutex_lock(&w.lock);
@@ -1412,9 +1450,9 @@ static int answer_current(authn_hmac_userfile_t *uf, const ask_t *a,
     st = enter(uf, &e);
     g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
     PAUSE_POINT(2);
-    if (g &&
-        (any || (!g->racy &&
-                 __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events))) {
+    if (g && (any ? before_writer(uf, g)
+                  : !g->racy && __atomic_load_n(&g->checked,
+                                                __ATOMIC_SEQ_CST) == events)) {
         *rv = answer(g, a, p);
         done = *rv != CORRUPT;
     }
@@ -1472,9 +1510,11 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
          * before a rebuild, once the queue is taken in (another thread
          * may be at it: events 0, and then the close it took is not yet
          * in what writing() reads). */
-        if (events != 0 && writing(uf) &&
-            answer_current(uf, a, p, events, 1, &rv))
-            return rv;
+        if (events != 0 && writing(uf)) {
+            if (answer_current(uf, a, p, events, 1, &rv))
+                return rv;
+            wait_writer(uf); /* no version of before here: its close */
+        }
     }
     /* NB: a process without a version yet, whose watcher may have come
      * after a writer opened the file (a child just made), waits while
@@ -1530,9 +1570,12 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
      * process without one takes the server's). */
     apr_thread_mutex_lock(uf->lock);
     rv = APR_SUCCESS;
+    if (!fresh(uf->current, &now, events) && watched(uf) &&
+        writing_settled(uf, uf->current, &now) &&
+        !before_writer(uf, uf->current))
+        wait_writer(uf); /* NB: under the lock: the others wait too */
     if (!fresh(uf->current, &now, events) &&
-        !(watched(uf) && writing_settled(uf, uf->current, &now) &&
-          (uf->current || adopt_published(uf, events))))
+        !(watched(uf) && writing(uf) && before_writer(uf, uf->current)))
         rv = refresh(uf, &now, events, bad, baton);
     if (rv == APR_SUCCESS)
         rv = answer_locked(uf, a, p, events);

@@ -456,6 +456,20 @@ static void test_writer_holding_the_file(apr_pool_t *p)
     usleep((useconds_t)(WRITE_WAIT + 100000));
     CHECK(alice_is(uf, "CCCC", p));
     CHECK(close(fd) == 0);
+    CHECK(alice_is(uf, "CCCC", p));
+    /* A change that this process never looked at (no request came), then
+     * a writer at work: the version this process has is older than what
+     * the writer overwrites, and never answers for it (it waits for the
+     * close, a second at most, then reads what is there). */
+    sleep(1);
+    write_text(path, "alice:DDDD\n");
+    fd = open(path, O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "bob:BOB2\n", 9) == 9);
+    CHECK(!alice_is(uf, "CCCC", p));
+    CHECK(write(fd, "alice:EEEE\n", 11) == 11);
+    CHECK(close(fd) == 0);
+    CHECK(alice_is(uf, "EEEE", p));
     unlink(path);
     rmdir(dir);
 }
