@@ -1254,7 +1254,12 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
                          "AHMAC0018: cannot set up the htpasswd index");
         else {
             (void)authn_hmac_userfile_watch(apr_hash_this_val(hi));
-            rv = authn_hmac_userfile_reaper(apr_hash_this_val(hi), pchild);
+            /* NB: under httpd -X the one process is the server: no other
+             * holds a version, and a thread would outlive its restart. */
+            rv =
+                ap_exists_config_define("ONE_PROCESS")
+                    ? APR_SUCCESS
+                    : authn_hmac_userfile_reaper(apr_hash_this_val(hi), pchild);
             if (rv != APR_SUCCESS)
                 ap_log_error(APLOG_MARK, APLOG_ERR, rv, s,
                              "AHMAC0028: cannot start the thread that lets "
