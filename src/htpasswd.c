@@ -171,6 +171,8 @@ struct authn_hmac_userfile {
     apr_pool_t *pool;         /* per process; parent of each generation */
     apr_thread_mutex_t *lock; /* rebuilds */
     generation_t *current;    /* NULL: not read yet, or unreadable */
+    uint64_t current_version; /* current's shared version, or 0: read
+                                 without the lock (the reaper) */
     uint64_t epoch;
     stripe_t *stripes; /* STRIPES, each on a line of its own */
     unsigned reads;    /* times the file was read; under lock */
@@ -649,6 +651,8 @@ static void publish(authn_hmac_userfile_t *uf, generation_t *g)
     int i;
 
     __atomic_store_n(&uf->current, g, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&uf->current_version, g ? g->version : 0,
+                     __ATOMIC_RELAXED);
     __atomic_add_fetch(&uf->epoch, 1, __ATOMIC_SEQ_CST);
     /* NB: a lookup holds it for a hash-table probe and a copy. */
     for (i = 0; i < STRIPES; i++)
@@ -1627,18 +1631,25 @@ static struct {
 
 static void reap(authn_hmac_userfile_t *uf)
 {
-    generation_t *g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
+    generation_t *g;
     apr_time_t since;
+    uint64_t v = __atomic_load_n(&uf->current_version, __ATOMIC_RELAXED);
 
-    if (!g || !g->version || !uf->share ||
-        authn_hmac_share_version(uf->share, uf->slot) == g->version)
+    if (!uf->share || !v || authn_hmac_share_version(uf->share, uf->slot) == v)
         return;
     since = authn_hmac_share_writer(uf->share, uf->slot);
-    if (since && authn_hmac_monotonic() - since < WRITE_WAIT)
-        return;
+    if ((since && authn_hmac_monotonic() - since < WRITE_WAIT) || writing(uf))
+        return; /* NB: this process's watcher too: another's may have
+                   cleared the server's hint with an earlier writer's close */
     if (apr_thread_mutex_trylock(uf->lock) != APR_SUCCESS)
         return; /* a request is at it: it will take the new one */
-    if (uf->current == g)
+    /* NB: read under the lock: a request's rebuild frees the generation
+     * it replaces once no lookup counted in the stripes reads it, and the
+     * reaper is not counted there. */
+    g = uf->current;
+    PAUSE_POINT(5);
+    if (g && g->version &&
+        authn_hmac_share_version(uf->share, uf->slot) != g->version)
         publish(uf, NULL);
     apr_thread_mutex_unlock(uf->lock);
 }

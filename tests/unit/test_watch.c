@@ -84,7 +84,7 @@ static void *late_lookup(void *arg)
 static pthread_mutex_t pause_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pause_cv = PTHREAD_COND_INITIALIZER;
 static pthread_t paused;
-static int pausing, pause_at[5], stopped_at;
+static int pausing, pause_at[6], stopped_at;
 
 static void pause_point(int n)
 {
@@ -524,6 +524,76 @@ static void test_writer_closed_during_drain(apr_pool_t *p)
     left_dir = strdup(dir);
 }
 
+/* The reaper thread (see reap()) reads a shared view's generation: a
+ * request that rebuilds meanwhile must not free it under the reaper (it
+ * once read it under no lock and uncounted in the stripes). */
+static int reaped_freed;
+
+static apr_status_t note_freed(void *data)
+{
+    (void)data;
+    __atomic_store_n(&reaped_freed, 1, __ATOMIC_SEQ_CST);
+    return APR_SUCCESS;
+}
+
+static void *reap_paused(void *arg)
+{
+    pthread_mutex_lock(&pause_mu);
+    paused = pthread_self();
+    pthread_mutex_unlock(&pause_mu);
+    reap(arg);
+    return NULL;
+}
+
+static void test_reaper_and_a_rebuild(apr_pool_t *p)
+{
+    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
+    authn_hmac_secret_t *pepper = NULL;
+    authn_hmac_mac_t *mac = NULL;
+    authn_hmac_share_t *sh = NULL;
+    authn_hmac_userfile_t *uf, *other;
+    looker_t t2 = {NULL, "BBBBBB", 0, 0};
+    const char *why = NULL;
+    pthread_t rt, tt;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:AAAA\n");
+    CHECK(authn_hmac_secret_random_retained(&pepper, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&mac, pepper, p) == APR_SUCCESS);
+    CHECK(authn_hmac_share_create(&sh, apr_pstrcat(p, dir, "/idx", NULL), 1,
+                                  (uid_t)-1, 0, &why, p) == APR_SUCCESS);
+    uf = authn_hmac_userfile_make(path, p);
+    authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    other = authn_hmac_userfile_make(path, p);
+    authn_hmac_userfile_share(other, sh, 0, mac, NULL, NULL);
+    CHECK(authn_hmac_userfile_child_init(other, p) == APR_SUCCESS);
+    CHECK(alice_is(uf, "AAAA", p));
+    CHECK(uf->current && uf->current->version != 0);
+    apr_pool_cleanup_register(uf->current->pool, NULL, note_freed,
+                              apr_pool_cleanup_null);
+    /* Another process replaces the version: the reaper is to drop uf's. */
+    write_text(path, "alice:BBBBBB\n");
+    CHECK(alice_is(other, "BBBBBB", p));
+    t2.uf = uf;
+    pausing = 1;
+    pause_at[5] = 1;
+    CHECK(pthread_create(&rt, NULL, reap_paused, uf) == 0);
+    wait_stopped(5); /* the reaper holds the generation */
+    CHECK(pthread_create(&tt, NULL, look, &t2) == 0); /* takes the new one */
+    usleep(300 * 1000);
+    CHECK(!__atomic_load_n(&reaped_freed, __ATOMIC_SEQ_CST));
+    resume(0);
+    pthread_join(rt, NULL);
+    pthread_join(tt, NULL);
+    pausing = 0;
+    CHECK(t2.ok);
+    CHECK(alice_is(uf, "BBBBBB", p));
+    if (system(apr_pstrcat(p, "rm -rf ", dir, NULL)) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -545,6 +615,7 @@ int main(void)
     RUN(test_racy_change_unwatched, p);
     RUN(test_racy_change_watched, p);
     RUN(test_fork_while_instances_are_made, p);
+    RUN(test_reaper_and_a_rebuild, p);
     if (left_dir)
         rmdir(left_dir);
     free(left_dir);
