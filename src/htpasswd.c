@@ -186,6 +186,7 @@ struct authn_hmac_userfile {
     authn_hmac_warn_fn warn;
     void *warn_baton;
     int unshared; /* sharing failed in this process: it reads the file */
+    int late_ok;  /* a reading is kept though a writer came after it */
     unsigned built, adopted; /* shared versions; under lock */
 };
 
@@ -810,6 +811,7 @@ static int writing_settled(const authn_hmac_userfile_t *uf,
                            const generation_t *g, const apr_finfo_t *now);
 static int before_writer(const authn_hmac_userfile_t *uf,
                          const generation_t *g);
+static void wait_writer(const authn_hmac_userfile_t *uf);
 
 /* The file is read in pieces of this size, twice: once to count its lines
  * (which size the index) and sum it, once to index it. Never the whole
@@ -981,10 +983,12 @@ static apr_status_t index_file(authn_hmac_userfile_t *uf, reading_t *r,
     /* NB: a writer seen only now (its first event queued late: the kernel
      * makes a change seen before it queues its event, and may run another
      * process between the two) may have left a prefix that was read as a
-     * whole file: not published, and the version of before stays. */
-    if (rv == APR_SUCCESS && uf->current && watched(uf) &&
-        writing_settled(uf, NULL, NULL) && before_writer(uf, uf->current))
-        rv = APR_EOF;
+     * whole file: not published; the version of before stays, where it
+     * is the file as the writer found it (APR_EOF), else the writer's
+     * close is waited for and the file read again (APR_EAGAIN). */
+    if (rv == APR_SUCCESS && !uf->late_ok && watched(uf) &&
+        writing_settled(uf, NULL, NULL))
+        rv = before_writer(uf, uf->current) ? APR_EOF : APR_EAGAIN;
     return rv;
 }
 
@@ -1067,8 +1071,9 @@ static apr_status_t build_private(generation_t *g, reading_t *r,
  * left: nothing stale can be used. A reading that the file changed under
  * (a writer at work) leaves the generation of before in place, if any:
  * this lookup's stat() came before the change; else it is used, racy. */
-static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
-                         void *baton, uint64_t events, int share)
+static apr_status_t load_once(authn_hmac_userfile_t *uf,
+                              authn_hmac_badline_fn bad, void *baton,
+                              uint64_t events, int share)
 {
     generation_t *g = NULL, *cur = uf->current;
     apr_pool_t *tp = NULL;
@@ -1106,6 +1111,8 @@ static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
     rv = APR_EGENERAL;
     if (share) {
         rv = build_shared(uf, g, &r, m, ml, bad, baton, tp);
+        if (rv == APR_EAGAIN)
+            goto done;
         if (rv != APR_SUCCESS && rv != APR_EOF)
             warn(uf,
                  "cannot share the index of %s with the other processes "
@@ -1155,6 +1162,23 @@ done:
         g = NULL;
     }
     publish(uf, g);
+    return rv;
+}
+
+/* load_once(), again after a writer's close where one came only once the
+ * file was read (twice; then what is there is kept). */
+static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
+                         void *baton, uint64_t events, int share)
+{
+    apr_status_t rv = load_once(uf, bad, baton, events, share);
+    int tries;
+
+    for (tries = 0; rv == APR_EAGAIN && tries < 3; tries++) {
+        wait_writer(uf);
+        uf->late_ok = tries == 2;
+        rv = load_once(uf, NULL, NULL, events, share);
+        uf->late_ok = 0;
+    }
     return rv;
 }
 
