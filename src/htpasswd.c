@@ -1182,6 +1182,25 @@ static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
     return rv;
 }
 
+/* Whether the file, read now, is what was read into a version of sum: the
+ * same bytes (by their fingerprint) under the same stat() as now. */
+static int same_reading(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
+                        uint64_t sum)
+{
+    apr_pool_t *tp;
+    reading_t r;
+    int same = 0;
+
+    if (apr_pool_create(&tp, uf->pool) != APR_SUCCESS)
+        return 0;
+    if (scan_file(uf, &r, tp) == APR_SUCCESS) {
+        same = !torn(&r) && same_file(&r.st, now) && r.sum == sum;
+        close_file(&r);
+    }
+    apr_pool_destroy(tp);
+    return same;
+}
+
 /* Takes the shared version numbered version for this process, if it
  * answers for the file as now stat()ed: read from it (its metadata says,
  * bound into its tags), and not racy, or racy but read within the second
@@ -1194,6 +1213,7 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     generation_t *g = generation_make(uf);
     const meta_t *m;
     apr_finfo_t st;
+    int racy = 0;
 
     if (!g)
         return 0;
@@ -1218,25 +1238,19 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     if (!same_file(&st, now))
         goto no;
     if (m->racy) {
-        apr_pool_t *tp;
-        reading_t r;
-        int same = 0;
+        /* NB: read past the second, the same bytes are as good as a
+         * reading that is not racy: a later change has a later time. */
+        int late = apr_time_now() - changed(now) >= RACY_WINDOW;
 
-        if (!m->summed || apr_time_now() - changed(now) >= RACY_WINDOW ||
-            events == 0 || apr_pool_create(&tp, uf->pool) != APR_SUCCESS)
-            goto no;
-        if (scan_file(uf, &r, tp) == APR_SUCCESS) {
-            same = !torn(&r) && same_file(&r.st, now) && r.sum == m->sum;
-            close_file(&r);
-        }
-        apr_pool_destroy(tp);
-        if (!same)
+        if (!m->summed || (!late && events == 0) ||
+            !same_reading(uf, now, m->sum))
             goto no;
         g->sum = m->sum;
         g->summed = 1;
+        racy = !late;
     }
     g->st = st;
-    g->racy = (int)m->racy;
+    g->racy = racy;
     g->version = version;
     g->checked = events;
     uf->adopted++;
@@ -1258,6 +1272,17 @@ static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
     apr_status_t rv;
     int tries;
 
+    /* NB: a racy generation past its second, the file unchanged: read
+     * once more (its fingerprint), not indexed again, and no longer racy. */
+    if (uf->current && uf->current->racy && uf->current->summed &&
+        same_file(&uf->current->st, now) &&
+        apr_time_now() - changed(now) >= RACY_WINDOW &&
+        same_reading(uf, now, uf->current->sum)) {
+        __atomic_store_n(&uf->current->racy, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&uf->current->checked, events, __ATOMIC_SEQ_CST);
+        uf->reads++;
+        return APR_SUCCESS;
+    }
     for (tries = 0; uf->share && !uf->unshared && tries < 3; tries++) {
         uint64_t v = authn_hmac_share_version(uf->share, uf->slot);
 
