@@ -1619,8 +1619,9 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
     if (done)
         return rv;
     /* The file changed (or was never read): one refresh, under the lock,
-     * unless a writer is at work: then the version of before answers (a
-     * process without one takes the server's). */
+     * unless a writer is at work: then the version of before answers, if
+     * this process has the file as the writer found it (before_writer);
+     * else the writer's close is waited for, then the file read. */
     apr_thread_mutex_lock(uf->lock);
     rv = APR_SUCCESS;
     if (!fresh(uf->current, &now, events) && watched(uf) &&
