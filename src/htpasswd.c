@@ -246,6 +246,8 @@ static struct {
     int dirs[WATCH_DIRS], files[WATCH_FILES];
     struct authn_hmac_userfile *owner[WATCH_WDS]; /* a shared view of the
                                                      watched file, or NULL */
+    apr_time_t started;            /* when this instance was made (real) */
+    int closed[WATCH_WDS];         /* by watch: a writer's close was seen */
     uint64_t base[WATCH_WDS];      /* by watch: the count before the drain that
                                       saw the writer start, if its first event
                                       was that drain's first; else 0 */
@@ -263,6 +265,8 @@ static struct {
        1,
        {0},
        {0},
+       {0},
+       0,
        {0},
        {0},
        {0},
@@ -297,6 +301,7 @@ static void watch_forked(void)
     w.ndirs = w.nfiles = 0;
     memset(w.writing, 0, sizeof(w.writing));
     memset(w.base, 0, sizeof(w.base));
+    memset(w.closed, 0, sizeof(w.closed));
     memset(w.owner, 0, sizeof(w.owner));
     w.events |= 1; /* forked in the middle of a drain */
 }
@@ -400,8 +405,11 @@ static void drain(void)
                 if (ev->wd < WATCH_WDS)
                     w.owner[ev->wd] = NULL;
             }
-            else if (i >= 0 && (ev->mask & IN_CLOSE_WRITE))
+            else if (i >= 0 && (ev->mask & IN_CLOSE_WRITE)) {
                 set_writing(ev->wd, 0); /* the writer is done */
+                if (ev->wd < WATCH_WDS)
+                    __atomic_store_n(&w.closed[ev->wd], 1, __ATOMIC_SEQ_CST);
+            }
             else if (i >= 0 && (ev->mask & IN_MODIFY) && ev->wd < WATCH_WDS &&
                      !__atomic_load_n(&w.writing[ev->wd], __ATOMIC_RELAXED)) {
                 __atomic_store_n(&w.base[ev->wd], first ? before : 0,
@@ -518,6 +526,7 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
         int i;
 
         w.id = ++w.ids;
+        w.started = apr_time_now();
         int np = cpus < 1 ? 1 : cpus > WATCH_POLLS ? WATCH_POLLS : (int)cpus;
 
         for (i = 0; i < np; i++)
@@ -812,6 +821,8 @@ static int writing_settled(const authn_hmac_userfile_t *uf,
 static int before_writer(const authn_hmac_userfile_t *uf,
                          const generation_t *g);
 static void wait_writer(const authn_hmac_userfile_t *uf);
+static void wait_unseen(const authn_hmac_userfile_t *uf,
+                        const apr_finfo_t *now);
 
 /* The file is read in pieces of this size, twice: once to count its lines
  * (which size the index) and sum it, once to index it. Never the whole
@@ -1464,6 +1475,24 @@ static void wait_writer(const authn_hmac_userfile_t *uf)
     }
 }
 
+/* A process without a version whose watcher came after the file's last
+ * change (a child made just then, before any other process took in the
+ * writer's first event: no hint yet) cannot tell a writer that holds the
+ * file open from one that is done: it waits, a second at most from the
+ * change, for a close it sees, or a write (then the writer rule holds). */
+static void wait_unseen(const authn_hmac_userfile_t *uf, const apr_finfo_t *now)
+{
+    int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
+
+    if (wd < 0 || wd >= WATCH_WDS || changed(now) > w.started)
+        return;
+    while (apr_time_now() - changed(now) < WRITE_WAIT &&
+           !__atomic_load_n(&w.closed[wd], __ATOMIC_SEQ_CST) && !writing(uf)) {
+        usleep(2000);
+        (void)watch_events();
+    }
+}
+
 /* As writing(), once what is queued is taken in: after a drain that
  * another thread has under way, and one of this thread's. NB: the kernel
  * makes a change seen (a size of 0 after an open with O_TRUNC) a moment
@@ -1628,6 +1657,9 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
         writing_settled(uf, uf->current, &now) &&
         !before_writer(uf, uf->current))
         wait_writer(uf); /* NB: under the lock: the others wait too */
+    if (!uf->current && uf->share && watched(uf) &&
+        !fresh(uf->current, &now, events))
+        wait_unseen(uf, &now);
     if (!fresh(uf->current, &now, events) &&
         !(watched(uf) && writing(uf) && before_writer(uf, uf->current)))
         rv = refresh(uf, &now, events, bad, baton);
