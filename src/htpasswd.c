@@ -1479,7 +1479,9 @@ static void wait_writer(const authn_hmac_userfile_t *uf)
  * change (a child made just then, before any other process took in the
  * writer's first event: no hint yet) cannot tell a writer that holds the
  * file open from one that is done: it waits, a second at most from the
- * change, for a close it sees, or a write (then the writer rule holds). */
+ * change, for a close it sees, or a write (then the writer rule holds).
+ * Not on a server that has published no version yet (just started): its
+ * first request does not wait for a file written just before. */
 static void wait_unseen(const authn_hmac_userfile_t *uf, const apr_finfo_t *now)
 {
     int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
@@ -1657,7 +1659,8 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
         writing_settled(uf, uf->current, &now) &&
         !before_writer(uf, uf->current))
         wait_writer(uf); /* NB: under the lock: the others wait too */
-    if (!uf->current && uf->share && watched(uf) &&
+    if (!uf->current && uf->share &&
+        authn_hmac_share_version(uf->share, uf->slot) != 0 && watched(uf) &&
         !fresh(uf->current, &now, events))
         wait_unseen(uf, &now);
     if (!fresh(uf->current, &now, events) &&
