@@ -1080,8 +1080,11 @@ static apr_status_t build_private(generation_t *g, reading_t *r,
 /* Reads and indexes the file (as a shared version if share), and
  * publishes it; called with uf->lock held. On failure no generation is
  * left: nothing stale can be used. A reading that the file changed under
- * (a writer at work) leaves the generation of before in place, if any:
- * this lookup's stat() came before the change; else it is used, racy. */
+ * (a writer at work) leaves the generation of before in place where it is
+ * the file as that writer found it (before_writer); else the writer's
+ * close is waited for and the file read again (APR_EAGAIN, see load());
+ * with no generation of before, or on load()'s last try, it is used,
+ * racy. */
 static apr_status_t load_once(authn_hmac_userfile_t *uf,
                               authn_hmac_badline_fn bad, void *baton,
                               uint64_t events, int share)
@@ -1143,7 +1146,18 @@ static apr_status_t load_once(authn_hmac_userfile_t *uf,
         g->reserved = r.st.size;
         rv = build_private(g, &r, m, ml, bad, baton, tp);
     }
-    if (rv == APR_EOF && cur) {
+    /* NB: a reading the file changed under keeps the version of before
+     * only where it is the file as the writer at work found it. Else it
+     * may be older than a change that was done before this lookup began
+     * (this process got no request since): the writer's close is waited
+     * for and the file read again, as for a writer seen late. */
+    if (rv == APR_EOF && cur && !uf->late_ok &&
+        !(watched(uf) && writing_settled(uf, NULL, NULL) &&
+          before_writer(uf, cur))) {
+        rv = APR_EAGAIN;
+        goto done;
+    }
+    if (rv == APR_EOF && cur && !uf->late_ok) {
         /* NB: cur stays; so does its reservation. */
         destroy(g);
         close_file(&r);

@@ -594,6 +594,109 @@ static void test_reaper_and_a_rebuild(apr_pool_t *p)
         fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* A change this process never looked at (bob removed; no request came),
+ * then another change made while a lookup reads the file for the first
+ * (the reading is torn): the version this process has predates a change
+ * that was complete before the lookup began, and must not answer (the
+ * torn reading once kept it: a revoked password granted). The second
+ * change is made where the lookup stops, once the file is read. */
+typedef struct {
+    authn_hmac_userfile_t *uf;
+    apr_status_t rv;
+    const char *hash;
+} bob_t;
+
+static void *look_bob(void *arg)
+{
+    bob_t *b = arg;
+    apr_pool_t *p;
+    size_t len = 0;
+
+    pthread_mutex_lock(&pause_mu);
+    paused = pthread_self();
+    pthread_mutex_unlock(&pause_mu);
+    if (apr_pool_create_unmanaged(&p) != APR_SUCCESS)
+        abort();
+    b->hash = NULL;
+    b->rv =
+        authn_hmac_userfile_lookup(b->uf, "bob", &b->hash, &len, NULL, NULL, p);
+    b->hash = b->hash ? strdup(b->hash) : NULL;
+    apr_pool_destroy(p);
+    return NULL;
+}
+
+static void test_torn_reading_after_an_unseen_change(apr_pool_t *p, int share)
+{
+    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
+    authn_hmac_secret_t *pepper = NULL;
+    authn_hmac_mac_t *mac = NULL;
+    authn_hmac_share_t *sh = NULL;
+    authn_hmac_userfile_t *uf;
+    const char *why = NULL, *hash = NULL;
+    size_t len = 0;
+    bob_t b;
+    pthread_t t;
+    int status = -1, fd;
+    pid_t pid;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "bob:BOB0\nalice:AAAA\n");
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        unit_failures = 0;
+        uf = authn_hmac_userfile_make(path, p);
+        if (share) {
+            CHECK(authn_hmac_secret_random_retained(&pepper, 32, p) ==
+                  APR_SUCCESS);
+            CHECK(authn_hmac_mac_create(&mac, pepper, p) == APR_SUCCESS);
+            CHECK(authn_hmac_share_create(
+                      &sh, apr_pstrcat(p, dir, "/idx", NULL), 1, (uid_t)-1, 0,
+                      &why, p) == APR_SUCCESS);
+            authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
+        }
+        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        if (authn_hmac_userfile_watch(uf) != 1) {
+            printf("     (skipped: /tmp is not watched)\n");
+            _exit(0);
+        }
+        CHECK(authn_hmac_userfile_lookup(uf, "bob", &hash, &len, NULL, NULL,
+                                         p) == APR_SUCCESS &&
+              strcmp(hash, "BOB0") == 0);
+        write_text(path, "alice:AAAA\n"); /* bob removed; done */
+        b.uf = uf;
+        pausing = 1;
+        pause_at[4] = 1;
+        CHECK(pthread_create(&t, NULL, look_bob, &b) == 0);
+        wait_stopped(4); /* the lookup read the file */
+        fd = open(path, O_WRONLY | O_APPEND);
+        CHECK(fd >= 0 && write(fd, "carol:CCCC\n", 11) == 11);
+        CHECK(close(fd) == 0);
+        resume(0);
+        pthread_join(t, NULL);
+        pausing = 0;
+        CHECK(b.rv != APR_SUCCESS || !b.hash || strcmp(b.hash, "BOB0") != 0);
+        CHECK(b.rv == APR_NOTFOUND);
+        CHECK(authn_hmac_userfile_lookup(uf, "carol", &hash, &len, NULL, NULL,
+                                         p) == APR_SUCCESS &&
+              strcmp(hash, "CCCC") == 0);
+        _exit(unit_failures ? 1 : 0);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    if (system(apr_pstrcat(p, "rm -rf ", dir, NULL)) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void test_torn_reading_after_an_unseen_change_private(apr_pool_t *p)
+{
+    test_torn_reading_after_an_unseen_change(p, 0);
+}
+
+static void test_torn_reading_after_an_unseen_change_shared(apr_pool_t *p)
+{
+    test_torn_reading_after_an_unseen_change(p, 1);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -616,6 +719,8 @@ int main(void)
     RUN(test_racy_change_watched, p);
     RUN(test_fork_while_instances_are_made, p);
     RUN(test_reaper_and_a_rebuild, p);
+    RUN(test_torn_reading_after_an_unseen_change_private, p);
+    RUN(test_torn_reading_after_an_unseen_change_shared, p);
     if (left_dir)
         rmdir(left_dir);
     free(left_dir);
