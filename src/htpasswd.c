@@ -1499,10 +1499,15 @@ static void wait_writer(const authn_hmac_userfile_t *uf)
 static void wait_unseen(const authn_hmac_userfile_t *uf, const apr_finfo_t *now)
 {
     int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
+    apr_time_t age = apr_time_now() - changed(now), until;
 
-    if (wd < 0 || wd >= WATCH_WDS || changed(now) > w.started)
+    if (wd < 0 || wd >= WATCH_WDS || changed(now) > w.started ||
+        age >= WRITE_WAIT)
         return;
-    while (apr_time_now() - changed(now) < WRITE_WAIT &&
+    /* NB: until then on the monotonic clock: the real one may be stepped
+     * back meanwhile (the wait is under the view's lock). */
+    until = authn_hmac_monotonic() + WRITE_WAIT - (age > 0 ? age : 0);
+    while (authn_hmac_monotonic() < until &&
            !__atomic_load_n(&w.closed[wd], __ATOMIC_SEQ_CST) && !writing(uf)) {
         usleep(2000);
         (void)watch_events();
@@ -1621,10 +1626,14 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
      * have come already, unseen. */
     if (!__atomic_load_n(&uf->current, __ATOMIC_SEQ_CST) && uf->share &&
         !uf->unshared) {
-        apr_time_t since;
+        /* NB: a second at most for this request too: each process that
+         * takes in a write of a writer that keeps writing (a child just
+         * made) sets the hint again, to its own time. */
+        apr_time_t since, until = authn_hmac_monotonic() + WRITE_WAIT;
 
         while ((since = authn_hmac_share_writer(uf->share, uf->slot)) != 0 &&
-               authn_hmac_monotonic() - since < WRITE_WAIT) {
+               authn_hmac_monotonic() - since < WRITE_WAIT &&
+               authn_hmac_monotonic() < until) {
             usleep(2000);
             if (watched(uf))
                 (void)watch_events(); /* a close seen here ends it */

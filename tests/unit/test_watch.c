@@ -34,6 +34,16 @@ static int epoll_create1_hook(int flags)
     return ep;
 }
 #define epoll_create1(flags) epoll_create1_hook(flags)
+
+/* The real-time clock as the index reads it: stepped by a test (NTP, a VM
+ * restored), never the monotonic one. */
+#include <apr_time.h>
+static apr_interval_time_t clock_step;
+static apr_time_t stepped_now(void)
+{
+    return (apr_time_now)() + clock_step;
+}
+#define apr_time_now() stepped_now()
 #include "../../src/htpasswd.c"
 #include "unit.h"
 
@@ -697,6 +707,115 @@ static void test_torn_reading_after_an_unseen_change_shared(apr_pool_t *p)
     test_torn_reading_after_an_unseen_change(p, 1);
 }
 
+/* A process without a version waits while the server's hint says a
+ * writer is at work, a second at most: also when other processes set the
+ * hint again meanwhile (each new child that takes in a write of a writer
+ * that keeps writing sets it to its own time). */
+static volatile int rearm_stop;
+
+static void *rearm(void *arg)
+{
+    authn_hmac_share_t *sh = arg;
+    apr_time_t until = authn_hmac_monotonic() + apr_time_from_sec(3);
+
+    /* NB: 3 s at most: a lookup that waits for as long fails the test. */
+    while (!__atomic_load_n(&rearm_stop, __ATOMIC_SEQ_CST) &&
+           authn_hmac_monotonic() < until) {
+        authn_hmac_share_set_writer(sh, 0, authn_hmac_monotonic());
+        usleep(100 * 1000);
+    }
+    return NULL;
+}
+
+static void test_hint_set_again_is_waited_for_a_second(apr_pool_t *p)
+{
+    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
+    authn_hmac_secret_t *pepper = NULL;
+    authn_hmac_mac_t *mac = NULL;
+    authn_hmac_share_t *sh = NULL;
+    authn_hmac_userfile_t *uf;
+    const char *why = NULL;
+    apr_time_t t0, took;
+    pthread_t t;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:AAAA\n");
+    CHECK(authn_hmac_secret_random_retained(&pepper, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&mac, pepper, p) == APR_SUCCESS);
+    CHECK(authn_hmac_share_create(&sh, apr_pstrcat(p, dir, "/idx", NULL), 1,
+                                  (uid_t)-1, 0, &why, p) == APR_SUCCESS);
+    uf = authn_hmac_userfile_make(path, p);
+    authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    rearm_stop = 0;
+    CHECK(pthread_create(&t, NULL, rearm, sh) == 0);
+    usleep(50 * 1000);
+    t0 = authn_hmac_monotonic();
+    CHECK(alice_is(uf, "AAAA", p));
+    took = authn_hmac_monotonic() - t0;
+    __atomic_store_n(&rearm_stop, 1, __ATOMIC_SEQ_CST);
+    pthread_join(t, NULL);
+    printf("     (waited %d ms)\n", (int)(took / 1000));
+    CHECK(took < WRITE_WAIT + apr_time_from_msec(500));
+    if (system(apr_pstrcat(p, "rm -rf ", dir, NULL)) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* A child whose watcher came after the file's last change waits, a second
+ * at most from the change, for a close or a write (wait_unseen): on the
+ * monotonic clock, not the real one, which may be stepped back meanwhile
+ * (the wait once lasted as long as the step, under the view's lock). */
+static void test_unseen_change_and_a_clock_stepped_back(apr_pool_t *p)
+{
+    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
+    authn_hmac_secret_t *pepper = NULL;
+    authn_hmac_mac_t *mac = NULL;
+    authn_hmac_share_t *sh = NULL;
+    authn_hmac_userfile_t *uf, *other;
+    const char *why = NULL;
+    apr_time_t t0, took;
+    int status = -1;
+    pid_t pid;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_text(path, "alice:AAAA\n");
+    CHECK(authn_hmac_secret_random_retained(&pepper, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&mac, pepper, p) == APR_SUCCESS);
+    CHECK(authn_hmac_share_create(&sh, apr_pstrcat(p, dir, "/idx", NULL), 1,
+                                  (uid_t)-1, 0, &why, p) == APR_SUCCESS);
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        unit_failures = 0;
+        /* Another process has published a version. */
+        other = authn_hmac_userfile_make(path, p);
+        authn_hmac_userfile_share(other, sh, 0, mac, NULL, NULL);
+        CHECK(authn_hmac_userfile_child_init(other, p) == APR_SUCCESS);
+        CHECK(alice_is(other, "AAAA", p));
+        CHECK(authn_hmac_share_version(sh, 0) != 0);
+        /* A child made since, with no version yet. */
+        uf = authn_hmac_userfile_make(path, p);
+        authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
+        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        if (authn_hmac_userfile_watch(uf) != 1) {
+            printf("     (skipped: /tmp is not watched)\n");
+            _exit(0);
+        }
+        clock_step = -apr_time_from_sec(4);
+        t0 = authn_hmac_monotonic();
+        CHECK(alice_is(uf, "AAAA", p));
+        took = authn_hmac_monotonic() - t0;
+        clock_step = 0;
+        printf("     (waited %d ms)\n", (int)(took / 1000));
+        CHECK(took < WRITE_WAIT + apr_time_from_msec(500));
+        _exit(unit_failures ? 1 : 0);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    if (system(apr_pstrcat(p, "rm -rf ", dir, NULL)) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -721,6 +840,8 @@ int main(void)
     RUN(test_reaper_and_a_rebuild, p);
     RUN(test_torn_reading_after_an_unseen_change_private, p);
     RUN(test_torn_reading_after_an_unseen_change_shared, p);
+    RUN(test_hint_set_again_is_waited_for_a_second, p);
+    RUN(test_unseen_change_and_a_clock_stepped_back, p);
     if (left_dir)
         rmdir(left_dir);
     free(left_dir);
