@@ -1083,7 +1083,7 @@ static apr_status_t build_private(generation_t *g, reading_t *r,
  * (a writer at work) leaves the generation of before in place where it is
  * the file as that writer found it (before_writer); else the writer's
  * close is waited for and the file read again (APR_EAGAIN, see load());
- * with no generation of before, or on load()'s last try, it is used,
+ * with no writer seen at work, or on load()'s last try, it is used,
  * racy. */
 static apr_status_t load_once(authn_hmac_userfile_t *uf,
                               authn_hmac_badline_fn bad, void *baton,
@@ -1147,17 +1147,23 @@ static apr_status_t load_once(authn_hmac_userfile_t *uf,
         rv = build_private(g, &r, m, ml, bad, baton, tp);
     }
     /* NB: a reading the file changed under keeps the version of before
-     * only where it is the file as the writer at work found it. Else it
-     * may be older than a change that was done before this lookup began
-     * (this process got no request since): the writer's close is waited
-     * for and the file read again, as for a writer seen late. */
-    if (rv == APR_EOF && cur && !uf->late_ok &&
-        !(watched(uf) && writing_settled(uf, NULL, NULL) &&
-          before_writer(uf, cur))) {
-        rv = APR_EAGAIN;
-        goto done;
+     * only where it is the file as the writer at work found it. Else that
+     * may be older than a change done before this lookup began (this
+     * process got no request since): the writer's close is waited for and
+     * the file read again, as for a writer seen late; with no writer at
+     * work (done, or unwatched), the reading is used, racy. */
+    if (rv == APR_EOF && cur) {
+        int at_work = watched(uf) && writing_settled(uf, NULL, NULL);
+
+        if (!(at_work && before_writer(uf, cur))) {
+            cur = NULL;
+            if (at_work && !uf->late_ok) {
+                rv = APR_EAGAIN;
+                goto done;
+            }
+        }
     }
-    if (rv == APR_EOF && cur && !uf->late_ok) {
+    if (rv == APR_EOF && cur) {
         /* NB: cur stays; so does its reservation. */
         destroy(g);
         close_file(&r);

@@ -609,7 +609,8 @@ static void test_reaper_and_a_rebuild(apr_pool_t *p)
  * (the reading is torn): the version this process has predates a change
  * that was complete before the lookup began, and must not answer (the
  * torn reading once kept it: a revoked password granted). The second
- * change is made where the lookup stops, once the file is read. */
+ * change is made where the lookup stops, once the file is read (and
+ * closed, or held open a while: then its close is waited for). */
 typedef struct {
     authn_hmac_userfile_t *uf;
     apr_status_t rv;
@@ -635,7 +636,8 @@ static void *look_bob(void *arg)
     return NULL;
 }
 
-static void test_torn_reading_after_an_unseen_change(apr_pool_t *p, int share)
+static void test_torn_reading_after_an_unseen_change(apr_pool_t *p, int share,
+                                                     int hold)
 {
     char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
     authn_hmac_secret_t *pepper = NULL;
@@ -681,8 +683,13 @@ static void test_torn_reading_after_an_unseen_change(apr_pool_t *p, int share)
         wait_stopped(4); /* the lookup read the file */
         fd = open(path, O_WRONLY | O_APPEND);
         CHECK(fd >= 0 && write(fd, "carol:CCCC\n", 11) == 11);
-        CHECK(close(fd) == 0);
+        if (!hold)
+            CHECK(close(fd) == 0);
         resume(0);
+        if (hold) { /* the writer at work: its close is waited for */
+            usleep(300 * 1000);
+            CHECK(close(fd) == 0);
+        }
         pthread_join(t, NULL);
         pausing = 0;
         CHECK(b.rv != APR_SUCCESS || !b.hash || strcmp(b.hash, "BOB0") != 0);
@@ -699,12 +706,17 @@ static void test_torn_reading_after_an_unseen_change(apr_pool_t *p, int share)
 
 static void test_torn_reading_after_an_unseen_change_private(apr_pool_t *p)
 {
-    test_torn_reading_after_an_unseen_change(p, 0);
+    test_torn_reading_after_an_unseen_change(p, 0, 0);
+}
+
+static void test_torn_reading_after_an_unseen_change_held(apr_pool_t *p)
+{
+    test_torn_reading_after_an_unseen_change(p, 1, 1);
 }
 
 static void test_torn_reading_after_an_unseen_change_shared(apr_pool_t *p)
 {
-    test_torn_reading_after_an_unseen_change(p, 1);
+    test_torn_reading_after_an_unseen_change(p, 1, 0);
 }
 
 /* A process without a version waits while the server's hint says a
@@ -840,6 +852,7 @@ int main(void)
     RUN(test_reaper_and_a_rebuild, p);
     RUN(test_torn_reading_after_an_unseen_change_private, p);
     RUN(test_torn_reading_after_an_unseen_change_shared, p);
+    RUN(test_torn_reading_after_an_unseen_change_held, p);
     RUN(test_hint_set_again_is_waited_for_a_second, p);
     RUN(test_unseen_change_and_a_clock_stepped_back, p);
     if (left_dir)
