@@ -1151,11 +1151,13 @@ static apr_status_t load_once(authn_hmac_userfile_t *uf,
      * may be older than a change done before this lookup began (this
      * process got no request since): the writer's close is waited for and
      * the file read again, as for a writer seen late; with no writer at
-     * work (done, or unwatched), the reading is used, racy. */
+     * work (done, or unwatched), the reading is used, racy. A shared
+     * version that did not verify (unshared) is never kept. */
     if (rv == APR_EOF && cur) {
         int at_work = watched(uf) && writing_settled(uf, NULL, NULL);
 
-        if (!(at_work && before_writer(uf, cur))) {
+        if (!(at_work && before_writer(uf, cur)) ||
+            (uf->unshared && cur->version != 0)) {
             cur = NULL;
             if (at_work && !uf->late_ok) {
                 rv = APR_EAGAIN;
