@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import MPMS
-from harness import S, Httpd, basic, get, hmac_location, htpasswd, htpasswd_line, smaps_rollup
+from harness import S, Httpd, Workers, basic, get, hmac_location, htpasswd, htpasswd_line, smaps_rollup
 
 COST = 5  # every hash here: the index is tested, not bcrypt
 BULK_PASSWORD = "bulk users' pass"  # every userNNNNNN has it (one hash, repeated)
@@ -239,12 +239,13 @@ class Userfile:
         return opened, time.monotonic()
 
 
-class Clients:
+class Clients(Workers):
     """Threads asking all the time for users of both versions with their
     right passwords, each request timed: `warm` users (asked before, so
     their requests are cache hits) on kept-alive and on new connections,
     and users never asked before (each once, so they need the index).
     results: [(start, end, kind, user, status)], status 0 for no answer."""
+    join_timeout = 60
 
     def __init__(self, srv, warm, fresh):
         self.srv, self.warm, self.fresh = srv, warm, fresh
@@ -293,16 +294,6 @@ class Clients:
                 self.results.append((t0, t1, kind, user, status))
         if conn:
             conn.close()
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=60)
 
 
 def write_server(mpm, name):

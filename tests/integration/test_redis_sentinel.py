@@ -15,7 +15,7 @@ import pytest
 
 from conftest import MPMS
 from fake_redis import FakeRedis
-from harness import VALGRIND, FarmFiles, Httpd, Redis, TestCA, basic, hmac_location, htpasswd
+from harness import VALGRIND, FarmFiles, Httpd, Redis, TestCA, Workers, basic, hmac_location, htpasswd
 from harness.sentinel import Sentinel
 
 MASTER = "mymaster"
@@ -126,9 +126,10 @@ class Topology:
         self.primary.cleanup()
 
 
-class Load:
+class Load(Workers):
     """Keep-alive requests of a cached user in a loop, on each server, until
     stopped: every status, and every exception."""
+    join_timeout = None
 
     def __init__(self, servers, user, password):
         self.servers, self.auth = servers, basic(user, password)
@@ -151,16 +152,6 @@ class Load:
             except (OSError, http.client.HTTPException) as e:
                 self.errors.append(repr(e))
                 conn = None
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join()
 
 
 @pytest.mark.slow

@@ -425,27 +425,40 @@ static void test_fork_while_instances_are_made(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* A view of a new file in a new directory under /tmp, holding text,
+ * watched by this process: NULL (told) where /tmp is not watched. */
+static authn_hmac_userfile_t *watched_view(const char *text, char **dir,
+                                           char **path, apr_pool_t *p)
+{
+    authn_hmac_userfile_t *uf;
+
+    *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX");
+    CHECK(mkdtemp(*dir) != NULL);
+    *path = apr_pstrcat(p, *dir, "/users", NULL);
+    write_text(*path, text);
+    uf = authn_hmac_userfile_make(*path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    if (authn_hmac_userfile_watch(uf) != 1) {
+        printf("  skipped: /tmp is not watched\n");
+        return NULL;
+    }
+    return uf;
+}
+
 /* A writer that holds the file open (htpasswd copying its new version
  * over the old one): lookups answer from the version before, not from the
  * prefix written so far; once it closes the file, from the new one. Past
  * WRITE_WAIT, from what is there. */
 static void test_writer_holding_the_file(apr_pool_t *p)
 {
-    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
     authn_hmac_userfile_t *uf;
     const char *hash;
+    char *dir, *path;
     size_t len;
     int fd;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "bob:BOB0\nalice:AAAA\n");
-    uf = authn_hmac_userfile_make(path, p);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
-    if (authn_hmac_userfile_watch(uf) != 1) {
-        printf("  skipped: /tmp is not watched\n");
+    if (!(uf = watched_view("bob:BOB0\nalice:AAAA\n", &dir, &path, p)))
         return;
-    }
     CHECK(alice_is(uf, "AAAA", p));
     fd = open(path, O_WRONLY | O_TRUNC);
     CHECK(fd >= 0);
@@ -492,22 +505,14 @@ static char *left_dir; /* a directory to remove last */
 
 static void test_writer_closed_during_drain(apr_pool_t *p)
 {
-    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
-    char buf[4096];
+    char buf[4096], *dir, *path;
     authn_hmac_userfile_t *uf;
     lookup_t late;
     pthread_t t;
     int fd;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "alice:AAAA\n");
-    uf = authn_hmac_userfile_make(path, p);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
-    if (authn_hmac_userfile_watch(uf) != 1) {
-        printf("  skipped: /tmp is not watched\n");
+    if (!(uf = watched_view("alice:AAAA\n", &dir, &path, p)))
         return;
-    }
     CHECK(alice_is(uf, "AAAA", p));
     fd = open(path, O_WRONLY | O_TRUNC);
     CHECK(fd >= 0);

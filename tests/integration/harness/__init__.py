@@ -3,7 +3,7 @@ a real redis-server, htpasswd, ab, and the clients and /proc readings the
 tests and tools/bench, tools/soak and tools/demo share. The tools put
 tests/integration on sys.path and import it as the tests do:
 `from harness import Httpd, htpasswd`."""
-from .client import Flood, ab, basic, get, parse_ab
+from .client import Flood, Workers, ab, basic, get, parse_ab
 from .delay_proxy import DelayProxy
 from .farm import FarmFiles
 from .env import COST, IS_ROOT, S, VALGRIND, free_port, run_user, settings
@@ -14,6 +14,6 @@ from .redis_server import Redis
 from .tls import TestCA
 
 __all__ = ["COST", "EXPECTED_LOG", "IS_ROOT", "MPM_CONF", "S", "VALGRIND", "DelayProxy", "FarmFiles", "Flood",
-           "Httpd", "Redis", "TestCA", "ab", "basic", "busy_ticks", "children", "cpu_ticks",
+           "Httpd", "Redis", "TestCA", "Workers", "ab", "basic", "busy_ticks", "children", "cpu_ticks",
            "free_port", "get", "hmac_auth", "hmac_location", "htpasswd", "htpasswd_line",
            "parse_ab", "proc_stat", "rss_kb", "run_user", "settings", "smaps_rollup"]

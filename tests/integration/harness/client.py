@@ -61,7 +61,24 @@ def ab(url, auth=None, n=2000, c=8, keepalive=True, seconds=None, prefix=()):
     return res
 
 
-class Flood:
+class Workers:
+    """Threads (self.threads, made by the subclass) that run until
+    self.stop is set: started on entering the with, stopped and joined
+    (join_timeout seconds each, None for no limit) on leaving it."""
+    join_timeout = 120
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=self.join_timeout)
+
+
+class Flood(Workers):
     """n connections, each sending a new wrong password for user to path on
     every request, and honouring a 503's Retry-After as a browser would.
     codes counts the answers, retry_after holds the Retry-After values of
@@ -102,13 +119,3 @@ class Flood:
                 self.stop.wait(int(retry) if retry and retry.isdigit() else 1)
         if conn:
             conn.close()
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=120)
