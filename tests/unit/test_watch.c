@@ -560,30 +560,48 @@ static void *reap_paused(void *arg)
     return NULL;
 }
 
+/* A region of one slot under dir/idx, with a random pepper's MAC. */
+static authn_hmac_share_t *test_region(const char *dir, authn_hmac_mac_t **mac,
+                                       apr_pool_t *p)
+{
+    authn_hmac_secret_t *pepper = NULL;
+    authn_hmac_share_t *sh = NULL;
+    const char *why = NULL;
+
+    CHECK(authn_hmac_secret_random_retained(&pepper, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(mac, pepper, p) == APR_SUCCESS);
+    CHECK(authn_hmac_share_create(&sh, apr_pstrcat(p, dir, "/idx", NULL), 1,
+                                  (uid_t)-1, 0, &why, p) == APR_SUCCESS);
+    return sh;
+}
+
+/* A view of path in slot 0 of sh, as a child has it. */
+static authn_hmac_userfile_t *shared_view(const char *path,
+                                          authn_hmac_share_t *sh,
+                                          authn_hmac_mac_t *mac, apr_pool_t *p)
+{
+    authn_hmac_userfile_t *uf = authn_hmac_userfile_make(path, p);
+
+    authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    return uf;
+}
+
 static void test_reaper_and_a_rebuild(apr_pool_t *p)
 {
     char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
-    authn_hmac_secret_t *pepper = NULL;
     authn_hmac_mac_t *mac = NULL;
-    authn_hmac_share_t *sh = NULL;
+    authn_hmac_share_t *sh;
     authn_hmac_userfile_t *uf, *other;
     looker_t t2 = {NULL, "BBBBBB", 0, 0};
-    const char *why = NULL;
     pthread_t rt, tt;
 
     CHECK(mkdtemp(dir) != NULL);
     path = apr_pstrcat(p, dir, "/users", NULL);
     write_text(path, "alice:AAAA\n");
-    CHECK(authn_hmac_secret_random_retained(&pepper, 32, p) == APR_SUCCESS);
-    CHECK(authn_hmac_mac_create(&mac, pepper, p) == APR_SUCCESS);
-    CHECK(authn_hmac_share_create(&sh, apr_pstrcat(p, dir, "/idx", NULL), 1,
-                                  (uid_t)-1, 0, &why, p) == APR_SUCCESS);
-    uf = authn_hmac_userfile_make(path, p);
-    authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
-    other = authn_hmac_userfile_make(path, p);
-    authn_hmac_userfile_share(other, sh, 0, mac, NULL, NULL);
-    CHECK(authn_hmac_userfile_child_init(other, p) == APR_SUCCESS);
+    sh = test_region(dir, &mac, p);
+    uf = shared_view(path, sh, mac, p);
+    other = shared_view(path, sh, mac, p);
     CHECK(alice_is(uf, "AAAA", p));
     CHECK(uf->current && uf->current->version != 0);
     apr_pool_cleanup_register(uf->current->pool, NULL, note_freed,
@@ -646,11 +664,9 @@ static void test_torn_reading_after_an_unseen_change(apr_pool_t *p, int share,
                                                      int hold)
 {
     char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
-    authn_hmac_secret_t *pepper = NULL;
     authn_hmac_mac_t *mac = NULL;
-    authn_hmac_share_t *sh = NULL;
     authn_hmac_userfile_t *uf;
-    const char *why = NULL, *hash = NULL;
+    const char *hash = NULL;
     size_t len = 0;
     bob_t b;
     pthread_t t;
@@ -663,17 +679,13 @@ static void test_torn_reading_after_an_unseen_change(apr_pool_t *p, int share,
     fflush(stdout);
     if ((pid = fork()) == 0) {
         unit_failures = 0;
-        uf = authn_hmac_userfile_make(path, p);
         if (share) {
-            CHECK(authn_hmac_secret_random_retained(&pepper, 32, p) ==
-                  APR_SUCCESS);
-            CHECK(authn_hmac_mac_create(&mac, pepper, p) == APR_SUCCESS);
-            CHECK(authn_hmac_share_create(
-                      &sh, apr_pstrcat(p, dir, "/idx", NULL), 1, (uid_t)-1, 0,
-                      &why, p) == APR_SUCCESS);
-            authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
+            uf = shared_view(path, test_region(dir, &mac, p), mac, p);
         }
-        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        else {
+            uf = authn_hmac_userfile_make(path, p);
+            CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        }
         if (hold >= 0 && authn_hmac_userfile_watch(uf) != 1) {
             printf("     (skipped: /tmp is not watched)\n");
             _exit(0);
@@ -753,24 +765,17 @@ static void *rearm(void *arg)
 static void test_hint_set_again_is_waited_for_a_second(apr_pool_t *p)
 {
     char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
-    authn_hmac_secret_t *pepper = NULL;
     authn_hmac_mac_t *mac = NULL;
-    authn_hmac_share_t *sh = NULL;
+    authn_hmac_share_t *sh;
     authn_hmac_userfile_t *uf;
-    const char *why = NULL;
     apr_time_t t0, took;
     pthread_t t;
 
     CHECK(mkdtemp(dir) != NULL);
     path = apr_pstrcat(p, dir, "/users", NULL);
     write_text(path, "alice:AAAA\n");
-    CHECK(authn_hmac_secret_random_retained(&pepper, 32, p) == APR_SUCCESS);
-    CHECK(authn_hmac_mac_create(&mac, pepper, p) == APR_SUCCESS);
-    CHECK(authn_hmac_share_create(&sh, apr_pstrcat(p, dir, "/idx", NULL), 1,
-                                  (uid_t)-1, 0, &why, p) == APR_SUCCESS);
-    uf = authn_hmac_userfile_make(path, p);
-    authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    sh = test_region(dir, &mac, p);
+    uf = shared_view(path, sh, mac, p);
     rearm_stop = 0;
     CHECK(pthread_create(&t, NULL, rearm, sh) == 0);
     usleep(50 * 1000);
@@ -792,11 +797,9 @@ static void test_hint_set_again_is_waited_for_a_second(apr_pool_t *p)
 static void test_unseen_change_and_a_clock_stepped_back(apr_pool_t *p)
 {
     char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
-    authn_hmac_secret_t *pepper = NULL;
     authn_hmac_mac_t *mac = NULL;
-    authn_hmac_share_t *sh = NULL;
+    authn_hmac_share_t *sh;
     authn_hmac_userfile_t *uf, *other;
-    const char *why = NULL;
     apr_time_t t0, took;
     int status = -1;
     pid_t pid;
@@ -804,23 +807,16 @@ static void test_unseen_change_and_a_clock_stepped_back(apr_pool_t *p)
     CHECK(mkdtemp(dir) != NULL);
     path = apr_pstrcat(p, dir, "/users", NULL);
     write_text(path, "alice:AAAA\n");
-    CHECK(authn_hmac_secret_random_retained(&pepper, 32, p) == APR_SUCCESS);
-    CHECK(authn_hmac_mac_create(&mac, pepper, p) == APR_SUCCESS);
-    CHECK(authn_hmac_share_create(&sh, apr_pstrcat(p, dir, "/idx", NULL), 1,
-                                  (uid_t)-1, 0, &why, p) == APR_SUCCESS);
+    sh = test_region(dir, &mac, p);
     fflush(stdout);
     if ((pid = fork()) == 0) {
         unit_failures = 0;
         /* Another process has published a version. */
-        other = authn_hmac_userfile_make(path, p);
-        authn_hmac_userfile_share(other, sh, 0, mac, NULL, NULL);
-        CHECK(authn_hmac_userfile_child_init(other, p) == APR_SUCCESS);
+        other = shared_view(path, sh, mac, p);
         CHECK(alice_is(other, "AAAA", p));
         CHECK(authn_hmac_share_version(sh, 0) != 0);
         /* A child made since, with no version yet. */
-        uf = authn_hmac_userfile_make(path, p);
-        authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
-        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        uf = shared_view(path, sh, mac, p);
         if (authn_hmac_userfile_watch(uf) != 1) {
             printf("     (skipped: /tmp is not watched)\n");
             _exit(0);
