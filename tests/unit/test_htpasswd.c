@@ -135,6 +135,37 @@ static void test_empty_file(apr_pool_t *p)
     CHECK(authn_hmac_htpasswd_get(idx, "x", &(size_t){0}) == NULL);
 }
 
+/* Files of every size up to 200 users, with and without a final newline:
+ * every user is found (a file of 11, 21, 43... users and no final newline
+ * lost its last one: the table, sized for lines * 3 / 2 rounded down, had
+ * room for one fewer entry than lines; found by fuzz_htpasswd in CI). */
+static void test_every_size_without_final_newline(apr_pool_t *p)
+{
+    char *f = apr_palloc(p, 200 * 40), *w = f;
+    authn_hmac_htpasswd_t *idx;
+    bad_t bad;
+    int n, i, nl, lost = 0;
+
+    for (n = 1; n <= 200; n++) {
+        w += sprintf(w, "user%05d:$2y$05$hash%05d\n", n - 1, n - 1);
+        for (nl = 0; nl <= 1; nl++) {
+            idx = parse(p, f, (size_t)(w - f) - (nl ? 0 : 1), &bad);
+            for (i = 0; idx && i < n; i++) {
+                char u[16], h[32];
+
+                sprintf(u, "user%05d", i);
+                sprintf(h, "$2y$05$hash%05d", i);
+                if (!has(idx, u, h)) {
+                    if (lost++ < 5)
+                        printf("     %d users%s: user%05d not found\n", n,
+                               nl ? "" : ", no final newline", i);
+                }
+            }
+        }
+    }
+    CHECK(lost == 0);
+}
+
 static void test_ten_thousand_users(apr_pool_t *p)
 {
     char *f = apr_palloc(p, 10000 * 40), *w = f;
@@ -868,6 +899,7 @@ int main(void)
     RUN(test_bad_lines_are_reported_at_most_ten_times, p);
     RUN(test_empty_file, p);
     RUN(test_ten_thousand_users, p);
+    RUN(test_every_size_without_final_newline, p);
     RUN(test_userfile_follows_file, p);
     RUN(test_recent_ctime_is_read_again, p);
     RUN(test_continuation_and_nul, p);
