@@ -759,6 +759,27 @@ static void test_line_longer_than_a_piece(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* A line too long to index still names its user, who then cannot log in
+ * (as the warning says), as a line without a hash does: a later line of
+ * the same user is not used in its place (the first line wins). */
+static void test_too_long_line_names_its_user(apr_pool_t *p)
+{
+    size_t n = 9000, len;
+    char *f = apr_palloc(p, n + 64);
+    authn_hmac_htpasswd_t *idx;
+    bad_t bad;
+
+    memcpy(f, "alice:$2y$05$", 13);
+    memset(f + 13, 'a', n);
+    len = 13 + n;
+    memcpy(f + len, ":a comment\nalice:EVIL\nbob:\nbob:EVIL\n", 36);
+    len += 36;
+    idx = parse(p, f, len, &bad);
+    CHECK(bad.n == 2 && bad.lines[0] == 1 && bad.lines[1] == 3);
+    CHECK(!has(idx, "bob", "EVIL")); /* as it is now: bob's first line */
+    CHECK(!has(idx, "alice", "EVIL"));
+}
+
 /* Unknown users are checked against one of the file's hashes, at its
  * median bcrypt cost. */
 static void test_typical_hash(apr_pool_t *p)
@@ -962,6 +983,7 @@ int main(void)
     RUN(test_recent_ctime_is_read_again, p);
     RUN(test_continuation_and_nul, p);
     RUN(test_line_longer_than_a_piece, p);
+    RUN(test_too_long_line_names_its_user, p);
     RUN(test_typical_hash, p);
     RUN(test_not_a_regular_file, p);
     RUN(test_user_id_is_kept, p);
