@@ -701,6 +701,85 @@ static void test_continuation_and_nul(apr_pool_t *p)
     CHECK(bad.n == 1 && bad.lines[0] == 5);
 }
 
+/* A logical line longer than the 4 MiB piece the file is read in (one
+ * physical line, or many joined by a final backslash) is one line, too
+ * long, as the whole-file parser reads it: what lies past the piece's end
+ * is not a line of its own. Else a field someone else fills (a comment)
+ * could name any user with any hash, at a place that does not depend on
+ * where the line starts (a piece begins where a line does). */
+static void test_line_longer_than_a_piece(apr_pool_t *p)
+{
+    char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
+    const size_t piece = (size_t)4 << 20;
+    static const char tail[] = "alice:EVIL\nalice:GOOD\n";
+    const char *path, *hash = NULL;
+    authn_hmac_userfile_t *uf;
+    int cont;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    for (cont = 0; cont < 2; cont++) {
+        size_t len = piece + sizeof(tail) - 1, i;
+        char *text = malloc(len + 1);
+        authn_hmac_htpasswd_t *idx;
+        size_t hl = 0;
+        bad_t bad;
+        FILE *f;
+
+        /* "bob:BBBB:" and a comment up to the piece's end, alice's line
+         * after it; or bob's line followed by lines "x\" to the end. */
+        memset(text, 'x', piece);
+        memcpy(text, "bob:BBBB:", 9);
+        if (cont) {
+            memcpy(text, "bob:BBBB\\\n", 10);
+            for (i = 11; i < piece; i += 3) {
+                text[i] = '\\';
+                text[i + 1] = '\n';
+            }
+            text[piece - 2] = '\\';
+            text[piece - 1] = '\n';
+        }
+        memcpy(text + piece, tail, sizeof(tail) - 1);
+        text[len] = '\0';
+        f = fopen(path, "w");
+        CHECK(f && fwrite(text, 1, len, f) == len);
+        fclose(f);
+        /* The whole-file parser: one long line, then alice's. */
+        idx = parse(p, text, len, &bad);
+        CHECK(has(idx, "alice", "EVIL") == 0 && has(idx, "alice", "GOOD"));
+        /* The file read in pieces: the same. */
+        uf = authn_hmac_userfile_make(path, p);
+        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &hl, NULL, NULL,
+                                         p) == APR_SUCCESS &&
+              strcmp(hash, "GOOD") == 0);
+        free(text);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
+/* A line too long to index still names its user, who then cannot log in
+ * (as the warning says), as a line without a hash does: a later line of
+ * the same user is not used in its place (the first line wins). */
+static void test_too_long_line_names_its_user(apr_pool_t *p)
+{
+    size_t n = 9000, len;
+    char *f = apr_palloc(p, n + 64);
+    authn_hmac_htpasswd_t *idx;
+    bad_t bad;
+
+    memcpy(f, "alice:$2y$05$", 13);
+    memset(f + 13, 'a', n);
+    len = 13 + n;
+    memcpy(f + len, ":a comment\nalice:EVIL\nbob:\nbob:EVIL\n", 36);
+    len += 36;
+    idx = parse(p, f, len, &bad);
+    CHECK(bad.n == 2 && bad.lines[0] == 1 && bad.lines[1] == 3);
+    CHECK(!has(idx, "bob", "EVIL")); /* as it is now: bob's first line */
+    CHECK(!has(idx, "alice", "EVIL"));
+}
+
 /* Unknown users are checked against one of the file's hashes, at its
  * median bcrypt cost. */
 static void test_typical_hash(apr_pool_t *p)
@@ -903,6 +982,8 @@ int main(void)
     RUN(test_userfile_follows_file, p);
     RUN(test_recent_ctime_is_read_again, p);
     RUN(test_continuation_and_nul, p);
+    RUN(test_line_longer_than_a_piece, p);
+    RUN(test_too_long_line_names_its_user, p);
     RUN(test_typical_hash, p);
     RUN(test_not_a_regular_file, p);
     RUN(test_user_id_is_kept, p);

@@ -389,6 +389,57 @@ static void test_slot_at_every_offset(apr_pool_t *p)
     CHECK(good == 6);
 }
 
+/* Names the server's user puts in the directory before a build: a FIFO
+ * at the temporary file's name, a directory or a link at the next
+ * version's (the huge sparse file of the last step lands past the version
+ * built: a name in the way only): no build hangs on them or follows them,
+ * and every lookup answers with the file as it is now. */
+static void test_names_put_in_the_way(apr_pool_t *p)
+{
+    static const char *const hashes[] = {"BBBB", "CCCC", "DDDD", "EEEE"};
+    setup_t s;
+    authn_hmac_userfile_t *uf, *other;
+    char *v1, *base, *tmp, *next;
+    int i, v, fd;
+
+    set_up(&s, "alice:AAAA\n", p);
+    uf = child(&s, p);
+    CHECK(strcmp(alice(uf, p), "AAAA") == 0);
+    v1 = version_path(s.vdir, 1, p);
+    CHECK(v1 != NULL);
+    base = apr_pstrndup(p, v1, strlen(v1) - 1); /* ".../<tag>.0." */
+    tmp = apr_pstrcat(p, base, "new", NULL);
+    for (i = 0; i < 4; i++) {
+        char text[32];
+
+        /* The next version: one more than the last published. */
+        for (v = 1; v < 16 && version_path(s.vdir, v + 1, p); v++)
+            ;
+        next = apr_psprintf(p, "%s%d", base, v + 1);
+        (void)unlink(tmp);
+        if (i == 0)
+            CHECK(mkfifo(tmp, 0600) == 0);
+        else if (i == 1)
+            CHECK(mkdir(next, 0700) == 0);
+        else if (i == 2)
+            CHECK(symlink(s.path, tmp) == 0 && symlink(s.path, next) == 0);
+        else {
+            fd = open(next, O_WRONLY | O_CREAT, 0600);
+            CHECK(fd >= 0 && ftruncate(fd, (off_t)1 << 40) == 0);
+            close(fd);
+        }
+        snprintf(text, sizeof(text), "alice:%s\n", hashes[i]);
+        usleep(1100000);
+        write_text(s.path, text);
+        CHECK(strcmp(alice(uf, p), hashes[i]) == 0);
+        other = child(&s, p);
+        CHECK(strcmp(alice(other, p), hashes[i]) == 0);
+        (void)unlink(tmp);
+        (void)rmdir(next);
+    }
+    tear_down(&s);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -398,6 +449,7 @@ int main(void)
     RUN(test_old_version_replayed, p);
     RUN(test_slot_at_a_later_line, p);
     RUN(test_slot_at_every_offset, p);
+    RUN(test_names_put_in_the_way, p);
     /* NB: last: its directory removed, this process's watcher is broken. */
     RUN(test_written_then_a_writer_at_work, p);
     return unit_end();
