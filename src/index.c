@@ -219,9 +219,13 @@ static const char *split_line(char *l, size_t len, const char **user,
     *ulen = (size_t)(colon - l);
     *hash = h;
     *hlen = (size_t)(h_end - h);
-    if (*ulen + *hlen > AUTHN_HMAC_INDEX_ENTRY_MAX - ENTRY_HEAD - 2)
+    /* NB: a line too long still names its user, who is then locked (no
+     * hash), so that a later line of the same user is not used instead. */
+    *add = *ulen <= AUTHN_HMAC_INDEX_ENTRY_MAX - ENTRY_HEAD - 2;
+    if (*ulen + *hlen > AUTHN_HMAC_INDEX_ENTRY_MAX - ENTRY_HEAD - 2) {
+        *hlen = 0;
         return "is too long; the user it names cannot log in";
-    *add = 1;
+    }
     return why;
 }
 
