@@ -900,13 +900,50 @@ static apr_status_t scan_file(authn_hmac_userfile_t *uf, reading_t *r,
     return rv;
 }
 
-/* Reads the file again into the index b. */
+/* The rest of a logical line longer than a piece, skipped: in it, whether
+ * its physical line so far holds a NUL, and its last two bytes. */
+typedef struct {
+    int in, nul;
+    char c1, c2;
+} skip_t;
+
+/* How much of text (n bytes) is still the line s skips: up to the end of
+ * a physical line that neither a backslash nor a NUL continues (the rules
+ * of authn_hmac_index_feed). */
+static size_t skip_rest(skip_t *s, const char *text, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (text[i] == '\n') {
+            int e = s->c1 == '\r' ? s->c2 : s->c1;
+
+            if (s->nul || e != '\\') {
+                memset(s, 0, sizeof(*s));
+                return i + 1;
+            }
+            s->nul = 0;
+            s->c1 = s->c2 = 0;
+            continue;
+        }
+        s->nul |= text[i] == '\0';
+        s->c2 = s->c1;
+        s->c1 = text[i];
+    }
+    return n;
+}
+
+/* Reads the file again into the index b. A logical line longer than a
+ * piece is one line, too long (its first piece is fed as such), as the
+ * whole file would be read: the rest of it is skipped, never read as
+ * lines of its own. */
 static apr_status_t feed_file(reading_t *r, authn_hmac_index_builder_t *b,
                               authn_hmac_badline_fn bad, void *baton)
 {
     apr_off_t at = 0;
     apr_status_t rv = apr_file_seek(r->f, APR_SET, &at);
     size_t keep = 0, total = 0;
+    skip_t s = {0, 0, 0, 0};
 
     while (rv == APR_SUCCESS) {
         apr_size_t got = CHUNK - keep;
@@ -927,9 +964,18 @@ static apr_status_t feed_file(reading_t *r, authn_hmac_index_builder_t *b,
         }
         n = keep + got;
         last = got < CHUNK - keep || total == r->len;
-        used = authn_hmac_index_feed(b, r->chunk, n, last, bad, baton);
-        if (used == 0 && n == CHUNK)
-            used = authn_hmac_index_feed(b, r->chunk, n, 1, bad, baton);
+        used = s.in ? skip_rest(&s, r->chunk, n) : 0;
+        if (!s.in) {
+            size_t fed = authn_hmac_index_feed(b, r->chunk + used, n - used,
+                                               last, bad, baton);
+
+            if (fed == 0 && used == 0 && n == CHUNK) {
+                s.in = 1;
+                (void)skip_rest(&s, r->chunk, n); /* as at the piece's end */
+                fed = authn_hmac_index_feed(b, r->chunk, n, 1, bad, baton);
+            }
+            used += fed;
+        }
         memmove(r->chunk, r->chunk + used, n - used);
         keep = n - used;
         if (last)
