@@ -16,10 +16,16 @@ def read(*p):
         return f.read()
 
 
+def read_glue(ext):
+    """The module's glue files (mod_authn_hmac*.c, or .h), in one text."""
+    return "".join(read(f) for f in sorted(os.listdir(TOP))
+                   if f.startswith("mod_authn_hmac") and f.endswith(ext))
+
+
 def test_every_directive_is_documented_with_its_context():
-    code = read("mod_authn_hmac.c")
+    code = read_glue(".h") + read_glue(".c")
     names = dict(re.findall(r'#define (D_\w+) +"(AuthHMAC\w+)"', code))
-    table = code[code.index("static const command_rec cmds[]"):]
+    table = code[code.index("command_rec hmac_cmds[] = {"):]
     table = table[:table.index("{NULL, {NULL}")]
     entries = re.findall(r"AP_INIT_\w+\(\s*(D_\w+),.*?,\s*((?:(?:RSRC_CONF|ACCESS_CONF|OR_\w+)"
                          r"(?:\s*\|\s*)?)+),", table, re.S)
@@ -36,7 +42,7 @@ def test_every_directive_is_documented_with_its_context():
 
 
 def test_every_log_tag_is_used_once_and_listed():
-    used = re.findall(r"AHMAC\d{4}", read("mod_authn_hmac.c") + "".join(
+    used = re.findall(r"AHMAC\d{4}", read_glue(".c") + "".join(
         read(d, f) for d, _, files in sorted(os.walk(os.path.join(TOP, "src")))
         for f in sorted(files) if f.endswith(".c")))
     assert len(used) >= 17 and len(used) == len(set(used)), sorted(used)

@@ -1,0 +1,269 @@
+/*
+ * mod_authn_hmac_provider.c: the "hmac" authn provider: it finds the
+ * user's hash in the htpasswd file and hands the credential to the engine
+ * (src/engine.c), whose outcome becomes an authn_status and the note
+ * "authn-hmac". When too many passwords wait to be verified the answer is
+ * a 503 with Retry-After; mod_auth_basic makes a provider's error a 500,
+ * so that path runs through four hooks: the provider (the error document,
+ * the user's name put aside), the error filter and the redirect to an
+ * ErrorDocument (the 503), and the log (the name back).
+ */
+#include "httpd.h"
+#include "http_config.h"
+#include "http_core.h"
+#include "http_log.h"
+#include "http_protocol.h"
+#include "http_request.h"
+#include "mod_auth.h"
+#include "mod_core.h"
+
+#include "apr_strings.h"
+
+#include <string.h>
+
+#include "authn_hmac/engine.h"
+#include "authn_hmac/htpasswd.h"
+#include "authn_hmac/table.h"
+#include "authn_hmac/util.h"
+
+#include "mod_authn_hmac_private.h"
+
+#define NOTE "authn-hmac"
+#define BUSY_BODY                                                              \
+    "<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n"                   \
+    "<html><head>\n<title>503 Service Unavailable</title>\n</head><body>\n"    \
+    "<h1>Service Unavailable</h1>\n<p>Too many logins are being checked "      \
+    "right now. Please try again shortly.</p>\n</body></html>\n"
+
+/* A line of the htpasswd file that is not used, as this request's. */
+static void log_bad_line(void *baton, unsigned lineno, const char *why)
+{
+    request_rec *r = baton;
+    hmac_dir_conf *c =
+        ap_get_module_config(r->per_dir_config, &authn_hmac_module);
+
+    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "AHMAC0001: %s line %u %s",
+                  c->scope, lineno, why);
+}
+
+static authn_status done(request_rec *r, const char *note, authn_status st)
+{
+    apr_table_setn(r->notes, NOTE, note);
+    return st;
+}
+
+/* A 503 for want of a turn to verify, told to the admin at most once a
+ * minute per process (the counter busy has them all). */
+static void log_busy(request_rec *r)
+{
+    static apr_time_t last;
+    apr_time_t now = authn_hmac_monotonic();
+    apr_time_t seen = __atomic_load_n(&last, __ATOMIC_RELAXED);
+
+    if ((seen == 0 || now - seen >= apr_time_from_sec(60)) &&
+        __atomic_compare_exchange_n(&last, &seen, now, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        ap_log_rerror(
+            APLOG_MARK, APLOG_WARNING, 0, r,
+            "AHMAC0007: too many passwords to verify at once (" D_MAXVER
+            " %d, " D_BACKLOG " %d): answering 503 with Retry-After "
+            "(the counter busy counts them; logged at most once a "
+            "minute per process)",
+            hmac_conf.max_verifications, hmac_conf.backlog);
+}
+
+static authn_status status_of(authn_hmac_outcome o)
+{
+    switch (o) {
+    case AUTHN_HMAC_HIT:
+    case AUTHN_HMAC_REDIS_HIT:
+    case AUTHN_HMAC_VERIFIED:
+    case AUTHN_HMAC_COALESCED:
+        return AUTH_GRANTED;
+    case AUTHN_HMAC_DENIED:
+    case AUTHN_HMAC_NEGATIVE_HIT:
+        return AUTH_DENIED;
+    case AUTHN_HMAC_UNKNOWN_USER:
+        return AUTH_USER_NOT_FOUND;
+    case AUTHN_HMAC_BUSY: /* a 503: see busy_error */
+    default:
+        return AUTH_GENERAL_ERROR;
+    }
+}
+
+/* mod_auth_basic answers a provider's error with a 500, which busy_error
+ * and busy_redirect turn into a 503. Its body is what the admin set with
+ * ErrorDocument 503 (a text, a local document or a URL, as for any 503),
+ * else ours: set here as the 500's, since that is the one httpd looks up.
+ * NB: the admin's goes in as httpd keeps it (a text with its leading '"'):
+ * ap_custom_response would take a text such as "Sorry: busy" or "/ is
+ * down" for a URL or a document. */
+static void busy_document(request_rec *r)
+{
+    const char *doc = ap_response_code_string(
+        r, ap_index_of_response(HTTP_SERVICE_UNAVAILABLE));
+    core_request_config *rc;
+
+    ap_custom_response(r, HTTP_INTERNAL_SERVER_ERROR, BUSY_BODY);
+    if (!doc)
+        return;
+    rc = ap_get_core_module_config(r->request_config);
+    rc->response_code_strings[ap_index_of_response(
+        HTTP_INTERNAL_SERVER_ERROR)] = apr_pstrdup(r->pool, doc);
+}
+
+/* Takes the name mod_auth_basic set before asking us off a request
+ * refused for want of a turn to verify: nobody checked it. NB: not only
+ * for this request's own error page. httpd gives a redirect to an
+ * ErrorDocument under the same configuration this request's user without
+ * checking it again, and exports the user of the request it stands in for
+ * as REDIRECT_REMOTE_USER (to SSI, CGI, RewriteCond, ...): a document
+ * there would act for, or show, a user whose password nobody checked.
+ * The access log gets the name back (busy_log), as for a refused password. */
+static void busy_unname(request_rec *r)
+{
+    ap_set_module_config(r->request_config, &authn_hmac_module, r->user);
+    r->user = NULL;
+}
+
+/* Whether mod_authn_file has an AuthUserFile for r (set in place of
+ * AuthHMACUserFile, as in .htaccess, where no start-up check sees it).
+ * NB: its per-directory record is private; its first (and only) member
+ * has been the file's path since httpd 2.1. */
+static int authuserfile_set(request_rec *r)
+{
+    module *m = ap_find_linked_module("mod_authn_file.c");
+    char **pwfile = m ? ap_get_module_config(r->per_dir_config, m) : NULL;
+
+    return pwfile && *pwfile;
+}
+
+/* What a section asks of the engine. */
+static void policy_of(const hmac_dir_conf *c, authn_hmac_policy_t *pol)
+{
+    /* NB: no entry outlives its max age, whatever the idle timeout. */
+    pol->ttl = c->ttl < c->max_age ? c->ttl : c->max_age;
+    pol->max_age = c->max_age;
+    pol->negative_ttl = c->negative_ttl;
+    pol->hide_unknown = c->hide_unknown != 0;
+}
+
+/* The provider: finds the user's stored hash, and lets the engine (src/
+ * engine.c) do the rest. */
+static authn_status check_password(request_rec *r, const char *user,
+                                   const char *password)
+{
+    hmac_dir_conf *c =
+        ap_get_module_config(r->per_dir_config, &authn_hmac_module);
+    authn_hmac_cred_t cred;
+    authn_hmac_policy_t pol;
+    authn_hmac_outcome o;
+    const char *hash = NULL;
+    size_t hash_len = 0;
+    unsigned char uid[AUTHN_HMAC_KEY_LEN], digest[AUTHN_HMAC_DIGEST_LEN];
+    apr_status_t rv;
+
+    if (!c->uf || !hmac_conf.table) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
+                      "AHMAC0003: AuthBasicProvider hmac needs " D_USERFILE
+                      "%s",
+                      authuserfile_set(r) ? " (AuthUserFile is set; did you "
+                                            "mean " D_USERFILE "?)"
+                                          : "");
+        return done(r, "error", AUTH_GENERAL_ERROR);
+    }
+    rv = authn_hmac_userfile_lookup_id(c->uf, user, hmac_conf.mac, c->scope,
+                                       c->scope_len, &hash, &hash_len, uid,
+                                       digest, log_bad_line, r, r->pool);
+    if (rv == APR_ENOSPC) {
+        authn_hmac_table_count(hmac_conf.table, AUTHN_HMAC_C_ERRORS, 1);
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
+                      "AHMAC0009: password file too large: %s (at most "
+                      "1 GiB; 1 MiB for a file named only in .htaccess, "
+                      "and 16 MiB for all of those in one process: name a "
+                      "larger one in the server configuration)",
+                      c->scope);
+        return done(r, "error", AUTH_GENERAL_ERROR);
+    }
+    if (rv != APR_SUCCESS && rv != APR_NOTFOUND && rv != AUTHN_HMAC_LOCKED) {
+        authn_hmac_table_count(hmac_conf.table, AUTHN_HMAC_C_ERRORS, 1);
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r,
+                      "AHMAC0002: could not open password file: %s", c->scope);
+        return done(r, "error", AUTH_GENERAL_ERROR);
+    }
+    cred.scope = c->scope;
+    cred.scope_len = c->scope_len;
+    cred.user = user;
+    cred.user_len = strlen(user);
+    cred.password = password;
+    cred.password_len = strlen(password);
+    cred.hash = rv == APR_SUCCESS ? hash : NULL;
+    cred.hash_len = rv == APR_SUCCESS ? hash_len : 0;
+    cred.dummy_hash = rv == APR_SUCCESS ? NULL : hash;
+    cred.dummy_hash_len = rv == APR_SUCCESS ? 0 : hash_len;
+    cred.locked = rv == AUTHN_HMAC_LOCKED;
+    cred.client = r->useragent_ip;
+    cred.uid = rv == APR_SUCCESS ? uid : NULL;
+    cred.digest = rv == APR_SUCCESS ? digest : NULL;
+    policy_of(c, &pol);
+    o = authn_hmac_check(&hmac_child.engine, &pol, &cred, r, r->pool);
+    if (o == AUTHN_HMAC_BUSY) {
+        log_busy(r);
+        busy_document(r);
+        busy_unname(r);
+    }
+    return done(r, authn_hmac_outcome_name(o), status_of(o));
+}
+
+/* Makes the 500 of a request refused for want of a turn to verify (the
+ * note of req says so) a 503 with Retry-After. Returns whether it did. */
+static int make_busy(request_rec *r, const request_rec *req)
+{
+    const char *note = apr_table_get(req->notes, NOTE);
+
+    if (r->status != HTTP_INTERNAL_SERVER_ERROR || !note ||
+        strcmp(note, "busy") != 0)
+        return 0;
+    r->status = HTTP_SERVICE_UNAVAILABLE;
+    r->status_line = NULL;
+    apr_table_setn(
+        r->err_headers_out, "Retry-After",
+        apr_itoa(r->pool, authn_hmac_retry_after(&hmac_child.engine)));
+    return 1;
+}
+
+/* httpd's own error page, or an ErrorDocument text: the response is made
+ * from r->status, which is set before this runs. */
+void hmac_busy_error(request_rec *r)
+{
+    (void)make_busy(r, r);
+}
+
+/* An ErrorDocument 503 that is a local document: httpd redirects to it
+ * with the 500, as it would for ErrorDocument 500, and this runs first
+ * among the hooks that follow the check of the user (which the redirect
+ * skips under the same configuration). The note goes along, for the
+ * access log's final request. NB: the user's name does not (see
+ * busy_unname). */
+int hmac_busy_redirect(request_rec *r)
+{
+    if (!r->prev || !make_busy(r, r->prev))
+        return DECLINED;
+    apr_table_setn(r->notes, NOTE, "busy");
+    apr_table_setn(r->subprocess_env, "REDIRECT_STATUS", "503");
+    return DECLINED;
+}
+
+/* The name busy_unname took, back on a busy request for the access log's
+ * %u, once the answer is gone (as httpd logs the name of a refused
+ * password). A local document's request keeps none. */
+int hmac_busy_log(request_rec *r)
+{
+    char *user = ap_get_module_config(r->request_config, &authn_hmac_module);
+
+    if (user && !r->user)
+        r->user = user;
+    return DECLINED;
+}
+
+const authn_provider hmac_provider = {check_password, NULL};
