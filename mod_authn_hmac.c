@@ -255,6 +255,23 @@ static void share_userfiles(server_rec *s, apr_pool_t *pconf)
                      (apr_uint64_t)total * 3);
 }
 
+/* AuthHMACMaxVerifications and AuthHMACVerifyBacklog where they are not
+ * set: the number of cores, and 4 waiting per verification. */
+static void default_verifications(void)
+{
+    if (hmac_conf.max_verifications == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+        if (n < 1)
+            n = 1;
+        else if (n > AUTHN_HMAC_MAX_CAP)
+            n = AUTHN_HMAC_MAX_CAP;
+        hmac_conf.max_verifications = (int)n;
+    }
+    if (hmac_conf.backlog < 0)
+        hmac_conf.backlog = 4 * hmac_conf.max_verifications;
+}
+
 static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                        server_rec *s)
 {
@@ -264,16 +281,7 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     int status;
 
     (void)plog;
-    if (hmac_conf.max_verifications == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-        hmac_conf.max_verifications = n < 1 ? 1
-                                      : n > AUTHN_HMAC_MAX_CAP
-                                          ? AUTHN_HMAC_MAX_CAP
-                                          : (int)n;
-    }
-    if (hmac_conf.backlog < 0)
-        hmac_conf.backlog = 4 * hmac_conf.max_verifications;
+    default_verifications();
     /* NB: the first pass at startup only tests the configuration. */
     if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG)
         return OK;

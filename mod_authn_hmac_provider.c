@@ -215,6 +215,8 @@ static authn_status check_password(request_rec *r, const char *user,
     return done(r, authn_hmac_outcome_name(o), status_of(o));
 }
 
+/* -------------------------------------- busy: the 503 after the provider */
+
 /* Makes the 500 of a request refused for want of a turn to verify (the
  * note of req says so) a 503 with Retry-After. Returns whether it did. */
 static int make_busy(request_rec *r, const request_rec *req)
