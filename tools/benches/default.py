@@ -76,6 +76,21 @@ def scenario(a, servers, redis, password, users):
 def report(a, results, stats, elapsed, redis_note):
     large = a.users_large
     have_redis = any(results[u][True]["runs"][c] for u in results for c in REDIS_COLUMNS)
+    summary = rates_table(a, results, have_redis, redis_note)
+    cpu_table(results, summary, large, have_redis)
+    print()
+    if have_redis:
+        redis_table(results, summary, large)
+    run_lines(results, stats, summary, large)
+    print()
+    targets(results, summary, large, have_redis, redis_note)
+    print("Total bench time: %.0f s" % elapsed)
+
+
+def rates_table(a, results, have_redis, redis_note):
+    """The req/s table; returns {(users, keep-alive): (req/s, CPU, extra
+    CPU)}, each by column."""
+    large = a.users_large
     print()
     print("## Results (median of %d round(s) for no-auth, anon, hmac%s; ab -c %d, "
           "%d s runs; file and socache: -n %d)" % (
@@ -120,6 +135,10 @@ def report(a, results, stats, elapsed, redis_note):
               "measured with\nkeep-alive only, in the same rounds as no-auth; "
               "their ratios are to that no-auth."
               if have_redis else "Redis columns: " + redis_note + "."))
+    return summary
+
+
+def cpu_table(results, summary, large, have_redis):
     print()
     worst_other = 0.0
     print("Server CPU µs/request (median; utime+stime of all processes of the "
@@ -153,34 +172,39 @@ def report(a, results, stats, elapsed, redis_note):
     if worst_other > 0.3:
         print("WARNING: up to %.2f cores were busy with other work during some "
               "runs; the\nnumbers above are noisy; rerun on a quiet machine." % worst_other)
+
+
+def redis_table(results, summary, large):
+    print("Redis columns (keep-alive; counters from /authn-hmac-status?json of "
+          "that httpd,\nsummed over the measured runs, warm-up excluded; "
+          "redis-server CPU per request\nfrom /proc):")
     print()
-    if have_redis:
-        print("Redis columns (keep-alive; counters from /authn-hmac-status?json of "
-              "that httpd,\nsummed over the measured runs, warm-up excluded; "
-              "redis-server CPU per request\nfrom /proc):")
-        print()
-        print("| users | column | req/s, each round | /no-auth | httpd CPU µs/req "
-              "| redis-server CPU µs/req | requests | verifications | hits "
-              "| redis_hits | redis_misses | redis_errors | redis_timeouts |")
-        print("|---:|:---|:---|" + "---:|" * 10)
-        for users in (1, large):
-            runs = results[users][True]["runs"]
-            rps, cpu, _ = summary[users, True]
-            for col in REDIS_COLUMNS:
-                if not runs[col]:
-                    continue
-                print("| {:,} | {} | {} | {} | {} | {} | {} | {} |".format(
-                    users, LABEL[col],
-                    ", ".join("%.0f" % r["rps"] for r in runs[col]),
-                    fmt(ratio(rps[col], rps["noauth"]), ".3f"),
-                    fmt(cpu[col], ".1f"), fmt(med(runs[col], "redis_us"), ".1f"),
-                    sum(r["complete"] for r in runs[col]),
-                    " | ".join(fmt(delta_sum(runs[col], k), "d") for k in COUNTERS)))
-        print()
-        print("(requests: completed as counted by ab; a few more may have been "
-              "answered after ab's\ntime limit, so redis_hits can exceed it "
-              "slightly.)")
-        print()
+    print("| users | column | req/s, each round | /no-auth | httpd CPU µs/req "
+          "| redis-server CPU µs/req | requests | verifications | hits "
+          "| redis_hits | redis_misses | redis_errors | redis_timeouts |")
+    print("|---:|:---|:---|" + "---:|" * 10)
+    for users in (1, large):
+        runs = results[users][True]["runs"]
+        rps, cpu, _ = summary[users, True]
+        for col in REDIS_COLUMNS:
+            if not runs[col]:
+                continue
+            print("| {:,} | {} | {} | {} | {} | {} | {} | {} |".format(
+                users, LABEL[col],
+                ", ".join("%.0f" % r["rps"] for r in runs[col]),
+                fmt(ratio(rps[col], rps["noauth"]), ".3f"),
+                fmt(cpu[col], ".1f"), fmt(med(runs[col], "redis_us"), ".1f"),
+                sum(r["complete"] for r in runs[col]),
+                " | ".join(fmt(delta_sum(runs[col], k), "d") for k in COUNTERS)))
+    print()
+    print("(requests: completed as counted by ab; a few more may have been "
+          "answered after ab's\ntime limit, so redis_hits can exceed it "
+          "slightly.)")
+    print()
+
+
+def run_lines(results, stats, summary, large):
+    """1 user against many, the failures, and the servers' counters."""
     for ka in (True, False):
         r1, c1, _ = summary[1, ka]
         rl, cl, _ = summary[large, ka]
@@ -223,7 +247,9 @@ def report(a, results, stats, elapsed, redis_note):
                       " ".join("%s=%s" % (k, s.get(k)) for k in COUNTERS),
                       " ".join("%s=%s" % (k, fmt(delta_sum(runs, k), "d"))
                                for k in ("verifications", "redis_hits"))))
-    print()
+
+
+def targets(results, summary, large, have_redis, redis_note):
     checks = []
     for users in (1, large):
         # NB: each round's hmac over the anon round next to it, then the
@@ -263,7 +289,6 @@ def report(a, results, stats, elapsed, redis_note):
     for name, ok, val in checks:
         print("  [%s] %s: %s" % ({True: "ok", False: "MISS", None: "skip"}[ok], name, val))
     print()
-    print("Total bench time: %.0f s" % elapsed)
 
 
 def run(a):
