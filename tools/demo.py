@@ -6,8 +6,7 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import Httpd, basic, hmac_location, htpasswd  # noqa: E402
 
 DIR = os.environ.get("AUTHN_HMAC_DEMO_DIR", "/tmp/authn_hmac_demo")

@@ -4,7 +4,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The harness is harness/ at the tree's top, shared with tools/.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from harness import VALGRIND, Httpd, hmac_location, htpasswd  # noqa: E402
 
 MPMS = os.environ.get("AUTHN_HMAC_MPMS", "prefork worker event").split()

@@ -1,6 +1,6 @@
 """Clients for a flood of a large verification queue, each run in a
-process of its own (python3 -m harness.queue_clients, from
-tests/integration): the flood's 258 threads would otherwise share an
+process of its own (python3 -m harness.queue_clients, from the tree's
+top): the flood's 258 threads would otherwise share an
 interpreter, and the cores, with the client that is timed.
 
     flood PORT PATH USER N   N connections of wrong passwords (Flood), at

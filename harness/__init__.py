@@ -1,7 +1,7 @@
 """The test harness: a private httpd with the module built from this tree,
 a real redis-server, htpasswd, ab, and the clients and /proc readings the
-tests and tools/bench, tools/soak and tools/demo share. The tools put
-tests/integration on sys.path and import it as the tests do:
+tests (tests/integration) and tools/bench, tools/soak and tools/demo share.
+Each puts the tree's top on sys.path and imports it the same way:
 `from harness import Httpd, htpasswd`."""
 from .client import Flood, Workers, ab, basic, get, parse_ab
 from .delay_proxy import DelayProxy

@@ -6,7 +6,7 @@ import pwd
 import socket
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TOP_SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+TOP_SRCDIR = os.path.dirname(HERE)
 
 
 def settings():
