@@ -1231,8 +1231,12 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
                 authn_hmac_table_sentinel(g.table),
                 authn_hmac_table_redis_health(g.table), sentinel_log, s,
                 pchild);
-            authn_hmac_redis_pool_use_sentinel(g.redis_pool, g.sentinel_rt);
+            authn_hmac_redis_pool_use(
+                g.redis_pool, authn_hmac_sentinel_source(g.sentinel_rt));
         }
+        else if (rv == APR_SUCCESS)
+            authn_hmac_redis_pool_use(
+                g.redis_pool, authn_hmac_redis_server(&g.redis, pchild));
         if (rv != APR_SUCCESS)
             ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
                          "AHMAC0017: cannot set up the Redis pool");
