@@ -313,6 +313,44 @@ static authn_hmac_redis_rc ask(const authn_hmac_redis_conf_t *conf,
     return rc;
 }
 
+/* The primary a Sentinel named at host:port, confirmed by the primary
+ * itself (its ROLE says master): 1 with ip filled, else 0 and *why. */
+static int confirm(const authn_hmac_sentinel_conf_t *sc,
+                   const authn_hmac_redis_conf_t *redis, const char *host,
+                   int port, char ip[AUTHN_HMAC_SENTINEL_IP_MAX],
+                   const char **why, apr_pool_t *p)
+{
+    const char *role[1] = {"ROLE"};
+    authn_hmac_redis_addr_t addrs[MAX_RESOLVED];
+    const struct sockaddr *sa;
+    redisReply *r = NULL;
+    int ok;
+
+    if (resolve(host, port, addrs, why, p) <= 0 ||
+        ask(redis, addrs, 1,
+            redis->tls && sc->primary_name ? sc->primary_name : host, 1, role,
+            &r, why, p) != AUTHN_HMAC_REDIS_OK) {
+        *why = apr_psprintf(p, "it named %s:%d: %s", host, port, *why);
+        return 0;
+    }
+    ok = authn_hmac_sentinel_role_reply(r);
+    freeReplyObject(r);
+    if (ok <= 0) {
+        *why = apr_psprintf(p, "%s:%d is not a primary (ROLE)", host, port);
+        return 0;
+    }
+    sa = (const struct sockaddr *)&addrs[0].sa;
+    if (inet_ntop(
+            sa->sa_family,
+            sa->sa_family == AF_INET6
+                ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                : (const void *)&((const struct sockaddr_in *)sa)->sin_addr,
+            ip, AUTHN_HMAC_SENTINEL_IP_MAX))
+        return 1;
+    *why = "an address of an unknown kind";
+    return 0;
+}
+
 authn_hmac_redis_rc
 authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
                              const authn_hmac_redis_conf_t *redis,
@@ -321,7 +359,6 @@ authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
                              const char **why, apr_pool_t *p)
 {
     const char *get[3] = {"SENTINEL", "get-master-addr-by-name", sc->master};
-    const char *role[1] = {"ROLE"};
     const char *whys = NULL;
     int i;
 
@@ -343,35 +380,8 @@ authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
                                        printable(r->str), r->str)
                         : "an unexpected answer";
             freeReplyObject(r);
-            r = NULL;
-            /* The primary it named, confirmed by the primary itself. */
-            if (ok > 0 && resolve(host, *port, addrs, &w, p) > 0 &&
-                ask(redis, addrs, 1,
-                    redis->tls && sc->primary_name ? sc->primary_name : host, 1,
-                    role, &r, &w, p) == AUTHN_HMAC_REDIS_OK) {
-                ok = authn_hmac_sentinel_role_reply(r);
-                freeReplyObject(r);
-                if (ok > 0) {
-                    const struct sockaddr *sa =
-                        (const struct sockaddr *)&addrs[0].sa;
-                    const void *a =
-                        sa->sa_family == AF_INET6
-                            ? (const void *)&((const struct sockaddr_in6 *)sa)
-                                  ->sin6_addr
-                            : (const void *)&((const struct sockaddr_in *)sa)
-                                  ->sin_addr;
-
-                    if (inet_ntop(sa->sa_family, a, ip,
-                                  AUTHN_HMAC_SENTINEL_IP_MAX))
-                        return AUTHN_HMAC_REDIS_OK;
-                    w = "an address of an unknown kind";
-                }
-                else
-                    w = apr_psprintf(p, "%s:%d is not a primary (ROLE)", host,
-                                     *port);
-            }
-            else if (ok > 0)
-                w = apr_psprintf(p, "it named %s:%d: %s", host, *port, w);
+            if (ok > 0 && confirm(sc, redis, host, *port, ip, &w, p))
+                return AUTHN_HMAC_REDIS_OK;
         }
         w = apr_psprintf(p, "Sentinel %s:%d: %s", sc->host[i], sc->port[i], w);
         whys = whys ? apr_pstrcat(p, whys, "; ", w, NULL) : w;
