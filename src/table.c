@@ -22,6 +22,8 @@
  */
 #include "authn_hmac/table.h"
 #include "authn_hmac/cred.h"
+#include "authn_hmac/redis.h"    /* the health's record, kept here */
+#include "authn_hmac/sentinel.h" /* the primary's record, kept here */
 #include "authn_hmac/util.h"
 
 #include <string.h>

@@ -1,13 +1,21 @@
-/* authn_hmac/redis.h: the Redis tier (src/redis/): the connection and
- * its pool, TLS, the tagged values and the commands, the breaker. */
+/* authn_hmac/redis.h: the Redis tier (src/redis/), from the bottom: the
+ * socket and its transports, plain (socket.c) or TLS (tls.c); the
+ * connection (conn.c); where the server is, an address source (a fixed
+ * server: server.c; Sentinel discovery: sentinel.c, authn_hmac/sentinel.h);
+ * the pool (pool.c), which takes its address from a source; the tagged
+ * values and the commands (parse.c, commands.c); the breaker and the
+ * health the processes share (breaker.c). */
 #ifndef AUTHN_HMAC_REDIS_H
 #define AUTHN_HMAC_REDIS_H
 
 #include "authn_hmac/cred.h"
 #include "authn_hmac/secret.h"
-#include "authn_hmac/table.h"
 
-#define AUTHN_HMAC_REDIS_PORT 6379
+#include <sys/socket.h>
+
+#define AUTHN_HMAC_REDIS_PORT     6379
+#define AUTHN_HMAC_REDIS_HOST_MAX 128 /* a server's name, with NUL */
+#define AUTHN_HMAC_REDIS_ADDRS    4   /* addresses tried per name */
 
 /* A TLS client context (src/redis/tls.c), shared by a configuration's
  * connections. */
@@ -146,9 +154,59 @@ const char *authn_hmac_redis_tls_create(authn_hmac_redis_tls_t **out,
                                         authn_hmac_tls_part *part,
                                         apr_pool_t *p);
 
+/* ------------------------------------------------- where the server is */
+
+/* A socket address, resolved before any request waits on it. */
+typedef struct {
+    struct sockaddr_storage sa;
+    socklen_t len;
+} authn_hmac_redis_addr_t;
+
+/* Where a pool's connections go; the pool does not know which source it
+ * has: a fixed server (below) or the primary the Sentinels name
+ * (authn_hmac_sentinel_source). */
+typedef struct {
+    /* The address, if its generation is not *gen: then 1, with *gen, up
+     * to AUTHN_HMAC_REDIS_ADDRS addrs (*naddr of them) and peer (the name
+     * a TLS certificate must carry; "": the context's own) updated. 0 if
+     * *gen is the newest; -1 if none is known (*why says why). */
+    int (*addr)(void *baton, uint64_t *gen, authn_hmac_redis_addr_t *addrs,
+                int *naddr, char peer[AUTHN_HMAC_REDIS_HOST_MAX],
+                const char **why);
+    /* A failure of that server was seen (NULL: nothing to do). */
+    void (*suspect)(void *baton);
+    void *baton;
+} authn_hmac_redis_source_t;
+
+/* The server conf names (host and port, or socket), resolved now: once,
+ * when the child starts. */
+authn_hmac_redis_source_t
+authn_hmac_redis_server(const authn_hmac_redis_conf_t *conf, apr_pool_t *p);
+
+/* ------------------------------------------------------------ the health */
+
+/* Redis health shared by every process, so that an outage is logged once
+ * and the breaker holds for all (breaker.c). Lives in the shared segment
+ * (authn_hmac_table_redis_health). */
+typedef struct authn_hmac_redis_health {
+    uint64_t failures;       /* within the window that began at window */
+    int64_t window;          /* monotonic */
+    uint64_t opens;          /* consecutive breaker openings: the backoff */
+    int64_t breaker_until;   /* monotonic; 0: closed; else skip Redis before */
+    int64_t down_since;      /* monotonic; 0 while healthy */
+    int64_t conns;           /* open connections */
+    uint64_t epoch;          /* outages so far: older connections are stale */
+    uint64_t forged_warned;  /* a forged value was logged */
+    int64_t last_failure;    /* monotonic: when the last incident was seen */
+    uint64_t tls_handshakes; /* TLS connections made */
+    uint64_t tls_resumed;    /* of which resumed a session */
+} authn_hmac_redis_health_t;
+
+/* ---------------------------------------------------------------- the pool */
+
 /* Idle connections of one process, for its threads. A connection is taken
- * per operation and given back, or closed if it failed. The server's name
- * is resolved here, once, when the child starts. */
+ * per operation and given back, or closed if it failed. It has no server
+ * until authn_hmac_redis_pool_use gives it a source. */
 typedef struct authn_hmac_redis_pool authn_hmac_redis_pool_t;
 
 apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
@@ -156,6 +214,10 @@ apr_status_t authn_hmac_redis_pool_create(authn_hmac_redis_pool_t **out,
                                           int max_idle,
                                           authn_hmac_redis_health_t *health,
                                           apr_pool_t *p);
+
+/* The pool finds its server through src from now on. */
+void authn_hmac_redis_pool_use(authn_hmac_redis_pool_t *rp,
+                               authn_hmac_redis_source_t src);
 
 /* An idle connection, or a new one (connected, AUTH and SELECT done), before
  * the deadline (monotonic). On failure *why says what went wrong (never a
@@ -169,9 +231,7 @@ authn_hmac_redis_rc authn_hmac_redis_pool_acquire(authn_hmac_redis_pool_t *rp,
 void authn_hmac_redis_pool_release(authn_hmac_redis_pool_t *rp,
                                    authn_hmac_redis_conn_t *c, int broken);
 
-/* A connection over a connected socket (for tests; connections are made by
- * the pool). It owns fd. */
-authn_hmac_redis_conn_t *authn_hmac_redis_conn_wrap(int fd);
+/* ---------------------------------------------------------- a connection */
 
 void authn_hmac_redis_close(authn_hmac_redis_conn_t *c);
 
@@ -279,6 +339,8 @@ authn_hmac_flight_interpret(const authn_hmac_mac_t *mac,
  * would be allocated before being read). Returns 0 if it could not. */
 struct redisReader;
 int authn_hmac_redis_limit_reader(struct redisReader *r);
+
+/* ------------------------------------------------------------ the breaker */
 
 /* Whether to try Redis at now (monotonic): 0 to skip it (the breaker is
  * open), 1 to go, 2 to go as the one probe of a half-open breaker (its

@@ -1,20 +1,15 @@
 /* authn_hmac/sentinel.h: finding the Redis primary through Redis
- * Sentinel (src/redis/sentinel.c). */
+ * Sentinel (src/redis/sentinel.c), above the connection (it talks to the
+ * Sentinels over conn.c's connections) and below the pool (to which it is
+ * an address source). */
 #ifndef AUTHN_HMAC_SENTINEL_H
 #define AUTHN_HMAC_SENTINEL_H
 
 #include "authn_hmac/redis.h"
-#include "authn_hmac/table.h"
 
-#include <sys/socket.h>
-
-#define AUTHN_HMAC_SENTINEL_MAX 8 /* Sentinels in the directive */
-
-/* A socket address, resolved before any request waits on it. */
-typedef struct {
-    struct sockaddr_storage sa;
-    socklen_t len;
-} authn_hmac_redis_addr_t;
+#define AUTHN_HMAC_SENTINEL_MAX      8 /* Sentinels in the directive */
+#define AUTHN_HMAC_SENTINEL_HOST_MAX AUTHN_HMAC_REDIS_HOST_MAX
+#define AUTHN_HMAC_SENTINEL_IP_MAX   48 /* an address's text, with NUL */
 
 /* What the Sentinel directives say. */
 typedef struct {
@@ -56,6 +51,22 @@ int authn_hmac_sentinel_addr_reply(const struct redisReply *r,
 int authn_hmac_sentinel_role_reply(const struct redisReply *r);
 
 /* ----------------------------------------------------- the shared part */
+
+/* The Redis primary as the server's processes share it. One process asks
+ * the Sentinels at a time (the claim); the others read the address without
+ * a lock (seq: odd while it is being written). Lives in the shared segment
+ * (authn_hmac_table_sentinel). */
+typedef struct authn_hmac_sentinel_shared {
+    uint64_t seq;
+    uint64_t gen;                            /* addresses published */
+    char host[AUTHN_HMAC_SENTINEL_HOST_MAX]; /* as the Sentinel said */
+    char ip[AUTHN_HMAC_SENTINEL_IP_MAX];     /* what it resolved to */
+    int64_t port;
+    int64_t claim;    /* monotonic: a discovery runs until then; 0: none */
+    int64_t checked;  /* monotonic: when the last discovery ended */
+    int64_t suspect;  /* monotonic: a failure asked for a look; 0: none */
+    uint64_t failing; /* the last discovery found no confirmed primary */
+} authn_hmac_sentinel_shared_t;
 
 /* The published primary (ip, port, host) and its generation, read without
  * a lock; 0 while none is known. */
@@ -116,15 +127,15 @@ apr_status_t authn_hmac_sentinel_start(
 authn_hmac_sentinel_shared_t *
 authn_hmac_sentinel_shared(authn_hmac_sentinel_t *s);
 
-/* For the connection pool (conn.c): the published address, if its
- * generation is not *gen (then *gen is updated, and 1 returned; -1 when
- * none is known yet). peer gets the name a TLS certificate must carry. */
+/* The published address, if its generation is not *gen (then *gen is
+ * updated, and 1 returned; -1 when none is known yet). peer gets the name
+ * a TLS certificate must carry. */
 int authn_hmac_sentinel_addr(authn_hmac_sentinel_t *s, uint64_t *gen,
                              authn_hmac_redis_addr_t *addr,
                              char peer[AUTHN_HMAC_SENTINEL_HOST_MAX]);
 
-/* The pool finds its server through s from now on (conn.c). */
-void authn_hmac_redis_pool_use_sentinel(authn_hmac_redis_pool_t *rp,
-                                        authn_hmac_sentinel_t *s);
+/* s as a pool's address source (authn_hmac_redis_pool_use): the address
+ * above, and a failure of the primary asks for a discovery. */
+authn_hmac_redis_source_t authn_hmac_sentinel_source(authn_hmac_sentinel_t *s);
 
 #endif

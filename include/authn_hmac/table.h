@@ -167,44 +167,14 @@ uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,
 void authn_hmac_table_observe(authn_hmac_table_t *t,
                               enum authn_hmac_histogram h, uint64_t usec);
 
-/* Redis health shared by every process, so that an outage is logged once
- * and the breaker holds for all. Lives in the shared segment. */
-typedef struct {
-    uint64_t failures;       /* within the window that began at window */
-    int64_t window;          /* monotonic */
-    uint64_t opens;          /* consecutive breaker openings: the backoff */
-    int64_t breaker_until;   /* monotonic; 0: closed; else skip Redis before */
-    int64_t down_since;      /* monotonic; 0 while healthy */
-    int64_t conns;           /* open connections */
-    uint64_t epoch;          /* outages so far: older connections are stale */
-    uint64_t forged_warned;  /* a forged value was logged */
-    int64_t last_failure;    /* monotonic: when the last incident was seen */
-    uint64_t tls_handshakes; /* TLS connections made */
-    uint64_t tls_resumed;    /* of which resumed a session */
-} authn_hmac_redis_health_t;
+/* The Redis tier's records in the shared segment: its health
+ * (authn_hmac/redis.h) and, with Sentinel, the primary
+ * (authn_hmac/sentinel.h). */
+struct authn_hmac_redis_health *
+authn_hmac_table_redis_health(authn_hmac_table_t *t);
 
-authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t);
-
-#define AUTHN_HMAC_SENTINEL_HOST_MAX 128 /* the primary's name, with NUL */
-#define AUTHN_HMAC_SENTINEL_IP_MAX   48  /* an address's text, with NUL */
-
-/* With Sentinel, the Redis primary as the server's processes share it
- * (src/redis/sentinel.c). One process asks the Sentinels at a time (the
- * claim); the others read the address without a lock (seq: odd while it
- * is being written). Lives in the shared segment. */
-typedef struct {
-    uint64_t seq;
-    uint64_t gen;                            /* addresses published */
-    char host[AUTHN_HMAC_SENTINEL_HOST_MAX]; /* as the Sentinel said */
-    char ip[AUTHN_HMAC_SENTINEL_IP_MAX];     /* what it resolved to */
-    int64_t port;
-    int64_t claim;    /* monotonic: a discovery runs until then; 0: none */
-    int64_t checked;  /* monotonic: when the last discovery ended */
-    int64_t suspect;  /* monotonic: a failure asked for a look; 0: none */
-    uint64_t failing; /* the last discovery found no confirmed primary */
-} authn_hmac_sentinel_shared_t;
-
-authn_hmac_sentinel_shared_t *authn_hmac_table_sentinel(authn_hmac_table_t *t);
+struct authn_hmac_sentinel_shared *
+authn_hmac_table_sentinel(authn_hmac_table_t *t);
 
 /* Counters and sizes, in O(1). */
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,

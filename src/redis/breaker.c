@@ -7,7 +7,6 @@
  * logged when it begins and when it ends); when that wait ends, one
  * request probes Redis (half open) while the others keep skipping it. */
 #include "authn_hmac/redis.h"
-#include "authn_hmac/table.h"
 
 #define BREAKER_AFTER     3 /* incidents within BREAKER_WINDOW */
 #define BREAKER_WINDOW    apr_time_from_sec(10)

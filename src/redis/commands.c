@@ -6,7 +6,7 @@
  * times, and a tag over them made with a subkey of the pepper (see cred.c):
  * a value that does not verify is a miss, whoever wrote it. The farm's
  * single-flight markers are tagged the same way. */
-#include "redis_int.h"
+#include "conn.h"
 #include "authn_hmac/cred.h"
 
 #include <string.h>

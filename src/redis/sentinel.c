@@ -5,10 +5,12 @@
  * and the address named is confirmed with ROLE (it must say master) before
  * it is used: a Sentinel that lags behind a failover names a dead primary,
  * or a demoted one that came back as a replica (which must not be written
- * to). Replies are capped as every reply is (conn.c).
+ * to). Replies are capped as every reply is (conn.c): the Sentinels and
+ * the primary are asked over conn.c's connections, one per question.
  *
  * One discovery serves every process of the server: the answer lives in
  * the shared segment, with a generation, and the connection pools read it
+ * (through authn_hmac_sentinel_source, which the pool does not name)
  * without a lock (a sequence count, odd while it is written). Each process
  * has a thread that looks, ten times a second, whether a discovery is due
  * (no primary yet, a failure of the primary, or every PERIOD), and asks
@@ -20,14 +22,11 @@
  * NB: the Sentinels are trusted to name where the primary is, not what it
  * holds: every value still needs its tag (made with the pepper), so a
  * rogue Sentinel that names a rogue Redis can deny service, never grant. */
-#include "redis_int.h"
+#include "conn.h"
 #include "authn_hmac/sentinel.h"
-#include "authn_hmac/table.h"
 #include "authn_hmac/util.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -271,28 +270,7 @@ void authn_hmac_sentinel_suspect(authn_hmac_sentinel_shared_t *sh,
 static int resolve(const char *host, int port, authn_hmac_redis_addr_t *out,
                    const char **why, apr_pool_t *p)
 {
-    struct addrinfo hints, *res = NULL, *ai;
-    char ps[8];
-    int rc, n = 0;
-
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    snprintf(ps, sizeof(ps), "%d", port);
-    rc = getaddrinfo(host, ps, &hints, &res);
-    if (rc != 0) {
-        *why = apr_psprintf(p, "cannot resolve %s: %s", host, gai_strerror(rc));
-        return 0;
-    }
-    for (ai = res; ai && n < MAX_RESOLVED; ai = ai->ai_next)
-        if (ai->ai_addrlen <= sizeof(out[n].sa)) {
-            memcpy(&out[n].sa, ai->ai_addr, ai->ai_addrlen);
-            out[n++].len = ai->ai_addrlen;
-        }
-    freeaddrinfo(res);
-    if (!n)
-        *why = apr_psprintf(p, "no address for %s", host);
-    return n;
+    return authn_hmac_redis_resolve(host, port, out, MAX_RESOLVED, why, p);
 }
 
 /* How much of an error's text goes to the log: its printable start, up
@@ -335,6 +313,44 @@ static authn_hmac_redis_rc ask(const authn_hmac_redis_conf_t *conf,
     return rc;
 }
 
+/* The primary a Sentinel named at host:port, confirmed by the primary
+ * itself (its ROLE says master): 1 with ip filled, else 0 and *why. */
+static int confirm(const authn_hmac_sentinel_conf_t *sc,
+                   const authn_hmac_redis_conf_t *redis, const char *host,
+                   int port, char ip[AUTHN_HMAC_SENTINEL_IP_MAX],
+                   const char **why, apr_pool_t *p)
+{
+    const char *role[1] = {"ROLE"};
+    authn_hmac_redis_addr_t addrs[MAX_RESOLVED];
+    const struct sockaddr *sa;
+    redisReply *r = NULL;
+    int ok;
+
+    if (resolve(host, port, addrs, why, p) <= 0 ||
+        ask(redis, addrs, 1,
+            redis->tls && sc->primary_name ? sc->primary_name : host, 1, role,
+            &r, why, p) != AUTHN_HMAC_REDIS_OK) {
+        *why = apr_psprintf(p, "it named %s:%d: %s", host, port, *why);
+        return 0;
+    }
+    ok = authn_hmac_sentinel_role_reply(r);
+    freeReplyObject(r);
+    if (ok <= 0) {
+        *why = apr_psprintf(p, "%s:%d is not a primary (ROLE)", host, port);
+        return 0;
+    }
+    sa = (const struct sockaddr *)&addrs[0].sa;
+    if (inet_ntop(
+            sa->sa_family,
+            sa->sa_family == AF_INET6
+                ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                : (const void *)&((const struct sockaddr_in *)sa)->sin_addr,
+            ip, AUTHN_HMAC_SENTINEL_IP_MAX))
+        return 1;
+    *why = "an address of an unknown kind";
+    return 0;
+}
+
 authn_hmac_redis_rc
 authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
                              const authn_hmac_redis_conf_t *redis,
@@ -343,7 +359,6 @@ authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
                              const char **why, apr_pool_t *p)
 {
     const char *get[3] = {"SENTINEL", "get-master-addr-by-name", sc->master};
-    const char *role[1] = {"ROLE"};
     const char *whys = NULL;
     int i;
 
@@ -365,35 +380,8 @@ authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
                                        printable(r->str), r->str)
                         : "an unexpected answer";
             freeReplyObject(r);
-            r = NULL;
-            /* The primary it named, confirmed by the primary itself. */
-            if (ok > 0 && resolve(host, *port, addrs, &w, p) > 0 &&
-                ask(redis, addrs, 1,
-                    redis->tls && sc->primary_name ? sc->primary_name : host, 1,
-                    role, &r, &w, p) == AUTHN_HMAC_REDIS_OK) {
-                ok = authn_hmac_sentinel_role_reply(r);
-                freeReplyObject(r);
-                if (ok > 0) {
-                    const struct sockaddr *sa =
-                        (const struct sockaddr *)&addrs[0].sa;
-                    const void *a =
-                        sa->sa_family == AF_INET6
-                            ? (const void *)&((const struct sockaddr_in6 *)sa)
-                                  ->sin6_addr
-                            : (const void *)&((const struct sockaddr_in *)sa)
-                                  ->sin_addr;
-
-                    if (inet_ntop(sa->sa_family, a, ip,
-                                  AUTHN_HMAC_SENTINEL_IP_MAX))
-                        return AUTHN_HMAC_REDIS_OK;
-                    w = "an address of an unknown kind";
-                }
-                else
-                    w = apr_psprintf(p, "%s:%d is not a primary (ROLE)", host,
-                                     *port);
-            }
-            else if (ok > 0)
-                w = apr_psprintf(p, "it named %s:%d: %s", host, *port, w);
+            if (ok > 0 && confirm(sc, redis, host, *port, ip, &w, p))
+                return AUTHN_HMAC_REDIS_OK;
         }
         w = apr_psprintf(p, "Sentinel %s:%d: %s", sc->host[i], sc->port[i], w);
         whys = whys ? apr_pstrcat(p, whys, "; ", w, NULL) : w;
@@ -593,4 +581,36 @@ int authn_hmac_sentinel_addr(authn_hmac_sentinel_t *s, uint64_t *gen,
             AUTHN_HMAC_SENTINEL_HOST_MAX);
     *gen = g;
     return 1;
+}
+
+/* ------------------------------------------------ as the pool's source */
+
+static int source_addr(void *baton, uint64_t *gen,
+                       authn_hmac_redis_addr_t *addrs, int *naddr,
+                       char peer[AUTHN_HMAC_REDIS_HOST_MAX], const char **why)
+{
+    int r = authn_hmac_sentinel_addr(baton, gen, &addrs[0], peer);
+
+    if (r == 1)
+        *naddr = 1;
+    else if (r < 0)
+        *why = "no primary known yet (the Sentinels have not named one)";
+    return r;
+}
+
+/* A failure of the primary (no connection, a timeout, a refusal such as
+ * READONLY or LOADING) asks for a new look. */
+static void source_suspect(void *baton)
+{
+    authn_hmac_sentinel_t *s = baton;
+
+    authn_hmac_sentinel_suspect(s->sh, authn_hmac_monotonic());
+}
+
+authn_hmac_redis_source_t authn_hmac_sentinel_source(authn_hmac_sentinel_t *s)
+{
+    authn_hmac_redis_source_t src = {source_addr, source_suspect, NULL};
+
+    src.baton = s;
+    return src;
 }

@@ -1,4 +1,5 @@
-/* tls.c: TLS to Redis, for the connection layer (conn.c).
+/* tls.c: TLS to Redis, a transport over socket.c's socket (socket.h's
+ * table, as plain TCP is the other), for the connection layer (conn.c).
  *
  * One client context per configuration, made in the parent when the
  * configuration is read and shared by the children: TLS 1.2 or later, the
@@ -14,9 +15,8 @@
  * do. The last session the server gave each process is offered on the
  * next connect, so that reconnecting (a breaker's new epoch, a dropped
  * connection) costs a resumption, not a full handshake. */
-#include "redis_int.h"
+#include "tls.h"
 #include "authn_hmac/secret.h"
-#include "authn_hmac/sentinel.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,7 +44,7 @@ struct authn_hmac_redis_tls {
     int peer_is_ip;
     pthread_mutex_t lock; /* of last */
     SSL_SESSION *last;    /* this process's newest session, or NULL */
-    char last_peer[AUTHN_HMAC_SENTINEL_HOST_MAX]; /* the name it was for */
+    char last_peer[AUTHN_HMAC_REDIS_HOST_MAX]; /* the name it was for */
 };
 
 size_t authn_hmac_redis_tls_key_max(void)
@@ -81,13 +81,13 @@ static const char *ssl_error(const char *fallback, apr_pool_t *p)
 
 /* The name or address a connection's certificate is checked for, as
  * OpenSSL holds it ("" if none). */
-static void peer_of(SSL *ssl, char out[AUTHN_HMAC_SENTINEL_HOST_MAX])
+static void peer_of(SSL *ssl, char out[AUTHN_HMAC_REDIS_HOST_MAX])
 {
     X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
     const char *host = X509_VERIFY_PARAM_get0_host(param, 0);
     char *ip = host ? NULL : X509_VERIFY_PARAM_get1_ip_asc(param);
 
-    strlcpy(out, host ? host : ip ? ip : "", AUTHN_HMAC_SENTINEL_HOST_MAX);
+    strlcpy(out, host ? host : ip ? ip : "", AUTHN_HMAC_REDIS_HOST_MAX);
     OPENSSL_free(ip);
 }
 
@@ -96,7 +96,7 @@ static void peer_of(SSL *ssl, char out[AUTHN_HMAC_SENTINEL_HOST_MAX])
 static int new_session(SSL *ssl, SSL_SESSION *sess)
 {
     authn_hmac_redis_tls_t *t = SSL_get_app_data(ssl);
-    char peer[AUTHN_HMAC_SENTINEL_HOST_MAX];
+    char peer[AUTHN_HMAC_REDIS_HOST_MAX];
     SSL_SESSION *old;
 
     if (!t || !SSL_SESSION_is_resumable(sess))
@@ -221,14 +221,6 @@ const char *authn_hmac_redis_tls_create(authn_hmac_redis_tls_t **out,
     return NULL;
 }
 
-static authn_hmac_redis_rc fail(const char **why, const char *doing,
-                                const char *what, apr_pool_t *p)
-{
-    *why = apr_psprintf(p, "%s: %s", doing, what);
-    return strcmp(what, "timed out") == 0 ? AUTHN_HMAC_REDIS_TIMEOUT
-                                          : AUTHN_HMAC_REDIS_ERROR;
-}
-
 /* After an SSL call returned r: waits for what it wants before the
  * deadline (1: try again), or says why it failed (0, *rc set). */
 static int again(SSL *ssl, int fd, int r, apr_time_t deadline,
@@ -245,77 +237,167 @@ static int again(SSL *ssl, int fd, int r, apr_time_t deadline,
             fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
         if (ready > 0)
             return 1;
-        *rc = fail(why, doing, ready ? strerror(errno) : "timed out", p);
+        *rc = authn_hmac_redis_io_fail(
+            why, doing, ready ? strerror(errno) : "timed out", p);
         return 0;
     case SSL_ERROR_ZERO_RETURN:
-        *rc = fail(why, doing, "connection closed", p);
+        *rc = authn_hmac_redis_io_fail(why, doing, "connection closed", p);
         return 0;
     case SSL_ERROR_SYSCALL:
-        *rc = fail(why, doing,
-                   ERR_peek_error() ? ssl_error("TLS error", p)
-                   : errno          ? strerror(errno)
-                                    : "connection closed",
-                   p);
+        *rc = authn_hmac_redis_io_fail(why, doing,
+                                       ERR_peek_error()
+                                           ? ssl_error("TLS error", p)
+                                       : errno ? strerror(errno)
+                                               : "connection closed",
+                                       p);
         return 0;
     default:
         v = SSL_get_verify_result(ssl);
         if (v != X509_V_OK)
-            *rc = fail(
+            *rc = authn_hmac_redis_io_fail(
                 why, doing,
                 apr_psprintf(p, "the server's certificate does not verify: %s",
                              X509_verify_cert_error_string(v)),
                 p);
         else
-            *rc = fail(why, doing, ssl_error("TLS error", p), p);
+            *rc = authn_hmac_redis_io_fail(why, doing,
+                                           ssl_error("TLS error", p), p);
         ERR_clear_error();
         return 0;
     }
 }
 
-authn_hmac_redis_rc authn_hmac_redis_tls_connect(authn_hmac_redis_tls_t *t,
-                                                 int fd, apr_time_t deadline,
-                                                 SSL **out, int *resumed,
-                                                 const char **why,
-                                                 apr_pool_t *p)
+/* ------------------------------------------------------- the transport */
+
+/* The pieces go in one record (a record each would cost a seal each). The
+ * longest command is a few hundred bytes, AUTH with a password of up to
+ * AUTHN_HMAC_SECRET_MAX. NB: the buffer holds AUTH's password for as long
+ * as the write takes, and is wiped then. */
+static authn_hmac_redis_rc tls_write(authn_hmac_redis_sock_t *s,
+                                     struct iovec *iov, int n,
+                                     apr_time_t deadline, const char *doing,
+                                     const char **why, apr_pool_t *p)
 {
-    return authn_hmac_redis_tls_connect_to(t, NULL, fd, deadline, out, resumed,
-                                           why, p);
+    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_OK;
+    char buf[4096];
+    size_t len = 0;
+    int i, r;
+
+    for (i = 0; i < n; i++) {
+        if (iov[i].iov_len > sizeof(buf) - len) {
+            explicit_bzero(buf, len);
+            return authn_hmac_redis_io_fail(why, doing, "command too long", p);
+        }
+        memcpy(buf + len, iov[i].iov_base, iov[i].iov_len);
+        len += iov[i].iov_len;
+    }
+    /* NB: a write that must wait is retried with the same bytes, as
+     * OpenSSL requires; without partial writes it returns all or none. */
+    ERR_clear_error();
+    while ((r = SSL_write(s->ctx, buf, (int)len)) <= 0)
+        if (!again(s->ctx, s->fd, r, deadline, doing, &rc, why, p))
+            break; /* rc says why */
+    explicit_bzero(buf, len);
+    return rc;
+}
+
+static authn_hmac_redis_rc tls_read(authn_hmac_redis_sock_t *s, void *buf,
+                                    size_t len, size_t *got,
+                                    apr_time_t deadline, const char *doing,
+                                    const char **why, apr_pool_t *p)
+{
+    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_ERROR;
+    int r;
+
+    ERR_clear_error();
+    while ((r = SSL_read(s->ctx, buf, (int)len)) <= 0)
+        if (!again(s->ctx, s->fd, r, deadline, doing, &rc, why, p))
+            return rc;
+    *got = (size_t)r;
+    return AUTHN_HMAC_REDIS_OK;
+}
+
+static int tls_idle_ok(authn_hmac_redis_sock_t *s)
+{
+    char b;
+    int r;
+
+    /* NB: what came while the connection was idle may be TLS's own (TLS
+     * 1.3 session tickets): read without waiting, so that OpenSSL takes
+     * those. Application data, a close or an error means it is out of
+     * step or gone. */
+    if (SSL_pending(s->ctx) > 0)
+        return 0;
+    ERR_clear_error();
+    r = SSL_read(s->ctx, &b, 1);
+    if (r > 0)
+        return 0;
+    r = SSL_get_error(s->ctx, r);
+    ERR_clear_error();
+    return r == SSL_ERROR_WANT_READ;
+}
+
+/* Frees the session, without waiting for anything. */
+static void free_ssl(SSL *ssl)
+{
+    if (!ssl)
+        return;
+    /* NB: no close_notify (it could block, or meet a dead peer), but not
+     * "bad" either: OpenSSL would make its session unresumable. */
+    SSL_set_shutdown(ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+    SSL_free(ssl);
+}
+
+static void tls_close(authn_hmac_redis_sock_t *s)
+{
+    free_ssl(s->ctx);
+    s->ctx = NULL;
+}
+
+static const authn_hmac_redis_transport_t tls_transport = {
+    tls_write, tls_read, tls_idle_ok, tls_close};
+
+/* A peer of its own (a Sentinel, or the primary a Sentinel named) in place
+ * of the context's name or address, both of them: OpenSSL checks each that
+ * is set. */
+static const char *set_peer(SSL *ssl, const char *peer, int *is_ip,
+                            apr_pool_t *p)
+{
+    X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
+
+    (void)authn_hmac_redis_tls_peer(peer, NULL, is_ip);
+    if (X509_VERIFY_PARAM_set1_host(param, NULL, 0) != 1 ||
+        X509_VERIFY_PARAM_set1_ip(param, NULL, 0) != 1 ||
+        (*is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, peer)
+                : X509_VERIFY_PARAM_set1_host(param, peer, 0)) != 1)
+        return apr_psprintf(p, "'%s' is not a host name or address", peer);
+    return NULL;
 }
 
 authn_hmac_redis_rc
-authn_hmac_redis_tls_connect_to(authn_hmac_redis_tls_t *t, const char *peer,
-                                int fd, apr_time_t deadline, SSL **out,
-                                int *resumed, const char **why, apr_pool_t *p)
+authn_hmac_redis_tls_start(authn_hmac_redis_tls_t *t, const char *peer,
+                           authn_hmac_redis_sock_t *s, apr_time_t deadline,
+                           int *resumed, const char **why, apr_pool_t *p)
 {
     authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_ERROR;
-    char cur[AUTHN_HMAC_SENTINEL_HOST_MAX];
+    char cur[AUTHN_HMAC_REDIS_HOST_MAX];
     int r, is_ip = t->peer_is_ip;
+    const char *err;
     SSL *ssl;
 
-    *out = NULL;
     *resumed = 0;
     ERR_clear_error();
     ssl = SSL_new(t->ctx);
-    if (!ssl || SSL_set_fd(ssl, fd) != 1) {
+    if (!ssl || SSL_set_fd(ssl, s->fd) != 1) {
         SSL_free(ssl);
-        return fail(why, "TLS", ssl_error("out of memory", p), p);
+        return authn_hmac_redis_io_fail(why, "TLS",
+                                        ssl_error("out of memory", p), p);
     }
     SSL_set_app_data(ssl, t);
-    /* NB: a peer of its own (a Sentinel, or the primary a Sentinel named)
-     * replaces the context's name or address, both of them: OpenSSL checks
-     * each that is set. */
     if (peer && peer != t->peer) {
-        X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
-
-        (void)authn_hmac_redis_tls_peer(peer, NULL, &is_ip);
-        if (X509_VERIFY_PARAM_set1_host(param, NULL, 0) != 1 ||
-            X509_VERIFY_PARAM_set1_ip(param, NULL, 0) != 1 ||
-            (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, peer)
-                   : X509_VERIFY_PARAM_set1_host(param, peer, 0)) != 1) {
+        if ((err = set_peer(ssl, peer, &is_ip, p)) != NULL) {
             SSL_free(ssl);
-            return fail(
-                why, "TLS",
-                apr_psprintf(p, "'%s' is not a host name or address", peer), p);
+            return authn_hmac_redis_io_fail(why, "TLS", err, p);
         }
     }
     else
@@ -335,76 +417,12 @@ authn_hmac_redis_tls_connect_to(authn_hmac_redis_tls_t *t, const char *peer,
     pthread_mutex_unlock(&t->lock);
     SSL_set_connect_state(ssl);
     while ((r = SSL_do_handshake(ssl)) != 1)
-        if (!again(ssl, fd, r, deadline, "TLS handshake", &rc, why, p)) {
-            authn_hmac_redis_tls_close(ssl);
+        if (!again(ssl, s->fd, r, deadline, "TLS handshake", &rc, why, p)) {
+            free_ssl(ssl);
             return rc;
         }
     *resumed = SSL_session_reused(ssl);
-    *out = ssl;
+    s->tr = &tls_transport;
+    s->ctx = ssl;
     return AUTHN_HMAC_REDIS_OK;
-}
-
-authn_hmac_redis_rc authn_hmac_redis_tls_write(SSL *ssl, int fd,
-                                               const void *buf, size_t len,
-                                               apr_time_t deadline,
-                                               const char *doing,
-                                               const char **why, apr_pool_t *p)
-{
-    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_ERROR;
-    int r;
-
-    /* NB: a write that must wait is retried with the same bytes, as
-     * OpenSSL requires; without partial writes it returns all or none. */
-    ERR_clear_error();
-    while ((r = SSL_write(ssl, buf, (int)len)) <= 0)
-        if (!again(ssl, fd, r, deadline, doing, &rc, why, p))
-            return rc;
-    return AUTHN_HMAC_REDIS_OK;
-}
-
-authn_hmac_redis_rc authn_hmac_redis_tls_read(SSL *ssl, int fd, void *buf,
-                                              size_t len, size_t *got,
-                                              apr_time_t deadline,
-                                              const char *doing,
-                                              const char **why, apr_pool_t *p)
-{
-    authn_hmac_redis_rc rc = AUTHN_HMAC_REDIS_ERROR;
-    int r;
-
-    ERR_clear_error();
-    while ((r = SSL_read(ssl, buf, (int)len)) <= 0)
-        if (!again(ssl, fd, r, deadline, doing, &rc, why, p))
-            return rc;
-    *got = (size_t)r;
-    return AUTHN_HMAC_REDIS_OK;
-}
-
-int authn_hmac_redis_tls_idle_ok(SSL *ssl)
-{
-    char b;
-    int r;
-
-    /* NB: what came while the connection was idle may be TLS's own (TLS
-     * 1.3 session tickets): read without waiting, so that OpenSSL takes
-     * those. Application data, a close or an error means it is out of
-     * step or gone. */
-    if (SSL_pending(ssl) > 0)
-        return 0;
-    ERR_clear_error();
-    r = SSL_read(ssl, &b, 1);
-    if (r > 0)
-        return 0;
-    r = SSL_get_error(ssl, r);
-    ERR_clear_error();
-    return r == SSL_ERROR_WANT_READ;
-}
-
-void authn_hmac_redis_tls_close(SSL *ssl)
-{
-    if (!ssl)
-        return;
-    /* NB: no close_notify (it could block, or meet a dead peer), but not
-     * "bad" either: OpenSSL would make its session unresumable. */
-    SSL_set_shutdown(ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
-    SSL_free(ssl);
 }

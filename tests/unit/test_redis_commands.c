@@ -1,6 +1,7 @@
 /* Unit tests of src/redis/commands.c: reply interpretation, the farm's
  * markers and the commands that claim them (no server needed). */
 #include "authn_hmac/redis.h"
+#include "authn_hmac/redis_testing.h"
 #include "authn_hmac/cred.h"
 #include "authn_hmac/secret.h"
 #include "authn_hmac/util.h"

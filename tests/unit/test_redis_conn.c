@@ -1,6 +1,7 @@
 /* Unit tests of src/redis/conn.c: the reply cap, one deadline for a whole
  * reply, bounded arrays (a fake server on a socket pair). */
 #include "authn_hmac/redis.h"
+#include "authn_hmac/redis_testing.h"
 #include "authn_hmac/util.h"
 #include "unit.h"
 

@@ -3,7 +3,7 @@
  * and a handshake bounded by its deadline whatever the peer does. */
 #include "authn_hmac/redis.h"
 #include "authn_hmac/util.h"
-#include "../../src/redis/redis_int.h"
+#include "authn_hmac/redis_testing.h"
 #include "unit.h"
 
 #include <fcntl.h>

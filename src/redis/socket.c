@@ -1,0 +1,212 @@
+/* socket.c: the bottom of the Redis client: names resolved to addresses,
+ * a non-blocking socket connected under a deadline, waiting for it under
+ * the same deadline, and the plain transport (TLS's is tls.c). One
+ * deadline covers connect and each whole command with its reply: a server
+ * that trickles a byte at a time gets no more than the deadline. */
+#include "socket.h"
+#include "authn_hmac/util.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <apr_strings.h>
+
+/* NB: past the deadline, one last look without waiting: a reply that came
+ * while this thread was not running is not late. */
+int authn_hmac_redis_wait_fd(int fd, short ev, apr_time_t deadline)
+{
+    for (;;) {
+        apr_time_t left = deadline - authn_hmac_monotonic();
+        struct pollfd pfd;
+        int n;
+
+        pfd.fd = fd;
+        pfd.events = ev;
+        pfd.revents = 0;
+        n = poll(&pfd, 1, left > 0 ? (int)((left + 999) / 1000) : 0);
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return -1;
+        if (left <= 0)
+            return 0;
+    }
+}
+
+authn_hmac_redis_rc authn_hmac_redis_io_fail(const char **why,
+                                             const char *doing,
+                                             const char *what, apr_pool_t *p)
+{
+    *why = apr_psprintf(p, "%s: %s", doing, what);
+    return strcmp(what, "timed out") == 0 ? AUTHN_HMAC_REDIS_TIMEOUT
+                                          : AUTHN_HMAC_REDIS_ERROR;
+}
+
+/* ------------------------------------------------------------- addresses */
+
+int authn_hmac_redis_resolve(const char *host, int port,
+                             authn_hmac_redis_addr_t *out, int max,
+                             const char **why, apr_pool_t *p)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    char ps[8];
+    int rc, n = 0;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(ps, sizeof(ps), "%d", port);
+    rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc != 0) {
+        *why = apr_psprintf(p, "cannot resolve %s: %s", host, gai_strerror(rc));
+        return 0;
+    }
+    for (ai = res; ai && n < max; ai = ai->ai_next)
+        if (ai->ai_addrlen <= sizeof(out[n].sa)) {
+            memcpy(&out[n].sa, ai->ai_addr, ai->ai_addrlen);
+            out[n++].len = ai->ai_addrlen;
+        }
+    freeaddrinfo(res);
+    if (!n)
+        *why = apr_psprintf(p, "no address for %s", host);
+    return n;
+}
+
+/* ---------------------------------------------------------------- connect */
+
+/* Connects a non-blocking socket before the deadline: 0, ETIMEDOUT at the
+ * deadline, or why it failed. */
+static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len,
+                      apr_time_t deadline)
+{
+    int err = 0, ready;
+    socklen_t elen = sizeof(err);
+
+    if (connect(fd, sa, len) == 0)
+        return 0;
+    if (errno != EINPROGRESS)
+        return errno; /* EAGAIN: a unix socket's backlog is full */
+    ready = authn_hmac_redis_wait_fd(fd, POLLOUT, deadline);
+    if (ready == 0)
+        return ETIMEDOUT;
+    if (ready < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+        return errno;
+    return err;
+}
+
+int authn_hmac_redis_socket_open(const authn_hmac_redis_addr_t *addrs,
+                                 int naddr, apr_time_t deadline,
+                                 const char **why, apr_pool_t *p)
+{
+    int i;
+
+    *why = "connect: no address";
+    for (i = 0; i < naddr; i++) {
+        const struct sockaddr *sa = (const struct sockaddr *)&addrs[i].sa;
+        int fd = socket(sa->sa_family,
+                        SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int err, one = 1;
+
+        if (fd < 0) {
+            *why = apr_psprintf(p, "connect: %s", strerror(errno));
+            continue;
+        }
+        err = connect_fd(fd, sa, addrs[i].len, deadline);
+        if (!err) {
+            if (sa->sa_family != AF_UNIX)
+                (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+                                 sizeof(one));
+            return fd;
+        }
+        close(fd);
+        if (err == ETIMEDOUT) {
+            *why = "connect: timed out";
+            return -2;
+        }
+        *why = apr_psprintf(p, "connect: %s", strerror(err));
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------ plain transport */
+
+/* Writes every byte of iov before the deadline: the pieces go from where
+ * they are (AUTH's password from its locked page), nothing is copied. */
+static authn_hmac_redis_rc plain_write(authn_hmac_redis_sock_t *s,
+                                       struct iovec *iov, int n,
+                                       apr_time_t deadline, const char *doing,
+                                       const char **why, apr_pool_t *p)
+{
+    while (n > 0) {
+        ssize_t w = writev(s->fd, iov, n);
+
+        if (w < 0) {
+            int ready;
+
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                return authn_hmac_redis_io_fail(why, doing, strerror(errno), p);
+            ready = authn_hmac_redis_wait_fd(s->fd, POLLOUT, deadline);
+            if (ready <= 0)
+                return authn_hmac_redis_io_fail(
+                    why, doing, ready ? strerror(errno) : "timed out", p);
+            continue;
+        }
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return AUTHN_HMAC_REDIS_OK;
+}
+
+static authn_hmac_redis_rc plain_read(authn_hmac_redis_sock_t *s, void *buf,
+                                      size_t len, size_t *got,
+                                      apr_time_t deadline, const char *doing,
+                                      const char **why, apr_pool_t *p)
+{
+    for (;;) {
+        ssize_t n;
+        int ready = authn_hmac_redis_wait_fd(s->fd, POLLIN, deadline);
+
+        if (ready <= 0)
+            return authn_hmac_redis_io_fail(
+                why, doing, ready ? strerror(errno) : "timed out", p);
+        n = read(s->fd, buf, len);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return authn_hmac_redis_io_fail(
+                why, doing, n ? strerror(errno) : "connection closed", p);
+        *got = (size_t)n;
+        return AUTHN_HMAC_REDIS_OK;
+    }
+}
+
+static int plain_idle_ok(authn_hmac_redis_sock_t *s)
+{
+    char b;
+
+    return recv(s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0;
+}
+
+static void plain_close(authn_hmac_redis_sock_t *s)
+{
+    (void)s;
+}
+
+const authn_hmac_redis_transport_t authn_hmac_redis_plain = {
+    plain_write, plain_read, plain_idle_ok, plain_close};
