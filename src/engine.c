@@ -40,7 +40,9 @@
  */
 #include "authn_hmac/engine.h"
 #include "authn_hmac/cred.h"
+#include "authn_hmac/flight.h"
 #include "authn_hmac/htpasswd.h"
+#include "authn_hmac/queue.h"
 #include "authn_hmac/redis.h"
 #include "authn_hmac/table.h"
 #include "authn_hmac/util.h"
