@@ -551,9 +551,9 @@ static apr_status_t verify(const authn_hmac_engine_t *e, const char *password,
  * is a known user's, Redis calls and all, but nothing on it grants or is
  * stored as granted.
  *
- * Each tier answers (returns 1, with the outcome in o) or passes on
- * (returns 0); what the way took on that the one exit (finish) must give
- * back or hand on is kept here: the flight this request runs, the farm
+ * Each tier answers (returns 1, the outcome in o) or passes on (returns
+ * 0). What a tier takes on that must be given back or handed on is kept
+ * here for the one exit (finish): the flight this request runs, its farm
  * claim, what it learned of the credential and when, and the keys. */
 typedef struct {
     const authn_hmac_engine_t *e;
