@@ -1,30 +1,33 @@
 /* engine.c: the request path, in one place.
  *
  * A credential (scope, user, password, stored hash) goes through the tiers
- * in order and comes out as an outcome:
- *   1. shared memory: the credential MAC among the user's entries (hit;
- *      AuthHMACCacheTTL is an idle timeout: a hit once half of it has
- *      passed extends the entry, in shared memory and Redis, up to
- *      AuthHMACCacheMaxAge from its verification);
- *   2. the negative region of shared memory: the same wrong password seen
- *      within the negative TTL is denied again without the verifier
- *      (negative-hit);
- *   3. Redis, when configured: the user's entry, whose tag must verify
- *      (redis-hit; a value that does not verify is a miss, counted and
- *      logged once);
- *   4. the verifier (apr_password_validate in the module): verified, then
- *      stored in shared memory and Redis; or denied, and remembered in the
- *      negative region. Concurrent misses of the same credential, in any
- *      process of the server, run it once: the others wait for its result
- *      (coalesced), for at most twice the usual verification time, and
- *      verify by themselves if its runner died or is late.
- *      A verification takes a turn in the server's queue (at most
+ * in order, each a function that answers or passes on (see check()), and
+ * comes out of one exit (finish) as an outcome:
+ *   1. from_shm, shared memory: the credential MAC among the user's
+ *      entries (hit; AuthHMACCacheTTL is an idle timeout: a hit once half
+ *      of it has passed extends the entry, in shared memory and Redis, up
+ *      to AuthHMACCacheMaxAge from its verification);
+ *   2. from_negative, the negative region of shared memory: the same wrong
+ *      password seen within the negative TTL is denied again without the
+ *      verifier (negative-hit);
+ *   3. from_redis, when configured: the user's entry, whose tag must
+ *      verify (redis-hit; a value that does not verify is a miss, counted
+ *      and logged once);
+ *   4. from_flight: concurrent misses of the same credential, in any
+ *      process of the server, run the verifier once: the others wait for
+ *      its result (coalesced), for at most twice the usual verification
+ *      time, and verify by themselves if its runner died or is late;
+ *   5. from_farm: across a farm, a marker in Redis makes one server verify
+ *      a credential and the others wait for its result (at most 3 s, then
+ *      they verify by themselves);
+ *   6. from_verifier (apr_password_validate in the module): verified or
+ *      denied. A verification takes a turn in the server's queue (at most
  *      max_verifications run at once, backlog more wait; busy beyond that;
- *      one client cannot hold it against the others),
- *      and runs in a thread of its own at a lower CPU priority, so that
- *      hits keep the CPU. Across a farm, a marker in Redis makes one
- *      server verify a credential and the others wait for its result (at
- *      most 3 s, then they verify by themselves).
+ *      one client cannot hold it against the others), and runs in a thread
+ *      of its own at a lower CPU priority, so that hits keep the CPU.
+ * finish() stores what the request learned (verified: shared memory and
+ * Redis; a mismatch: the negative region), ends the flight it ran, posts
+ * the farm claim's result and wipes the keys, whatever tier answered.
  * An unknown user, or a locked line, takes the same path against a dummy
  * hash that no password matches (authn_hmac_dummy_hash), and is refused
  * (see authn_hmac_check at the end).
@@ -37,7 +40,9 @@
  */
 #include "authn_hmac/engine.h"
 #include "authn_hmac/cred.h"
+#include "authn_hmac/flight.h"
 #include "authn_hmac/htpasswd.h"
+#include "authn_hmac/queue.h"
 #include "authn_hmac/redis.h"
 #include "authn_hmac/table.h"
 #include "authn_hmac/util.h"
@@ -541,139 +546,197 @@ static apr_status_t verify(const authn_hmac_engine_t *e, const char *password,
     return j.rv;
 }
 
-/* The path of one credential, from shared memory to the verifier, against
- * hash. never: hash is a dummy (an unknown or locked user's), which no
- * password matches; the path is a known user's, Redis calls and all, but
- * nothing on it grants or is stored as granted. */
-static authn_hmac_outcome check(const authn_hmac_engine_t *e,
-                                const authn_hmac_policy_t *pol,
-                                const authn_hmac_cred_t *c, const char *hash,
-                                size_t hash_len, int never, void *baton,
-                                apr_pool_t *p)
-{
-    unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
-    unsigned char nkey[AUTHN_HMAC_KEY_LEN], d[AUTHN_HMAC_DIGEST_LEN];
-    apr_time_t t0, t1, m0, m1, verified = 0, used = 0;
-    redis_req rq;
-    int cache = pol->ttl > 0, negative = cache && pol->negative_ttl > 0;
-    authn_hmac_flight_rc flight = AUTHN_HMAC_FLIGHT_NONE;
-    apr_interval_time_t wait = 0;
-    authn_hmac_turn_t turn;
-    int slot = -1, farm = -1;
+/* One credential's way down the tiers, against hash. never: hash is a
+ * dummy (an unknown or locked user's), which no password matches; the way
+ * is a known user's, Redis calls and all, but nothing on it grants or is
+ * stored as granted.
+ *
+ * Each tier answers (returns 1, the outcome in o) or passes on (returns
+ * 0). What a tier takes on that must be given back or handed on is kept
+ * here for the one exit (finish): the flight this request runs, its farm
+ * claim, what it learned of the credential and when, and the keys. */
+typedef struct {
+    const authn_hmac_engine_t *e;
+    const authn_hmac_policy_t *pol;
+    const authn_hmac_cred_t *c;
+    const char *hash;
+    size_t hash_len;
+    int never;
+    int cache, negative; /* the section caches; and keeps refusals */
+    void *baton;
+    apr_pool_t *p;
+    apr_time_t t0; /* when the request came (the caches' time) */
+    unsigned char key[AUTHN_HMAC_KEY_LEN];  /* the credential MAC */
+    unsigned char nkey[AUTHN_HMAC_KEY_LEN]; /* its negative MAC */
+    unsigned char uid[AUTHN_HMAC_KEY_LEN];
+    unsigned char d[AUTHN_HMAC_DIGEST_LEN];
+    redis_req rq; /* made by the first miss: the hit needs none of it */
+    authn_hmac_flight_rc flight; /* RUN: this request's flight to end */
+    int slot;
+    apr_interval_time_t wait; /* how long the flight's waiters wait */
+    int farm;                 /* 1: this server's claim across the farm */
     char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1];
-    apr_status_t rv;
+    /* What the request learned of the credential, for the caches, the
+     * flight's waiters and the farm's: 1 granted, 0 refused (a mismatch),
+     * -1 nothing; at `learned` (0: nothing to store). */
+    int result;
+    apr_time_t learned;
+    apr_interval_time_t took; /* the verification, on the monotonic clock */
+    authn_hmac_outcome o;
+} req_t;
 
-    t0 = apr_time_now();
-    if (cache) {
-        if (c->digest && !never)
-            memcpy(d, c->digest, sizeof(d));
+/* 1. Shared memory: the credential MAC among the user's entries. A miss
+ * is counted here, and the miss path's Redis state made. */
+static int from_shm(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+    const authn_hmac_policy_t *pol = q->pol;
+    const authn_hmac_cred_t *c = q->c;
+    apr_time_t verified = 0, used = 0;
+
+    q->t0 = apr_time_now();
+    if (q->cache) {
+        if (c->digest && !q->never)
+            memcpy(q->d, c->digest, sizeof(q->d));
         else
             authn_hmac_cred_digest(c->scope, c->scope_len, c->user, c->user_len,
-                                   hash, hash_len, d);
-        authn_hmac_cred_mac(e->mac, d, c->password, c->password_len, key);
+                                   q->hash, q->hash_len, q->d);
+        authn_hmac_cred_mac(e->mac, q->d, c->password, c->password_len, q->key);
         if (c->uid)
-            memcpy(uid, c->uid, sizeof(uid));
+            memcpy(q->uid, c->uid, sizeof(q->uid));
         else
             authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user,
-                               c->user_len, uid);
-        if (authn_hmac_table_lookup(e->table, key, uid, t0, pol->ttl,
+                               c->user_len, q->uid);
+        if (authn_hmac_table_lookup(e->table, q->key, q->uid, q->t0, pol->ttl,
                                     pol->max_age, &verified, &used) &&
-            !never) {
+            !q->never) {
             /* NB: no lock and no write unless half the TTL has passed
              * since the entry's last use was written. */
-            if (authn_hmac_table_refresh(e->table, key, uid, t0, pol->ttl,
-                                         pol->max_age, &used) &&
+            if (authn_hmac_table_refresh(e->table, q->key, q->uid, q->t0,
+                                         pol->ttl, pol->max_age, &used) &&
                 e->redis)
-                redis_refresh(e, baton, p, key, uid, t0, verified,
-                              pol->max_age);
-            explicit_bzero(key, sizeof(key));
+                redis_refresh(e, q->baton, q->p, q->key, q->uid, q->t0,
+                              verified, pol->max_age);
             count(e, AUTHN_HMAC_C_HITS, 1);
-            return AUTHN_HMAC_HIT;
+            q->o = AUTHN_HMAC_HIT;
+            return 1;
         }
     }
     count(e, AUTHN_HMAC_C_MISSES, 1);
     /* NB: after the hit path, which needs none of this. */
-    memset(&rq, 0, sizeof(rq));
-    rq.e = e;
-    rq.baton = baton;
-    rq.p = p;
-    rq.off = !e->redis || !cache;
-    /* NB: the negative region before Redis: a password the verifier
-     * refused for this very hash has nothing to find there, and an unknown
-     * user's repeat (dummy_verify) never asks Redis either, so a Redis
-     * round trip would tell the names apart. */
-    if (negative) {
-        /* NB: negative implies cache: d was made above. */
-        authn_hmac_cred_negative(e->mac, d, c->password, c->password_len, nkey);
-        if (authn_hmac_negative_lookup(e->table, nkey, uid, t0)) {
-            explicit_bzero(key, sizeof(key));
-            count(e, AUTHN_HMAC_C_NEGATIVE_HITS, 1);
-            return AUTHN_HMAC_NEGATIVE_HIT;
-        }
-    }
-    if (cache && redis_lookup(&rq, key, uid, t0, pol, never)) {
-        explicit_bzero(key, sizeof(key));
-        return AUTHN_HMAC_REDIS_HIT;
-    }
+    memset(&q->rq, 0, sizeof(q->rq));
+    q->rq.e = e;
+    q->rq.baton = q->baton;
+    q->rq.p = q->p;
+    q->rq.off = !e->redis || !q->cache;
+    return 0;
+}
 
-    if (cache) {
-        apr_time_t mono = authn_hmac_monotonic();
-        int got;
+/* 2. The negative region: the same wrong password seen within the
+ * negative TTL. NB: before Redis: a password the verifier refused for this
+ * very hash has nothing to find there, and an unknown user's repeat
+ * (dummy_verify) never asks Redis either, so a Redis round trip would tell
+ * the names apart. */
+static int from_negative(req_t *q)
+{
+    const authn_hmac_cred_t *c = q->c;
 
-        wait = flight_time(e);
-        flight = authn_hmac_flight_begin(e->table, key, mono, wait, &slot);
-        if (flight == AUTHN_HMAC_FLIGHT_WAIT &&
-            (got = authn_hmac_flight_wait(e->table, slot, key, mono + wait)) >=
-                0) {
-            got = got && !never;
-            explicit_bzero(key, sizeof(key));
-            count(e, AUTHN_HMAC_C_COALESCED, 1);
-            if (!got && !never)
-                count(e, AUTHN_HMAC_C_DENIED, 1);
-            return got ? AUTHN_HMAC_COALESCED : AUTHN_HMAC_DENIED;
-        }
-        /* This server runs it: across the farm, too, unless another server
-         * already does, whose result is then this one's. */
-        farm = farm_claim(&rq, key, wait, token);
-        if (farm == 0 &&
-            (got = farm_wait(&rq, key,
-                             authn_hmac_monotonic() + farm_time(e))) >= 0) {
-            apr_time_t now = apr_time_now();
+    if (!q->negative)
+        return 0;
+    /* NB: negative implies cache: the digest was made by from_shm. */
+    authn_hmac_cred_negative(q->e->mac, q->d, c->password, c->password_len,
+                             q->nkey);
+    if (!authn_hmac_negative_lookup(q->e->table, q->nkey, q->uid, q->t0))
+        return 0;
+    count(q->e, AUTHN_HMAC_C_NEGATIVE_HITS, 1);
+    q->o = AUTHN_HMAC_NEGATIVE_HIT;
+    return 1;
+}
 
-            got = got && !never;
-            if (got)
-                authn_hmac_table_store(e->table, key, uid, now, now, pol->ttl);
-            else if (negative)
-                authn_hmac_negative_store(e->table, nkey, uid, now,
-                                          now + pol->negative_ttl);
-            if (flight == AUTHN_HMAC_FLIGHT_RUN)
-                authn_hmac_flight_end(e->table, slot, key, got,
-                                      authn_hmac_monotonic());
-            explicit_bzero(key, sizeof(key));
-            count(e, AUTHN_HMAC_C_COALESCED, 1);
-            if (!got && !never)
-                count(e, AUTHN_HMAC_C_DENIED, 1);
-            return got ? AUTHN_HMAC_COALESCED : AUTHN_HMAC_DENIED;
-        }
-    }
+/* 3. Redis, when configured: the user's entry, whose tag must verify. */
+static int from_redis(req_t *q)
+{
+    if (!q->cache ||
+        !redis_lookup(&q->rq, q->key, q->uid, q->t0, q->pol, q->never))
+        return 0;
+    q->o = AUTHN_HMAC_REDIS_HIT;
+    return 1;
+}
 
-    if (!take_turn(e, c, &turn)) {
-        if (flight == AUTHN_HMAC_FLIGHT_RUN)
-            authn_hmac_flight_end(e->table, slot, key, -1,
-                                  authn_hmac_monotonic());
-        if (farm == 1)
-            farm_result(&rq, key, token, -1);
-        explicit_bzero(key, sizeof(key));
-        return AUTHN_HMAC_BUSY;
+/* A coalesced answer: got 1 granted, 0 refused (never grants). */
+static int coalesced(req_t *q, int got)
+{
+    got = got && !q->never;
+    count(q->e, AUTHN_HMAC_C_COALESCED, 1);
+    if (!got && !q->never)
+        count(q->e, AUTHN_HMAC_C_DENIED, 1);
+    q->o = got ? AUTHN_HMAC_COALESCED : AUTHN_HMAC_DENIED;
+    return got;
+}
+
+/* 4. Single flight in the server: the result of a concurrent request's
+ * verification of the same credential, in any process; else this request
+ * runs it (a flight to end), or verifies alone (no room, or the runner
+ * died or is late). */
+static int from_flight(req_t *q)
+{
+    apr_time_t mono;
+    int got;
+
+    if (!q->cache)
+        return 0;
+    mono = authn_hmac_monotonic();
+    q->wait = flight_time(q->e);
+    q->flight =
+        authn_hmac_flight_begin(q->e->table, q->key, mono, q->wait, &q->slot);
+    if (q->flight != AUTHN_HMAC_FLIGHT_WAIT ||
+        (got = authn_hmac_flight_wait(q->e->table, q->slot, q->key,
+                                      mono + q->wait)) < 0)
+        return 0;
+    coalesced(q, got);
+    return 1;
+}
+
+/* 5. Single flight across the farm: this server runs it unless another
+ * already does, whose result is then this one's (and is stored here, and
+ * given to this server's flight). */
+static int from_farm(req_t *q)
+{
+    int got;
+
+    if (!q->cache)
+        return 0;
+    q->farm = farm_claim(&q->rq, q->key, q->wait, q->token);
+    if (q->farm != 0 ||
+        (got = farm_wait(&q->rq, q->key,
+                         authn_hmac_monotonic() + farm_time(q->e))) < 0)
+        return 0;
+    q->learned = apr_time_now();
+    q->result = coalesced(q, got);
+    return 1;
+}
+
+/* 6. The verifier, in a turn of the server's queue: answers always. */
+static int from_verifier(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+    authn_hmac_turn_t turn;
+    apr_time_t m0, m1;
+    apr_status_t rv;
+
+    if (!take_turn(e, q->c, &turn)) {
+        q->o = AUTHN_HMAC_BUSY;
+        return 1;
     }
     /* NB: the duration on the monotonic clock: a step of the wall clock
      * must not make the usual time, and so every wait, unbounded. */
     m0 = authn_hmac_monotonic();
-    rv = verify(e, c->password, hash);
+    rv = verify(e, q->c->password, q->hash);
     m1 = authn_hmac_monotonic();
     authn_hmac_queue_leave(e->table, &turn);
-    t1 = apr_time_now();
-    if (never) {
+    q->learned = apr_time_now();
+    q->took = m1 - m0;
+    if (q->never) {
         count(e, AUTHN_HMAC_C_DUMMY_VERIFICATIONS, 1);
         /* NB: cannot be (see authn_hmac_dummy_hash); and never a grant. */
         if (rv == APR_SUCCESS)
@@ -684,43 +747,100 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
          * what it tells of unknown users, dummy_verifications tells
          * already, and its percentiles are those of real logins. */
         count(e, AUTHN_HMAC_C_VERIFICATIONS, 1);
-        count(e, AUTHN_HMAC_C_VERIFY_USEC, (uint64_t)(m1 - m0));
+        count(e, AUTHN_HMAC_C_VERIFY_USEC, (uint64_t)q->took);
         authn_hmac_table_observe(e->table, AUTHN_HMAC_H_VERIFY,
-                                 (uint64_t)(m1 - m0));
+                                 (uint64_t)q->took);
     }
-    if (rv != APR_SUCCESS) {
-        if (!never)
-            count(e, AUTHN_HMAC_C_DENIED, 1);
-        /* NB: only a mismatch is remembered, and shared with waiters: the
-         * same input gives it again. Any other failure (out of memory) may
-         * not: the waiters verify by themselves. So do the farm's when this
-         * section keeps no refusal. */
-        if (negative && rv == APR_EMISMATCH)
-            authn_hmac_negative_store(e->table, nkey, uid, t1,
-                                      t1 + pol->negative_ttl);
-        if (flight == AUTHN_HMAC_FLIGHT_RUN)
-            authn_hmac_flight_end(e->table, slot, key,
-                                  rv == APR_EMISMATCH ? 0 : -1,
-                                  authn_hmac_monotonic());
-        if (farm == 1)
-            farm_result(&rq, key, token,
-                        negative && rv == APR_EMISMATCH ? 0 : -1);
-        explicit_bzero(key, sizeof(key));
-        return AUTHN_HMAC_DENIED;
+    if (rv == APR_SUCCESS) {
+        q->result = 1;
+        q->o = AUTHN_HMAC_VERIFIED;
+        return 1;
     }
-    if (cache) {
-        authn_hmac_table_store(e->table, key, uid, t1, t1, pol->ttl);
-        if (flight == AUTHN_HMAC_FLIGHT_RUN)
-            authn_hmac_flight_end(e->table, slot, key, 1,
-                                  authn_hmac_monotonic());
-        redis_store(&rq, key, uid, t1, pol->max_age);
-        if (farm == 1)
-            farm_result(&rq, key, token, 1);
+    if (!q->never)
+        count(e, AUTHN_HMAC_C_DENIED, 1);
+    /* NB: only a mismatch is remembered, and shared with waiters: the
+     * same input gives it again. Any other failure (out of memory) may
+     * not: the waiters verify by themselves. */
+    q->result = rv == APR_EMISMATCH ? 0 : -1;
+    q->o = AUTHN_HMAC_DENIED;
+    return 1;
+}
+
+/* The one exit: stores what the request learned, ends its flight, writes
+ * a verified credential to Redis, posts the farm claim's result, and wipes
+ * the keys. */
+static authn_hmac_outcome finish(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+    int verified = q->o == AUTHN_HMAC_VERIFIED && q->cache;
+
+    if (q->cache && q->learned) {
+        if (q->result > 0)
+            authn_hmac_table_store(e->table, q->key, q->uid, q->learned,
+                                   q->learned, q->pol->ttl);
+        else if (q->result == 0 && q->negative)
+            authn_hmac_negative_store(e->table, q->nkey, q->uid, q->learned,
+                                      q->learned + q->pol->negative_ttl);
     }
-    explicit_bzero(key, sizeof(key));
-    logf_(e, baton, AUTHN_HMAC_LOG_DEBUG, p,
-          "verified in %" APR_TIME_T_FMT " us, cached", m1 - m0);
-    return AUTHN_HMAC_VERIFIED;
+    if (q->flight == AUTHN_HMAC_FLIGHT_RUN)
+        authn_hmac_flight_end(e->table, q->slot, q->key, q->result,
+                              authn_hmac_monotonic());
+    if (verified)
+        redis_store(&q->rq, q->key, q->uid, q->learned, q->pol->max_age);
+    /* NB: the farm's waiters take a refusal only where this section keeps
+     * refusals; else they verify by themselves. */
+    if (q->farm == 1)
+        farm_result(&q->rq, q->key, q->token,
+                    q->result == 0 && !q->negative ? -1 : q->result);
+    explicit_bzero(q->key, sizeof(q->key));
+    explicit_bzero(q->nkey, sizeof(q->nkey));
+    if (q->o == AUTHN_HMAC_VERIFIED)
+        logf_(e, q->baton, AUTHN_HMAC_LOG_DEBUG, q->p,
+              "verified in %" APR_TIME_T_FMT " us, cached", q->took);
+    return q->o;
+}
+
+/* A request at the top of the tiers: nothing taken on yet. NB: the keys
+ * and the Redis state are made by the tiers that need them (a hit makes
+ * no Redis state, nor zeroes it). */
+static void begin(req_t *q, const authn_hmac_engine_t *e,
+                  const authn_hmac_policy_t *pol, const authn_hmac_cred_t *c,
+                  const char *hash, size_t hash_len, int never, void *baton,
+                  apr_pool_t *p)
+{
+    q->e = e;
+    q->pol = pol;
+    q->c = c;
+    q->hash = hash;
+    q->hash_len = hash_len;
+    q->never = never;
+    q->cache = pol->ttl > 0;
+    q->negative = q->cache && pol->negative_ttl > 0;
+    q->baton = baton;
+    q->p = p;
+    q->flight = AUTHN_HMAC_FLIGHT_NONE;
+    q->slot = -1;
+    q->farm = -1;
+    q->result = -1;
+    q->learned = 0;
+    q->took = 0;
+    q->o = AUTHN_HMAC_ERROR;
+}
+
+/* The tiers in order, each answering or passing on, then the one exit. */
+static authn_hmac_outcome check(const authn_hmac_engine_t *e,
+                                const authn_hmac_policy_t *pol,
+                                const authn_hmac_cred_t *c, const char *hash,
+                                size_t hash_len, int never, void *baton,
+                                apr_pool_t *p)
+{
+    req_t q;
+
+    begin(&q, e, pol, c, hash, hash_len, never, baton, p);
+    if (!from_shm(&q) && !from_negative(&q) && !from_redis(&q) &&
+        !from_flight(&q) && !from_farm(&q))
+        from_verifier(&q);
+    return finish(&q);
 }
 
 authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,

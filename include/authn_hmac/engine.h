@@ -4,6 +4,7 @@
 #define AUTHN_HMAC_ENGINE_H
 
 #include "authn_hmac/cred.h"
+#include "authn_hmac/queue.h" /* the bounds of max_verifications, backlog */
 #include "authn_hmac/redis.h"
 #include "authn_hmac/table.h"
 

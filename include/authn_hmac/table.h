@@ -1,6 +1,7 @@
 /* authn_hmac/table.h: the shared-memory table: the cache of credentials,
- * the negative cache, single flight, the verification queue, the counters
- * and the Redis health, in one segment shared by every process. */
+ * the negative cache, the counters and the Redis health, in one segment
+ * shared by every process, which also holds single flight (flight.h) and
+ * the verification queue (queue.h). */
 #ifndef AUTHN_HMAC_TABLE_H
 #define AUTHN_HMAC_TABLE_H
 
@@ -82,74 +83,6 @@ authn_hmac_negative_store(authn_hmac_table_t *t,
                           const unsigned char nkey[AUTHN_HMAC_KEY_LEN],
                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                           apr_time_t now, apr_time_t expires);
-
-/* Single flight: concurrent misses of one credential (its MAC, which
- * covers scope, user, password and stored hash) run one verification, in
- * any process. begin() says whether to RUN it (then end() must follow),
- * to WAIT for the one that runs, or NONE (no room: verify alone). A runner
- * that died, or has run stale_after or longer, is taken over. Times are
- * monotonic. */
-typedef enum {
-    AUTHN_HMAC_FLIGHT_RUN,
-    AUTHN_HMAC_FLIGHT_WAIT,
-    AUTHN_HMAC_FLIGHT_NONE
-} authn_hmac_flight_rc;
-
-authn_hmac_flight_rc authn_hmac_flight_begin(
-    authn_hmac_table_t *t, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    apr_time_t now, apr_interval_time_t stale_after, int *slot);
-
-/* result: 1 granted, 0 refused (a mismatch), -1 no result (another
- * failure: the waiters verify by themselves). */
-void authn_hmac_flight_end(authn_hmac_table_t *t, int slot,
-                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                           int result, apr_time_t now);
-
-/* Waits for the runner of key: 1 if it granted, 0 if it refused, -1 if no
- * answer came (the deadline, the runner died, the flight was reused): the
- * waiter then verifies by itself. Takes no lock. */
-int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
-                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                           apr_time_t deadline);
-
-/* The verification queue: at most cap verifications run at once in the
- * server, and at most backlog more wait for a turn, in order of arrival.
- * When every place is taken, a client (a hash of its address) holding
- * fewer than half of them takes the newest waiting place of one holding
- * more, whose wait then ends (busy). enter() says RUN (a place is taken:
- * leave() must follow), WAIT (wait() for the turn), or BUSY (no place). */
-#define AUTHN_HMAC_QUEUE_SLOTS 256
-#define AUTHN_HMAC_MAX_CAP     64
-
-typedef enum {
-    AUTHN_HMAC_QUEUE_RUN,
-    AUTHN_HMAC_QUEUE_WAIT,
-    AUTHN_HMAC_QUEUE_BUSY
-} authn_hmac_queue_rc;
-
-/* A place in the queue, and the ticket that proves it is still ours. */
-typedef struct {
-    int place; /* -1: none */
-    uint64_t ticket;
-} authn_hmac_turn_t;
-
-/* patience: how long the place may wait (the wait limit). A place's
- * process is known alive by kill() until then, and by its start time in
- * /proc after (a pid reused within that time keeps the place till then).
- * Dead processes' places are freed when the queue looks full, else every
- * few ms, a few at a time: nothing under the mutex grows with the places. */
-authn_hmac_queue_rc authn_hmac_queue_enter(authn_hmac_table_t *t,
-                                           uint64_t client, int cap,
-                                           int backlog,
-                                           apr_interval_time_t patience,
-                                           authn_hmac_turn_t *turn);
-
-/* 1 when the place's turn came (it now runs: leave() must follow); 0 at
- * the deadline (monotonic), the place given up, or when it was taken. */
-int authn_hmac_queue_wait(authn_hmac_table_t *t, authn_hmac_turn_t *turn,
-                          int cap, apr_time_t deadline);
-
-void authn_hmac_queue_leave(authn_hmac_table_t *t, authn_hmac_turn_t *turn);
 
 /* For tests: leaves key's slot as a writer that died halfway through
  * writing it would (its sequence odd, its contents torn). */

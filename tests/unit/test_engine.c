@@ -2,6 +2,8 @@
  * verifier that counts its calls and can be made slow. */
 #include "authn_hmac/engine.h"
 #include "authn_hmac/cred.h"
+#include "authn_hmac/flight.h"
+#include "authn_hmac/queue.h"
 #include "authn_hmac/secret.h"
 #include "authn_hmac/table.h"
 #include "authn_hmac/util.h"

@@ -1,0 +1,54 @@
+/* table_int.h: what the shared segment (src/table.c) lends the parts that
+ * keep their state in it beside the caches: single flight (src/flight.c)
+ * and the verification queue (src/queue.c). No one else uses it. */
+#ifndef AUTHN_HMAC_TABLE_INT_H
+#define AUTHN_HMAC_TABLE_INT_H
+
+#include "authn_hmac/queue.h"
+#include "authn_hmac/table.h"
+
+#include <errno.h>
+#include <signal.h>
+
+/* The sizes the segment's layout is made of (each file checks its own):
+ * AUTHN_HMAC_FLIGHTS verifications in flight per server, of
+ * AUTHN_HMAC_FLIGHT_BYTES each (src/flight.c); AUTHN_HMAC_QUEUE_SLOTS
+ * places in the queue, of AUTHN_HMAC_PLACE_BYTES each (src/queue.c). */
+#define AUTHN_HMAC_FLIGHTS      64
+#define AUTHN_HMAC_FLIGHT_BYTES ((size_t)64)
+#define AUTHN_HMAC_PLACE_BYTES  ((size_t)48)
+
+/* Tries of a seqlock's reader; then a slot is a miss, a flight busy. */
+#define AUTHN_HMAC_READ_TRIES 64
+
+/* A place in the verification queue is free, waiting, or running. */
+enum { PLACE_FREE, PLACE_WAITING, PLACE_RUNNING };
+
+/* The queue's words in the segment's header: written under the writers'
+ * mutex, read without it. */
+typedef struct {
+    uint64_t ticket;    /* the last place's */
+    uint64_t places[3]; /* how many places are free, waiting, running */
+    int64_t reaped;     /* monotonic: when the queue was last reaped */
+    uint64_t cursor;    /* the place the next reap starts at */
+    uint64_t head;      /* the first waiting place's ticket; 0: none */
+} authn_hmac_queue_hdr_t;
+
+/* Where a process finds them in its mapping of the segment. */
+typedef struct {
+    apr_global_mutex_t *mutex; /* the writers'; NULL: one process */
+    void *flights;             /* AUTHN_HMAC_FLIGHTS flights */
+    void *places;              /* AUTHN_HMAC_QUEUE_SLOTS places */
+    authn_hmac_queue_hdr_t *queue;
+    uint64_t *verifying_max; /* the counter: most places run at once */
+} authn_hmac_table_parts_t;
+
+const authn_hmac_table_parts_t *authn_hmac_table_parts(authn_hmac_table_t *t);
+
+/* Whether the process of pid (a flight's runner, a place's holder) runs. */
+static inline int authn_hmac_alive(int64_t pid)
+{
+    return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+#endif /* AUTHN_HMAC_TABLE_INT_H */
