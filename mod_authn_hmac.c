@@ -349,8 +349,9 @@ static void start_redis(apr_pool_t *pchild, server_rec *s)
             authn_hmac_table_sentinel(hmac_conf.table),
             authn_hmac_table_redis_health(hmac_conf.table), sentinel_log, s,
             pchild);
-        authn_hmac_redis_pool_use(hmac_child.redis_pool,
-                                  authn_hmac_sentinel_source(hmac_child.sentinel));
+        authn_hmac_redis_pool_use(
+            hmac_child.redis_pool,
+            authn_hmac_sentinel_source(hmac_child.sentinel));
     }
     else if (rv == APR_SUCCESS)
         authn_hmac_redis_pool_use(
