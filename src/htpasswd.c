@@ -150,6 +150,8 @@ typedef struct {
     uint64_t checked; /* the watcher's events when a stat() found it fresh */
     uint64_t sum;     /* authn_hmac_fingerprint of what was read, if summed */
     int summed;
+    const char *tail;   /* the user of a last line without a newline, or NULL */
+    apr_time_t read_at; /* when it was read, or taken (monotonic) */
 } generation_t;
 
 /* Lookups take no lock: they count themselves under epoch & 1, in the
@@ -186,7 +188,6 @@ struct authn_hmac_userfile {
     authn_hmac_warn_fn warn;
     void *warn_baton;
     int unshared; /* sharing failed in this process: it reads the file */
-    int late_ok;  /* a reading is kept though a writer came after it */
     unsigned built, adopted; /* shared versions; under lock */
 };
 
@@ -244,16 +245,10 @@ static struct {
     uint64_t events; /* moved on before and after each drain: even while
                         one is under way; never 0 */
     int dirs[WATCH_DIRS], files[WATCH_FILES];
-    struct authn_hmac_userfile *owner[WATCH_WDS]; /* a shared view of the
-                                                     watched file, or NULL */
-    apr_time_t started;            /* when this instance was made (real) */
-    int closed[WATCH_WDS];         /* by watch: a writer's close was seen */
-    uint64_t base[WATCH_WDS];      /* by watch: the count before the drain that
-                                      saw the writer start, if its first event
-                                      was that drain's first; else 0 */
-    apr_time_t writing[WATCH_WDS]; /* by watch: since a file was modified
-                                      and not closed after (monotonic), or
-                                      0; read without the lock */
+    int writing[WATCH_WDS];      /* by watch: modified, and not closed since;
+                                    read without the lock */
+    apr_time_t added[WATCH_WDS]; /* by watch: since when it is watched (real
+                                    time), or 0 */
     int ndirs, nfiles, atfork;
 } w = {PTHREAD_MUTEX_INITIALIZER,
        -1,
@@ -264,9 +259,6 @@ static struct {
        0,
        1,
        {0},
-       {0},
-       {0},
-       0,
        {0},
        {0},
        {0},
@@ -300,9 +292,7 @@ static void watch_forked(void)
     w.broken = 0;
     w.ndirs = w.nfiles = 0;
     memset(w.writing, 0, sizeof(w.writing));
-    memset(w.base, 0, sizeof(w.base));
-    memset(w.closed, 0, sizeof(w.closed));
-    memset(w.owner, 0, sizeof(w.owner));
+    memset(w.added, 0, sizeof(w.added));
     w.events |= 1; /* forked in the middle of a drain */
 }
 
@@ -327,11 +317,12 @@ static int watch_file(const char *path)
         return -1;
     if (find(w.files, w.nfiles, wd) >= 0)
         return wd;
-    if (w.nfiles == WATCH_FILES) {
+    if (w.nfiles == WATCH_FILES || wd >= WATCH_WDS) {
         (void)inotify_rm_watch(w.fd, wd);
         return -1;
     }
     w.files[w.nfiles++] = wd;
+    __atomic_store_n(&w.added[wd], apr_time_now(), __ATOMIC_SEQ_CST);
     return wd;
 }
 
@@ -350,23 +341,10 @@ static int watch_dir(const char *dir, uint32_t mask)
     return 1;
 }
 
-static void set_writing(int wd, apr_time_t since)
+static void set_writing(int wd, int on)
 {
-    struct authn_hmac_userfile *uf;
-
-    if (wd < 0 || wd >= WATCH_WDS)
-        return;
-    __atomic_store_n(&w.writing[wd], since, __ATOMIC_SEQ_CST);
-    if ((uf = w.owner[wd]) != NULL && uf->share)
-        authn_hmac_share_set_writer(uf->share, uf->slot, since);
-}
-
-/* Under w.lock: uf's file is watched as wd. */
-static void own(struct authn_hmac_userfile *uf, int wd)
-{
-    __atomic_store_n(&uf->wd, wd, __ATOMIC_RELAXED);
     if (wd >= 0 && wd < WATCH_WDS)
-        w.owner[wd] = uf;
+        __atomic_store_n(&w.writing[wd], on, __ATOMIC_SEQ_CST);
 }
 
 /* Takes in what the queue holds. The count moves on before the queue is
@@ -381,11 +359,8 @@ static void drain(void)
     } u;
     ssize_t n;
 
-    uint64_t before;
-    int first = 1;
-
     pthread_mutex_lock(&w.lock);
-    before = __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST) - 1;
+    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
     while ((n = read(w.fd, u.buf, sizeof(u.buf))) > 0 ||
            (n < 0 && errno == EINTR)) {
         const char *q = u.buf;
@@ -403,20 +378,12 @@ static void drain(void)
                 w.files[i] = w.files[--w.nfiles];
                 set_writing(ev->wd, 0);
                 if (ev->wd < WATCH_WDS)
-                    w.owner[ev->wd] = NULL;
+                    __atomic_store_n(&w.added[ev->wd], 0, __ATOMIC_SEQ_CST);
             }
-            else if (i >= 0 && (ev->mask & IN_CLOSE_WRITE)) {
+            else if (i >= 0 && (ev->mask & IN_CLOSE_WRITE))
                 set_writing(ev->wd, 0); /* the writer is done */
-                if (ev->wd < WATCH_WDS)
-                    __atomic_store_n(&w.closed[ev->wd], 1, __ATOMIC_SEQ_CST);
-            }
-            else if (i >= 0 && (ev->mask & IN_MODIFY) && ev->wd < WATCH_WDS &&
-                     !__atomic_load_n(&w.writing[ev->wd], __ATOMIC_RELAXED)) {
-                __atomic_store_n(&w.base[ev->wd], first ? before : 0,
-                                 __ATOMIC_SEQ_CST);
-                set_writing(ev->wd, authn_hmac_monotonic());
-            }
-            first = 0;
+            else if (i >= 0 && (ev->mask & IN_MODIFY))
+                set_writing(ev->wd, 1);
             q += sizeof(*ev) + ev->len;
         }
     }
@@ -474,6 +441,21 @@ static uint64_t watch_events(void)
     return events % 2 ? events : 0;
 }
 
+/* Whether the file watched as wd has no writer at work (modified and not
+ * closed since), once the queue is taken in, and was watched since before
+ * changed (real time): the first write of a writer that opened the file
+ * before the watch was made is not seen. */
+static int watch_quiet(int wd, apr_time_t changed)
+{
+    apr_time_t added;
+
+    if (wd < 0 || wd >= WATCH_WDS || watch_events() == 0)
+        return 0;
+    added = __atomic_load_n(&w.added[wd], __ATOMIC_SEQ_CST);
+    return added != 0 && added < changed &&
+           !__atomic_load_n(&w.writing[wd], __ATOMIC_SEQ_CST);
+}
+
 /* An epoll instance that reports fd readable, or -1. */
 static int poll_on(int fd)
 {
@@ -526,7 +508,6 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
         int i;
 
         w.id = ++w.ids;
-        w.started = apr_time_now();
         int np = cpus < 1 ? 1 : cpus > WATCH_POLLS ? WATCH_POLLS : (int)cpus;
 
         for (i = 0; i < np; i++)
@@ -539,7 +520,7 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
         *slash = '/';
         wd = watch_file(real);
         ok = wd >= 0;
-        own(uf, wd);
+        __atomic_store_n(&uf->wd, wd, __ATOMIC_RELAXED);
         *slash = '\0';
         ok = ok && watch_dir(real, DIR_MASK);
         while (ok && (slash = strrchr(real, '/')) != NULL && slash != real) {
@@ -575,7 +556,7 @@ static void rewatch(authn_hmac_userfile_t *uf, apr_file_t *f)
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
         pthread_mutex_lock(&w.lock);
         wd = watch_file(proc);
-        own(uf, wd);
+        __atomic_store_n(&uf->wd, wd, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&w.lock);
         ok = wd >= 0;
     }
@@ -724,11 +705,11 @@ static stripe_t *enter(authn_hmac_userfile_t *uf, uint64_t *e)
 /* A shared version of a 1 GiB file takes a few seconds to build: past
  * this, a waiting lookup reads the file itself. */
 #define SHARE_WAIT apr_time_from_sec(5)
-/* A writer that holds the file open is waited for this long. */
-#define WRITE_WAIT apr_time_from_sec(1)
 /* What answer() returns for an entry of a shared version that does not
  * verify (altered since it was written). */
 #define CORRUPT (APR_OS_START_USERERR + 2)
+/* What answer() returns for a line the reading may have cut (see there). */
+#define MAYBE_CUT (APR_OS_START_USERERR + 3)
 
 static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -816,14 +797,6 @@ static void destroy(generation_t *g)
         apr_pool_destroy(g->pool);
 }
 
-static int writing_settled(const authn_hmac_userfile_t *uf,
-                           const generation_t *g, const apr_finfo_t *now);
-static int before_writer(const authn_hmac_userfile_t *uf,
-                         const generation_t *g);
-static void wait_writer(const authn_hmac_userfile_t *uf);
-static void wait_unseen(const authn_hmac_userfile_t *uf,
-                        const apr_finfo_t *now);
-
 /* The file is read in pieces of this size, twice: once to count its lines
  * (which size the index) and sum it, once to index it. Never the whole
  * file in memory at once: its pages would be as many again as the
@@ -837,6 +810,8 @@ typedef struct {
     size_t len, lines;
     uint64_t sum; /* of the pieces, each authn_hmac_fingerprint'ed */
     char *chunk;  /* CHUNK bytes */
+    char *tail;   /* the user of a last line without a newline, or NULL */
+    int cut;      /* the last line has no newline */
 } reading_t;
 
 static void close_file(reading_t *r)
@@ -849,7 +824,34 @@ static void close_file(reading_t *r)
     r->f = NULL;
 }
 
-/* Opens the file and reads it once: its length, lines and sum. */
+/* The user that the last line of the reading names, where that line has
+ * no newline (a writer may not have written the rest yet): from the last
+ * piece read (got bytes), as the index splits a line. */
+static void tail_of(reading_t *r, size_t got, apr_pool_t *tp)
+{
+    const char *b = r->chunk, *e = b + got, *u, *c;
+
+    r->tail = NULL;
+    r->cut = got > 0 && e[-1] != '\n';
+    if (!r->cut)
+        return;
+    u = memrchr(b, '\n', got);
+    if (!u && r->len != got)
+        return; /* a line longer than a piece: too long, locked */
+    u = u ? u + 1 : b;
+    while (u < e && apr_isspace(*u))
+        u++;
+    if (u >= e)
+        return;
+    c = memchr(u, ':', (size_t)(e - u));
+    if (!c)
+        for (c = e; c > u && apr_isspace(c[-1]); c--)
+            ;
+    if (c > u)
+        r->tail = apr_pstrmemdup(tp, u, (apr_size_t)(c - u));
+}
+
+/* Opens the file and reads it once: its length, lines, sum and tail. */
 static apr_status_t scan_file(authn_hmac_userfile_t *uf, reading_t *r,
                               apr_pool_t *tp)
 {
@@ -884,6 +886,8 @@ static apr_status_t scan_file(authn_hmac_userfile_t *uf, reading_t *r,
         got = CHUNK;
         rv = apr_file_read_full(r->f, r->chunk, got, &got);
         r->len += got;
+        if (got > 0)
+            tail_of(r, got, tp);
         r->lines += authn_hmac_index_lines(r->chunk, got);
         r->sum = (r->sum ^ authn_hmac_fingerprint(r->chunk, got)) *
                      0x9E3779B97F4A7C15ULL +
@@ -1037,15 +1041,6 @@ static apr_status_t index_file(authn_hmac_userfile_t *uf, reading_t *r,
         rv = authn_hmac_index_end(b, mac, bad, baton, used);
     if (rv == APR_SUCCESS && torn(r))
         rv = APR_EOF;
-    /* NB: a writer seen only now (its first event queued late: the kernel
-     * makes a change seen before it queues its event, and may run another
-     * process between the two) may have left a prefix that was read as a
-     * whole file: not published; the version of before stays, where it
-     * is the file as the writer found it (APR_EOF), else the writer's
-     * close is waited for and the file read again (APR_EAGAIN). */
-    if (rv == APR_SUCCESS && !uf->late_ok && watched(uf) &&
-        writing_settled(uf, NULL, NULL))
-        rv = before_writer(uf, uf->current) ? APR_EOF : APR_EAGAIN;
     return rv;
 }
 
@@ -1123,20 +1118,34 @@ static apr_status_t build_private(generation_t *g, reading_t *r,
     return opened != APR_SUCCESS ? opened : rv;
 }
 
+/* Bad lines told on, but for the last one of a racy reading that has no
+ * newline: a writer may not have written the rest yet. */
+typedef struct {
+    authn_hmac_badline_fn bad;
+    void *baton;
+    unsigned last; /* that line's number, or 0 */
+} told_t;
+
+static void tell_bad(void *baton, unsigned lineno, const char *why)
+{
+    const told_t *t = baton;
+
+    if (lineno != t->last)
+        t->bad(t->baton, lineno, why);
+}
+
 /* Reads and indexes the file (as a shared version if share), and
  * publishes it; called with uf->lock held. On failure no generation is
  * left: nothing stale can be used. A reading that the file changed under
- * (a writer at work) leaves the generation of before in place where it is
- * the file as that writer found it (before_writer); else the writer's
- * close is waited for and the file read again (APR_EAGAIN, see load());
- * with no writer seen at work, or on load()'s last try, it is used,
- * racy. */
-static apr_status_t load_once(authn_hmac_userfile_t *uf,
-                              authn_hmac_badline_fn bad, void *baton,
-                              uint64_t events, int share)
+ * (a writer at work) is used, racy: it is what the file held while it was
+ * read, and a deny from it is asked again once the file is quiet (see
+ * settle()). */
+static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
+                         void *baton, uint64_t events, int share)
 {
     generation_t *g = NULL, *cur = uf->current;
     apr_pool_t *tp = NULL;
+    told_t told = {bad, baton, 0};
     reading_t r;
     size_t ml = 0;
     int racy;
@@ -1163,6 +1172,11 @@ static apr_status_t load_once(authn_hmac_userfile_t *uf,
     if (cur && cur->summed && cur->sum == r.sum &&
         cur->st.size == (apr_off_t)r.len)
         bad = NULL;
+    if (bad && racy && r.cut) {
+        told.last = (unsigned)r.lines + 1;
+        bad = tell_bad;
+        baton = &told;
+    }
     m = meta_make(uf, &r.st, racy, 1, r.sum, &ml, tp);
     if (!m) {
         rv = APR_ENAMETOOLONG;
@@ -1171,8 +1185,6 @@ static apr_status_t load_once(authn_hmac_userfile_t *uf,
     rv = APR_EGENERAL;
     if (share) {
         rv = build_shared(uf, g, &r, m, ml, bad, baton, tp);
-        if (rv == APR_EAGAIN)
-            goto done;
         if (rv != APR_SUCCESS && rv != APR_EOF)
             warn(uf,
                  "cannot share the index of %s with the other processes "
@@ -1192,35 +1204,7 @@ static apr_status_t load_once(authn_hmac_userfile_t *uf,
         g->reserved = r.st.size;
         rv = build_private(g, &r, m, ml, bad, baton, tp);
     }
-    /* NB: a reading the file changed under keeps the version of before
-     * only where it is the file as the writer at work found it. Else that
-     * may be older than a change done before this lookup began (this
-     * process got no request since): the writer's close is waited for and
-     * the file read again, as for a writer seen late; with no writer at
-     * work (done, or unwatched), the reading is used, racy. A shared
-     * version that did not verify (unshared) is never kept. */
-    if (rv == APR_EOF && cur) {
-        int at_work = watched(uf) && writing_settled(uf, NULL, NULL);
-
-        if (!(at_work && before_writer(uf, cur)) ||
-            (uf->unshared && cur->version != 0)) {
-            cur = NULL;
-            if (at_work && !uf->late_ok) {
-                rv = APR_EAGAIN;
-                goto done;
-            }
-        }
-    }
-    if (rv == APR_EOF && cur) {
-        /* NB: cur stays; so does its reservation. */
-        destroy(g);
-        close_file(&r);
-        apr_pool_destroy(tp);
-        if (reserve(uf, cur->st.size))
-            cur->reserved = cur->st.size;
-        return APR_SUCCESS;
-    }
-    if (rv == APR_EOF) {
+    if (rv == APR_EOF) { /* torn: a writer at work */
         rv = APR_SUCCESS;
         racy = 1;
     }
@@ -1231,6 +1215,9 @@ static apr_status_t load_once(authn_hmac_userfile_t *uf,
         g->summed = 1;
         g->sum = r.sum;
         g->checked = events; /* counted before the file was watched and read */
+        g->read_at = authn_hmac_monotonic();
+        if (r.tail)
+            g->tail = apr_pstrdup(g->pool, r.tail);
     }
 done:
     close_file(&r);
@@ -1244,27 +1231,10 @@ done:
     return rv;
 }
 
-/* load_once(), again after a writer's close where one came only once the
- * file was read (twice; then what is there is kept). */
-static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
-                         void *baton, uint64_t events, int share)
-{
-    apr_status_t rv = load_once(uf, bad, baton, events, share);
-    int tries;
-
-    for (tries = 0; rv == APR_EAGAIN && tries < 3; tries++) {
-        wait_writer(uf);
-        uf->late_ok = tries == 2;
-        rv = load_once(uf, NULL, NULL, events, share);
-        uf->late_ok = 0;
-    }
-    return rv;
-}
-
 /* Whether the file, read now, is what was read into a version of sum: the
  * same bytes (by their fingerprint) under the same stat() as now. */
 static int same_reading(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
-                        uint64_t sum)
+                        uint64_t sum, generation_t *g)
 {
     apr_pool_t *tp;
     reading_t r;
@@ -1274,6 +1244,8 @@ static int same_reading(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
         return 0;
     if (scan_file(uf, &r, tp) == APR_SUCCESS) {
         same = !torn(&r) && same_file(&r.st, now) && r.sum == sum;
+        if (same && g && r.tail)
+            g->tail = apr_pstrdup(g->pool, r.tail);
         close_file(&r);
     }
     apr_pool_destroy(tp);
@@ -1322,7 +1294,7 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
         int late = apr_time_now() - changed(now) >= RACY_WINDOW;
 
         if (!m->summed || (!late && events == 0) ||
-            !same_reading(uf, now, m->sum))
+            !same_reading(uf, now, m->sum, g))
             goto no;
         g->sum = m->sum;
         g->summed = 1;
@@ -1332,6 +1304,7 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     g->racy = racy;
     g->version = version;
     g->checked = events;
+    g->read_at = authn_hmac_monotonic();
     uf->adopted++;
     publish(uf, g);
     return 1;
@@ -1356,7 +1329,7 @@ static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
     if (uf->current && uf->current->racy && uf->current->summed &&
         same_file(&uf->current->st, now) &&
         apr_time_now() - changed(now) >= RACY_WINDOW &&
-        same_reading(uf, now, uf->current->sum)) {
+        same_reading(uf, now, uf->current->sum, NULL)) {
         __atomic_store_n(&uf->current->racy, 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&uf->current->checked, events, __ATOMIC_SEQ_CST);
         uf->reads++;
@@ -1406,6 +1379,12 @@ typedef struct {
     size_t *hash_len;
     unsigned char *id;
     unsigned char *digest;
+    int final; /* a deny is final: a line maybe cut is answered as read */
+    /* Of the generation that answered: */
+    int unsettled;      /* racy, or read less than SETTLE_MAX ago */
+    apr_time_t changed; /* when the file it was read from changed */
+    apr_time_t read_at; /* when it was read (monotonic) */
+    apr_off_t size;     /* its size */
 } ask_t;
 
 static int memo_for(const memo_t *m, const ask_t *a, size_t ul)
@@ -1456,12 +1435,31 @@ static void user_id(generation_t *g, const authn_hmac_index_entry_t *e,
         ;
 }
 
+/* A deny is asked again once the file is quiet (see settle()) where the
+ * generation was read within SETTLE_MAX of a change (racy) or less than
+ * SETTLE_MAX ago: a file that htpasswd truncates shows its new size a
+ * moment before its new time. */
+#define SETTLE_MAX RACY_WINDOW
+
+/* Whether a deny from g is unsettled; notes in a what g was read from. */
+static int unsettled(const generation_t *g, ask_t *a)
+{
+    a->changed = changed(&g->st);
+    a->size = g->st.size;
+    a->read_at = g->read_at;
+    a->unsettled = __atomic_load_n(&g->racy, __ATOMIC_SEQ_CST) ||
+                   authn_hmac_monotonic() - g->read_at < SETTLE_MAX;
+    return a->unsettled;
+}
+
 /* The user's hash (a copy in p) and id; or the file's typical hash and
  * APR_NOTFOUND (no such user) or AUTHN_HMAC_LOCKED (a locked line); or
- * CORRUPT for a shared version altered since it was written. NB: an
+ * CORRUPT for a shared version altered since it was written; or MAYBE_CUT
+ * for the user of a last line without its newline in a racy reading (a
+ * writer may not have written the rest yet), unless a->final. NB: an
  * unknown user's typical hash is read and checked as a known user's entry
  * is, so that both cost the same. */
-static apr_status_t answer(generation_t *g, const ask_t *a, apr_pool_t *p)
+static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
 {
     unsigned char copy[AUTHN_HMAC_INDEX_COPY];
     authn_hmac_index_entry_t e;
@@ -1470,6 +1468,13 @@ static apr_status_t answer(generation_t *g, const ask_t *a, apr_pool_t *p)
     uint64_t off = authn_hmac_index_find(&g->v, a->user, ul, &ord), t;
     const memo_t *m;
 
+    a->unsettled = 0;
+    if (g->tail && !a->final && strcmp(g->tail, a->user) == 0 &&
+        unsettled(g, a)) {
+        *a->hash = NULL;
+        *a->hash_len = 0;
+        return MAYBE_CUT;
+    }
     if (off && a->mac && g->memos && ord < g->v.entries &&
         (m = __atomic_load_n(&g->memos[ord], __ATOMIC_ACQUIRE)) != NULL &&
         memo_for(m, a, ul)) {
@@ -1501,103 +1506,14 @@ static apr_status_t answer(generation_t *g, const ask_t *a, apr_pool_t *p)
         *a->hash = apr_pstrmemdup(p, e.hash, e.hash_len);
         *a->hash_len = e.hash_len;
     }
+    (void)unsettled(g, a);
     return off ? AUTHN_HMAC_LOCKED : APR_NOTFOUND;
 }
 
-/* Whether a writer holds the file open: modified, not closed after,
- * since less than WRITE_WAIT, as far as the queue was taken in. */
-static int writing(const authn_hmac_userfile_t *uf)
-{
-    int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
-    apr_time_t since;
-
-    if (wd < 0 || wd >= WATCH_WDS)
-        return 0;
-    since = __atomic_load_n(&w.writing[wd], __ATOMIC_SEQ_CST);
-    return since && authn_hmac_monotonic() - since < WRITE_WAIT;
-}
-
-/* Whether g answers for the file as it was when the writer at work began:
- * found fresh at the count just before the writer's first event, which was
- * the first event after it. Else a change may have come between (a write
- * done, and this process got no request since): g is older than what the
- * writer overwrites, and never answers for it. */
-static int before_writer(const authn_hmac_userfile_t *uf, const generation_t *g)
-{
-    int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
-    uint64_t base;
-
-    if (!g || wd < 0 || wd >= WATCH_WDS)
-        return 0;
-    base = __atomic_load_n(&w.base[wd], __ATOMIC_SEQ_CST);
-    return base != 0 && __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == base;
-}
-
-/* Waits while this process sees a writer at work (a second at most from
- * its first write), taking in the queue: for its close. */
-static void wait_writer(const authn_hmac_userfile_t *uf)
-{
-    while (writing(uf)) {
-        usleep(2000);
-        (void)watch_events();
-    }
-}
-
-/* A process without a version whose watcher came after the file's last
- * change (a child made just then, before any other process took in the
- * writer's first event: no hint yet) cannot tell a writer that holds the
- * file open from one that is done: it waits, a second at most from the
- * change, for a close it sees, or a write (then the writer rule holds).
- * Not on a server that has published no version yet (just started): its
- * first request does not wait for a file written just before. */
-static void wait_unseen(const authn_hmac_userfile_t *uf, const apr_finfo_t *now)
-{
-    int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
-    apr_time_t age = apr_time_now() - changed(now), until;
-
-    if (wd < 0 || wd >= WATCH_WDS || changed(now) > w.started ||
-        age >= WRITE_WAIT)
-        return;
-    /* NB: until then on the monotonic clock: the real one may be stepped
-     * back meanwhile (the wait is under the view's lock). */
-    until = authn_hmac_monotonic() + WRITE_WAIT - (age > 0 ? age : 0);
-    while (authn_hmac_monotonic() < until &&
-           !__atomic_load_n(&w.closed[wd], __ATOMIC_SEQ_CST) && !writing(uf)) {
-        usleep(2000);
-        (void)watch_events();
-    }
-}
-
-/* As writing(), once what is queued is taken in: after a drain that
- * another thread has under way, and one of this thread's. NB: the kernel
- * makes a change seen (a size of 0 after an open with O_TRUNC) a moment
- * before it queues the change's event: when the file differs from g, and
- * the count is still the one g was found fresh at, the event is waited
- * for (100 ms at most: a change made through a name not watched has none;
- * the writer may be put off the CPU between the two). */
-static int writing_settled(const authn_hmac_userfile_t *uf,
-                           const generation_t *g, const apr_finfo_t *now)
-{
-    apr_time_t until = authn_hmac_monotonic() + 100000;
-    uint64_t events;
-
-    pthread_mutex_lock(&w.lock);
-    pthread_mutex_unlock(&w.lock);
-    events = watch_events();
-    while (g && now && !same_file(&g->st, now) && events != 0 &&
-           events == __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) &&
-           authn_hmac_monotonic() < until) {
-        usleep(200);
-        events = watch_events();
-    }
-    return writing(uf);
-}
-
 /* Answers from the generation there is, without a stat(): under no lock,
- * or 0 if there is none. */
-static int answer_current(authn_hmac_userfile_t *uf, const ask_t *a,
-                          apr_pool_t *p, uint64_t events, int any,
-                          apr_status_t *rv)
+ * or 0 if there is none that inotify vouches for. */
+static int answer_current(authn_hmac_userfile_t *uf, ask_t *a, apr_pool_t *p,
+                          uint64_t events, apr_status_t *rv)
 {
     stripe_t *st;
     generation_t *g;
@@ -1607,9 +1523,8 @@ static int answer_current(authn_hmac_userfile_t *uf, const ask_t *a,
     st = enter(uf, &e);
     g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
     PAUSE_POINT(2);
-    if (g && (any ? before_writer(uf, g)
-                  : !g->racy && __atomic_load_n(&g->checked,
-                                                __ATOMIC_SEQ_CST) == events)) {
+    if (g && !__atomic_load_n(&g->racy, __ATOMIC_SEQ_CST) &&
+        __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events) {
         *rv = answer(g, a, p);
         done = *rv != CORRUPT;
     }
@@ -1619,7 +1534,7 @@ static int answer_current(authn_hmac_userfile_t *uf, const ask_t *a,
 
 /* The answer from uf->current, under uf->lock: a shared version that does
  * not verify is dropped, and the file read by this process from then on. */
-static apr_status_t answer_locked(authn_hmac_userfile_t *uf, const ask_t *a,
+static apr_status_t answer_locked(authn_hmac_userfile_t *uf, ask_t *a,
                                   apr_pool_t *p, uint64_t events)
 {
     apr_status_t rv;
@@ -1640,9 +1555,11 @@ static apr_status_t answer_locked(authn_hmac_userfile_t *uf, const ask_t *a,
     return rv;
 }
 
-static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
-                           authn_hmac_badline_fn bad, void *baton,
-                           apr_pool_t *p)
+/* One answer from a reading of the file as it is now: the generation
+ * there is if nothing happened to the file since it was found fresh, else
+ * one made or taken now. */
+static apr_status_t look(authn_hmac_userfile_t *uf, ask_t *a,
+                         authn_hmac_badline_fn bad, void *baton, apr_pool_t *p)
 {
     apr_finfo_t now;
     generation_t *g;
@@ -1651,48 +1568,11 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
     apr_status_t rv;
     int done = 0;
 
-    if (!uf->lock)
-        return APR_EINIT; /* child_init did not run or failed */
     /* The common case, without a lock: a watched file that nothing has
      * happened to since a stat() found its generation fresh. */
-    if (watched(uf)) {
-        if ((events = watch_events()) != 0 &&
-            answer_current(uf, a, p, events, 0, &rv))
-            return rv;
-        /* NB: a writer holds the file open (htpasswd copies its new
-         * version over the old one): for a second at most, the version of
-         * before answers, not a prefix of the new one; the writer's close
-         * is queued within the close() itself, so that a completed change
-         * is never answered from the old one. Asked again under the lock
-         * before a rebuild, once the queue is taken in (another thread
-         * may be at it: events 0, and then the close it took is not yet
-         * in what writing() reads). */
-        if (events != 0 && writing(uf)) {
-            if (answer_current(uf, a, p, events, 1, &rv))
-                return rv;
-            wait_writer(uf); /* no version of before here: its close */
-        }
-    }
-    /* NB: a process without a version yet, whose watcher may have come
-     * after a writer opened the file (a child just made), waits while
-     * another process has seen a writer at work: for its close, a second
-     * at most from its open. Never the version of before: the close may
-     * have come already, unseen. */
-    if (!__atomic_load_n(&uf->current, __ATOMIC_SEQ_CST) && uf->share &&
-        !uf->unshared) {
-        /* NB: a second at most for this request too: each process that
-         * takes in a write of a writer that keeps writing (a child just
-         * made) sets the hint again, to its own time. */
-        apr_time_t since, until = authn_hmac_monotonic() + WRITE_WAIT;
-
-        while ((since = authn_hmac_share_writer(uf->share, uf->slot)) != 0 &&
-               authn_hmac_monotonic() - since < WRITE_WAIT &&
-               authn_hmac_monotonic() < until) {
-            usleep(2000);
-            if (watched(uf))
-                (void)watch_events(); /* a close seen here ends it */
-        }
-    }
+    if (watched(uf) && (events = watch_events()) != 0 &&
+        answer_current(uf, a, p, events, &rv))
+        return rv;
     /* NB: the file is stat()ed before the index is read: a change that
      * this request saw is never answered from the index of before. A
      * watched path is not followed: one that has become a symbolic link
@@ -1726,26 +1606,94 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
     __atomic_sub_fetch(&st->n[e], 1, __ATOMIC_SEQ_CST);
     if (done)
         return rv;
-    /* The file changed (or was never read): one refresh, under the lock,
-     * unless a writer is at work: then the version of before answers, if
-     * this process has the file as the writer found it (before_writer);
-     * else the writer's close is waited for, then the file read. */
+    /* The file changed (or was never read): one refresh, under the lock. */
     apr_thread_mutex_lock(uf->lock);
     rv = APR_SUCCESS;
-    if (!fresh(uf->current, &now, events) && watched(uf) &&
-        writing_settled(uf, uf->current, &now) &&
-        !before_writer(uf, uf->current))
-        wait_writer(uf); /* NB: under the lock: the others wait too */
-    if (!uf->current && uf->share &&
-        authn_hmac_share_version(uf->share, uf->slot) != 0 && watched(uf) &&
-        !fresh(uf->current, &now, events))
-        wait_unseen(uf, &now);
-    if (!fresh(uf->current, &now, events) &&
-        !(watched(uf) && writing(uf) && before_writer(uf, uf->current)))
+    if (!fresh(uf->current, &now, events))
         rv = refresh(uf, &now, events, bad, baton);
     if (rv == APR_SUCCESS)
         rv = answer_locked(uf, a, p, events);
     apr_thread_mutex_unlock(uf->lock);
+    return rv;
+}
+
+/* Quiet: the file unchanged for this long, and no writer at work that the
+ * watcher sees (a watched file). */
+#define QUIET      apr_time_from_msec(50)
+#define QUIET_POLL 5000 /* us */
+
+static int denies(apr_status_t rv)
+{
+    return rv == APR_NOTFOUND || rv == AUTHN_HMAC_LOCKED || rv == MAYBE_CUT;
+}
+
+/* Whether the file that a's answer was read from is quiet: read QUIET ago
+ * at least (the look that follows finds it unchanged since), unchanged
+ * since QUIET at least, and no writer at work: as the watcher sees it, for
+ * a watched file that it watched before the change; else, with a change
+ * less than SETTLE_MAX ago, a writer may be at work unseen. */
+static int quiet(authn_hmac_userfile_t *uf, const ask_t *a)
+{
+    apr_time_t age = apr_time_now() - a->changed;
+
+    if (authn_hmac_monotonic() - a->read_at < QUIET || age < QUIET)
+        return 0;
+    if (watched(uf) &&
+        watch_quiet(__atomic_load_n(&uf->wd, __ATOMIC_RELAXED), a->changed))
+        return 1;
+    return !watched(uf) || age >= SETTLE_MAX;
+}
+
+/* The writer rule. A reading of a file that a writer rewrites in place
+ * holds what the file held then (htpasswd truncates it, then writes it
+ * whole): a user may be missing, or the last line cut. A deny from a
+ * reading of a file that changed less than SETTLE_MAX ago, or read less
+ * than that ago, is asked again once the file is quiet (a grant on the
+ * way ends it), SETTLE_MAX at most from now: the answer from the quiet
+ * file, or past that, is final. There is no version of before: what is
+ * not in the file is never granted, and a completed write is in force on
+ * the very next lookup. */
+static apr_status_t settle(authn_hmac_userfile_t *uf, ask_t *a,
+                           authn_hmac_badline_fn bad, void *baton,
+                           apr_pool_t *p, apr_status_t rv)
+{
+    apr_time_t start = authn_hmac_monotonic(), seen, read_at;
+    apr_off_t size;
+    int last;
+
+    while (denies(rv) && a->unsettled) {
+        last = authn_hmac_monotonic() - start >= SETTLE_MAX;
+        if (!last && !quiet(uf, a)) {
+            usleep(QUIET_POLL);
+            rv = look(uf, a, bad, baton, p);
+            continue;
+        }
+        /* NB: final only if it is the reading found quiet (a writer may
+         * have begun since). */
+        seen = a->changed;
+        size = a->size;
+        read_at = a->read_at;
+        a->final = 1;
+        rv = look(uf, a, bad, baton, p);
+        a->final = 0;
+        if (last ||
+            (a->changed == seen && a->size == size && a->read_at == read_at))
+            break;
+    }
+    return rv;
+}
+
+static apr_status_t lookup(authn_hmac_userfile_t *uf, ask_t *a,
+                           authn_hmac_badline_fn bad, void *baton,
+                           apr_pool_t *p)
+{
+    apr_status_t rv;
+
+    if (!uf->lock)
+        return APR_EINIT; /* child_init did not run or failed */
+    rv = look(uf, a, bad, baton, p);
+    if (denies(rv) && a->unsettled)
+        rv = settle(uf, a, bad, baton, p, rv);
     return rv;
 }
 
@@ -1755,7 +1703,7 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         authn_hmac_badline_fn bad, void *baton,
                                         apr_pool_t *p)
 {
-    ask_t a = {user, NULL, NULL, 0, hash, hash_len, NULL, NULL};
+    ask_t a = {user, NULL, NULL, 0, hash, hash_len, NULL, NULL, 0, 0, 0, 0, 0};
 
     return lookup(uf, &a, bad, baton, p);
 }
@@ -1767,7 +1715,8 @@ apr_status_t authn_hmac_userfile_lookup_id(
     unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
     void *baton, apr_pool_t *p)
 {
-    ask_t a = {user, mac, scope, scope_len, hash, hash_len, id, digest};
+    ask_t a = {user,   mac, scope, scope_len, hash, hash_len, id,
+               digest, 0,   0,     0,         0,    0};
 
     return lookup(uf, &a, bad, baton, p);
 }
@@ -1778,7 +1727,7 @@ apr_status_t authn_hmac_userfile_lookup_id(
  * next one, though the server has replaced it (a prefork child among many
  * idle ones): its memory would not go back. A thread of each process lets
  * go of such a version within a second; the next request takes the new
- * one. Not while a writer is at work (the version before answers then). */
+ * one. */
 #define REAP_EVERY apr_time_from_sec(1)
 #define REAP_MAX   64
 
@@ -1794,15 +1743,10 @@ static struct {
 static void reap(authn_hmac_userfile_t *uf)
 {
     generation_t *g;
-    apr_time_t since;
     uint64_t v = __atomic_load_n(&uf->current_version, __ATOMIC_RELAXED);
 
     if (!uf->share || !v || authn_hmac_share_version(uf->share, uf->slot) == v)
         return;
-    since = authn_hmac_share_writer(uf->share, uf->slot);
-    if ((since && authn_hmac_monotonic() - since < WRITE_WAIT) || writing(uf))
-        return; /* NB: this process's watcher too: another's may have
-                   cleared the server's hint with an earlier writer's close */
     if (apr_thread_mutex_trylock(uf->lock) != APR_SUCCESS)
         return; /* a request is at it: it will take the new one */
     /* NB: read under the lock: a request's rebuild frees the generation
