@@ -1,23 +1,38 @@
-/* Unit tests of the watcher's and the index's inner workings, with the
- * source included so that a test can stand where another thread would,
- * or stop a lookup where a thread can be preempted. */
+/* Unit tests of the watcher's and the index's inner workings, through the
+ * test build's seams (authn_hmac/testing.h): a test stands where another
+ * thread would, or stops a lookup where a thread can be preempted. */
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void pause_point(int n);
-#define PAUSE_POINT(n) pause_point(n)
+#include "../../src/userfile.h"
+#include "authn_hmac/testing.h"
+#include "authn_hmac/util.h"
 
-/* epoll_create1 as the watcher calls it: when asked, a fork from within
- * its nth call, where another thread of httpd's could fork while the
- * instances are being made. The child says whether the first instance is
- * still open in it (it must not be: it reports the parent's queue). */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+
+#include <apr_strings.h>
+#include <apr_time.h>
+
+static void pause_point(int n);
+
+/* epoll_create1 as the watcher calls it (this program's own stands in for
+ * the C library's): when asked, a fork from within its nth call, where
+ * another thread of httpd's could fork while the instances are being
+ * made. The child says whether the first instance is still open in it (it
+ * must not be: it reports the parent's queue). */
 static int fork_in_call, epoll_calls, first_epoll = -1, leaked = -1;
 
-static int epoll_create1_hook(int flags)
+int epoll_create1(int flags)
 {
-    int ep = (epoll_create1)(flags), status = -1;
+    int ep = (int)syscall(SYS_epoll_create1, flags), status = -1;
     pid_t pid;
 
     if (!fork_in_call)
@@ -33,18 +48,20 @@ static int epoll_create1_hook(int flags)
     }
     return ep;
 }
-#define epoll_create1(flags) epoll_create1_hook(flags)
 
-/* The real-time clock as the index reads it: stepped by a test (NTP, a VM
- * restored), never the monotonic one. */
-#include <apr_time.h>
+/* The real-time clock as the index reads it (this program's own stands in
+ * for APR's): stepped by a test (NTP, a VM restored), never the monotonic
+ * one. */
 static apr_interval_time_t clock_step;
-static apr_time_t stepped_now(void)
+
+apr_time_t apr_time_now(void)
 {
-    return (apr_time_now)() + clock_step;
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (apr_time_t)ts.tv_sec * APR_USEC_PER_SEC + ts.tv_nsec / 1000 +
+           clock_step;
 }
-#define apr_time_now() stepped_now()
-#include "../../src/htpasswd.c"
 #include "unit.h"
 
 #include <sys/stat.h>
@@ -90,7 +107,7 @@ static void *late_lookup(void *arg)
  * have held a change (here a rename) that a generation found fresh at
  * that count predates. This test drains by hand, as that thread would. */
 /* One thread's lookups stop once at each point asked for (see
- * PAUSE_POINT in src/htpasswd.c) until released. */
+ * PAUSE_POINT in src/userfile.h) until released. */
 static pthread_mutex_t pause_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pause_cv = PTHREAD_COND_INITIALIZER;
 static pthread_t paused;
@@ -197,7 +214,6 @@ static void test_lookup_across_two_rebuilds(apr_pool_t *p)
 static void test_lookup_during_drain(apr_pool_t *p)
 {
     const char *bases[] = {"/tmp", "/dev/shm"};
-    char buf[4096];
     const char *dir = NULL, *path;
     authn_hmac_userfile_t *uf;
     lookup_t late;
@@ -227,24 +243,20 @@ static void test_lookup_during_drain(apr_pool_t *p)
     CHECK(alice_is(uf, "AAAA", p));
     CHECK(alice_is(uf, "AAAA", p));
     /* A drain begins (something was queued) and takes the queue... */
-    pthread_mutex_lock(&w.lock);
-    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
-    while (read(w.fd, buf, sizeof(buf)) > 0)
-        ;
+    authn_hmac_test_drain_begin();
+    authn_hmac_test_drain_take();
     /* ...meanwhile a lookup finds the file unchanged... */
     CHECK(alice_is(uf, "AAAA", p));
     /* ...the file is replaced, and the drain takes that too... */
     write_text(apr_pstrcat(p, dir, "/new", NULL), "alice:BBBB\n");
     CHECK(rename(apr_pstrcat(p, dir, "/new", NULL), path) == 0);
-    while (read(w.fd, buf, sizeof(buf)) > 0)
-        ;
+    authn_hmac_test_drain_take();
     /* ...and a lookup made since must see the new file. */
     late.uf = uf;
     late.ok = 0;
     CHECK(pthread_create(&t, NULL, late_lookup, &late) == 0);
     usleep(100 * 1000);
-    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
-    pthread_mutex_unlock(&w.lock);
+    authn_hmac_test_drain_end();
     CHECK(pthread_join(t, NULL) == 0 && late.ok);
     CHECK(alice_is(uf, "BBBB", p));
     unlink(path);
@@ -295,14 +307,13 @@ static void test_each_cpu_sees_each_change(apr_pool_t *p, int polls)
         uf = authn_hmac_userfile_make(path, p);
         CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
         CHECK(authn_hmac_userfile_watch(uf) == 1);
-        CHECK(w.npolls >= 1 && w.polls[0].fd >= 0);
-        for (i = 0; i < w.npolls && polls != 1; i++)
-            if (polls == 2)
-                w.polls[i].busy = 1;
-            else
-                close(w.polls[i].fd);
+        CHECK(authn_hmac_test_polls(0) >= 1 && authn_hmac_test_poll_fd(0) >= 0);
+        for (i = 0; i < authn_hmac_test_polls(0) && polls != 1; i++)
+            authn_hmac_test_poll_set(i, polls == 2
+                                            ? AUTHN_HMAC_TEST_POLL_HOLD
+                                            : AUTHN_HMAC_TEST_POLL_CLOSE);
         if (polls == 0)
-            w.npolls = 0;
+            authn_hmac_test_poll_set(0, AUTHN_HMAC_TEST_POLLS_OFF);
         for (r = 0; r < 4; r++) {
             usleep(1100 * 1000);
             run_on(r + 1);
@@ -311,7 +322,7 @@ static void test_each_cpu_sees_each_change(apr_pool_t *p, int polls)
             CHECK(alice_is(uf, r ? want : "A", p));
             /* Settled: the answer came from the count, without stat(). */
             CHECK(uf->current && !uf->current->racy &&
-                  uf->current->checked == watch_events());
+                  uf->current->checked == authn_hmac_watch_events());
             snprintf(want, sizeof(want), "B%d", r);
             write_text(path, apr_pstrcat(p, "alice:", want, "\n", NULL));
             run_on(r + 1);
@@ -413,7 +424,7 @@ static void test_fork_while_instances_are_made(apr_pool_t *p)
         fork_in_call = 2;
         CHECK(authn_hmac_userfile_watch(uf) == 1);
         fork_in_call = 0;
-        if (w.npolls < 2)
+        if (authn_hmac_test_polls(0) < 2)
             printf("     (one CPU online: no window to fork in)\n");
         else
             CHECK(leaked == 0);
@@ -544,7 +555,7 @@ static char *left_dir; /* a directory to remove last */
 
 static void test_writer_closed_during_drain(apr_pool_t *p)
 {
-    char buf[4096], *dir, *path;
+    char *dir, *path;
     authn_hmac_userfile_t *uf;
     lookup_t late;
     pthread_t t;
@@ -558,19 +569,16 @@ static void test_writer_closed_during_drain(apr_pool_t *p)
     CHECK(write(fd, "alice:BBBB\n", 11) == 11);
     CHECK(alice_is(uf, "BBBB", p)); /* a writer at work: what is there */
     /* A drain begins, and takes the queue... */
-    pthread_mutex_lock(&w.lock);
-    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
+    authn_hmac_test_drain_begin();
     /* ...where the writer's close is: the change is done. */
     CHECK(close(fd) == 0);
-    while (read(w.fd, buf, sizeof(buf)) > 0)
-        ;
+    authn_hmac_test_drain_take();
     late.uf = uf;
     late.ok = 0;
     CHECK(pthread_create(&t, NULL, late_lookup, &late) == 0);
     usleep(100 * 1000);
-    set_writing(uf->wd, 0); /* the drain takes the close in */
-    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
-    pthread_mutex_unlock(&w.lock);
+    authn_hmac_test_set_writing(uf->wd, 0); /* the drain takes the close in */
+    authn_hmac_test_drain_end();
     CHECK(pthread_join(t, NULL) == 0 && late.ok);
     CHECK(alice_is(uf, "BBBB", p));
     unlink(path);
@@ -595,7 +603,7 @@ static void *reap_paused(void *arg)
     pthread_mutex_lock(&pause_mu);
     paused = pthread_self();
     pthread_mutex_unlock(&pause_mu);
-    reap(arg);
+    authn_hmac_reap(arg);
     return NULL;
 }
 
@@ -888,8 +896,10 @@ int main(void)
 
     CHECK(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
     /* Before any watch, every slot says "no instance" (-1, never fd 0). */
-    for (int i = 0; i < WATCH_POLLS; i++)
-        CHECK(w.polls[i].fd == -1 && w.polls[i].busy == 0);
+    for (int i = 0; i < authn_hmac_test_polls(1); i++)
+        CHECK(authn_hmac_test_poll_fd(i) == -1 &&
+              authn_hmac_test_poll_busy(i) == 0);
+    authn_hmac_test_pause_hook = pause_point;
 
     /* NB: first: a test that removes its directory leaves this process's
      * watcher broken for good (a watched directory went). */
