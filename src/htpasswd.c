@@ -177,6 +177,38 @@ static void tell_bad(void *baton, unsigned lineno, const char *why)
         t->bad(t->baton, lineno, why);
 }
 
+/* Indexes the reading into *g: as a shared version if share, else (or
+ * where it cannot be shared) in this process's own memory, within the
+ * view's budget. APR_EOF if the file changed while it was read. */
+static apr_status_t build(authn_hmac_userfile_t *uf, generation_t **g,
+                          reading_t *r, meta_t *m, size_t ml,
+                          authn_hmac_badline_fn bad, void *baton,
+                          apr_pool_t *tp, int share)
+{
+    apr_status_t rv = APR_EGENERAL;
+
+    if (share) {
+        rv = authn_hmac_uf_build_shared(uf, *g, r, m, ml, bad, baton, tp);
+        if (rv != APR_SUCCESS && rv != APR_EOF)
+            warn(uf,
+                 "cannot share the index of %s with the other processes "
+                 "(%pm); this process keeps its own",
+                 uf->path, &rv);
+        if (rv != APR_SUCCESS) {
+            authn_hmac_uf_gen_destroy(*g);
+            *g = authn_hmac_uf_gen_make(uf);
+            rv = *g ? APR_EGENERAL : APR_ENOMEM;
+        }
+    }
+    if (*g && rv != APR_SUCCESS) {
+        if (!authn_hmac_uf_reserve(uf, r->st.size))
+            return APR_ENOSPC;
+        (*g)->reserved = r->st.size;
+        rv = authn_hmac_uf_build_private(*g, r, m, ml, bad, baton, tp);
+    }
+    return rv;
+}
+
 /* Reads and indexes the file (as a shared version if share), and
  * publishes it; called with uf->lock held. On failure no generation is
  * left: nothing stale can be used. A reading that the file changed under
@@ -225,28 +257,7 @@ static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
         rv = APR_ENAMETOOLONG;
         goto done;
     }
-    rv = APR_EGENERAL;
-    if (share) {
-        rv = authn_hmac_uf_build_shared(uf, g, &r, m, ml, bad, baton, tp);
-        if (rv != APR_SUCCESS && rv != APR_EOF)
-            warn(uf,
-                 "cannot share the index of %s with the other processes "
-                 "(%pm); this process keeps its own",
-                 uf->path, &rv);
-        if (rv != APR_SUCCESS) {
-            authn_hmac_uf_gen_destroy(g);
-            g = authn_hmac_uf_gen_make(uf);
-            rv = g ? APR_EGENERAL : APR_ENOMEM;
-        }
-    }
-    if (g && rv != APR_SUCCESS) {
-        if (!authn_hmac_uf_reserve(uf, r.st.size)) {
-            rv = APR_ENOSPC;
-            goto done;
-        }
-        g->reserved = r.st.size;
-        rv = authn_hmac_uf_build_private(g, &r, m, ml, bad, baton, tp);
-    }
+    rv = build(uf, &g, &r, m, ml, bad, baton, tp, share);
     if (rv == APR_EOF) { /* torn: a writer at work */
         rv = APR_SUCCESS;
         racy = 1;
