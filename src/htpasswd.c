@@ -1,586 +1,29 @@
-/* htpasswd.c: an in-memory index of an htpasswd file, and the per-process
- * view that rebuilds it when the file changes. */
-#include "authn_hmac/htpasswd.h"
+/* htpasswd.c: a process's view of an htpasswd file: lookups without a
+ * lock in the generation published (one reading of the file, see
+ * htfile.c), when it is fresh, when to read the file again or take the
+ * version another process shared, and the writer rule (settle()). */
+#include "userfile.h"
+
 #include "authn_hmac/cred.h"
 #include "authn_hmac/util.h"
 
-#include <errno.h>
-#include <pthread.h>
 #include <sched.h>
-#include <sys/epoll.h>
-#include <sys/inotify.h>
-#include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/vfs.h>
-#include <unistd.h>
-
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include <apr_file_info.h>
-#include <apr_file_io.h>
-#include <apr_hash.h>
-#include <apr_lib.h>
-#include <apr_portable.h>
 #include <apr_strings.h>
-#include <apr_thread_cond.h>
-#include <apr_thread_proc.h>
-
-#include <openssl/evp.h>
-
-/* A file's index, in memory of p (authn_hmac_htpasswd_parse). */
-struct authn_hmac_htpasswd {
-    authn_hmac_index_t v;
-};
-
-apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
-                                       size_t len, authn_hmac_badline_fn bad,
-                                       void *baton, apr_pool_t *p)
-{
-    authn_hmac_htpasswd_t *idx = apr_pcalloc(p, sizeof(*idx));
-    size_t cap = authn_hmac_index_bound(len, authn_hmac_index_lines(buf, len)),
-           used;
-    void *area = apr_palloc(p, cap);
-    apr_status_t rv;
-
-    rv = authn_hmac_index_build(area, cap, buf, len, NULL, 0, NULL, bad, baton,
-                                &used, p);
-    if (rv == APR_SUCCESS)
-        rv = authn_hmac_index_open(&idx->v, area, used, NULL);
-    if (rv == APR_SUCCESS)
-        *out = idx;
-    return rv;
-}
-
-const char *authn_hmac_htpasswd_get(const authn_hmac_htpasswd_t *idx,
-                                    const char *user, size_t *hash_len)
-{
-    authn_hmac_index_entry_t e;
-    uint32_t ord;
-    uint64_t off = authn_hmac_index_find(&idx->v, user, strlen(user), &ord);
-
-    if (!off || authn_hmac_index_entry(&idx->v, off, NULL, &e) != APR_SUCCESS)
-        return NULL;
-    *hash_len = e.hash_len;
-    return e.hash;
-}
-
-const char *authn_hmac_htpasswd_typical(const authn_hmac_htpasswd_t *idx,
-                                        size_t *len)
-{
-    authn_hmac_index_entry_t e;
-    uint64_t off = authn_hmac_index_typical(&idx->v);
-
-    *len = 0;
-    if (!off || authn_hmac_index_entry(&idx->v, off, NULL, &e) != APR_SUCCESS)
-        return NULL;
-    *len = e.hash_len;
-    return e.hash;
-}
-
-unsigned authn_hmac_htpasswd_count(const authn_hmac_htpasswd_t *idx)
-{
-    return idx->v.count;
-}
-
-unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx)
-{
-    return idx->v.bad;
-}
-
-/* ------------------------------------------------------ per-process view */
-
-#define USERFILE_WANTED                                                        \
-    (APR_FINFO_TYPE | APR_FINFO_SIZE | APR_FINFO_MTIME | APR_FINFO_CTIME |     \
-     APR_FINFO_IDENT)
-
-/* A file modified this close to the moment we read it may change again
- * within the same timestamp; such an index is read once more later. */
-#define RACY_WINDOW apr_time_from_sec(1)
-
-/* A user's id and digest, worked out on the user's first lookup with a MAC
- * and kept for the life of the generation (see user_id), with the entry's
- * user and hash as read (from a checked copy, for a shared index). */
-typedef struct memo {
-    struct memo *next; /* the generation's memos, to free */
-    const authn_hmac_mac_t *mac;
-    size_t scope_len, user_len, hash_len;
-    unsigned char id[AUTHN_HMAC_KEY_LEN];
-    unsigned char digest[AUTHN_HMAC_DIGEST_LEN];
-    char text[]; /* scope, then user NUL, then hash NUL */
-} memo_t;
-
-/* Memos a generation keeps at most, per process: a user past them works
- * its id out on each hit (about a microsecond). */
-#define MEMO_MAX 16384u
-
-/* The version's metadata, kept in the index (and bound into a shared
- * one's tags): the file as it was when read, and what was read. */
-typedef struct {
-    uint64_t dev, ino;
-    int64_t size, mtime, ctime;
-    uint32_t racy, summed;
-    uint64_t sum; /* authn_hmac_fingerprint of what was read, if summed */
-    /* A shared version's number and region (authn_hmac_share_id): a
-     * version put in place of another (an older one of the same file) is
-     * never taken for it. */
-    uint64_t version, region;
-    char path[]; /* NUL-terminated */
-} meta_t;
-
-/* One reading of the file: never changed once published, so that lookups
- * read it without a lock. */
-typedef struct {
-    apr_pool_t *pool; /* holds all of it */
-    authn_hmac_index_t v;
-    void *mem; /* the index: this process's own, or a shared version mapped */
-    size_t mem_size;
-    uint64_t version; /* the shared version's number; 0: this process's own */
-    memo_t **memos;   /* by entry number; NULL: none kept */
-    memo_t *memo_list;
-    size_t memos_size;
-    uint32_t memos_made;
-    struct authn_hmac_userfile *uf;
-    apr_off_t reserved; /* of the budget */
-    apr_finfo_t st;     /* the file as it was when idx was read */
-    int racy;
-    uint64_t checked; /* the watcher's events when a stat() found it fresh */
-    uint64_t sum;     /* authn_hmac_fingerprint of what was read, if summed */
-    int summed;
-} generation_t;
-
-/* Lookups take no lock: they count themselves under epoch & 1, in the
- * stripe of the CPU they run on, and read the current generation. A
- * rebuild (under lock, one at a time) publishes a new one, moves to the
- * next epoch, and frees the old one once every stripe's count under the
- * old epoch has been seen at 0: a lookup that counted itself after its
- * stripe was seen saw the new one. The stripes keep threads on different
- * CPUs from writing one line (hitbench, 2 threads). */
-#define STRIPES 8
-
-typedef struct {
-    uint64_t n[2]; /* lookups inside, by epoch & 1 */
-    char pad[64 - 2 * sizeof(uint64_t)];
-} stripe_t;
-
-struct authn_hmac_userfile {
-    const char *path;
-    apr_pool_t *pool;         /* per process; parent of each generation */
-    apr_thread_mutex_t *lock; /* rebuilds */
-    generation_t *current;    /* NULL: not read yet, or unreadable */
-    uint64_t current_version; /* current's shared version, or 0: read
-                                 without the lock (the reaper) */
-    uint64_t epoch;
-    stripe_t *stripes; /* STRIPES, each on a line of its own */
-    unsigned reads;    /* times the file was read; under lock */
-    uint64_t watch;    /* the watcher instance that watches it, or 0 */
-    apr_off_t max_size;
-    authn_hmac_budget_t *budget; /* holds current's size, or NULL */
-    int wd;                      /* the file's inotify watch, or -1 */
-    authn_hmac_share_t *share;   /* NULL: every process reads the file */
-    unsigned slot;
-    const authn_hmac_mac_t *mac; /* the shared versions' tags */
-    authn_hmac_warn_fn warn;
-    void *warn_baton;
-    int unshared; /* sharing failed in this process: it reads the file */
-    int late_ok;  /* a reading is kept though a writer came after it */
-    unsigned built, adopted; /* shared versions; under lock */
-};
-
-/* ------------------------------------------------------------ watching */
-
-/* NB: stat() is half the cost of a hit. A lookup of a watched file asks
- * the process's one inotify instance whether anything happened (FIONREAD)
- * instead: the kernel queues an event within the very system call that
- * changes a watched file or directory, so a change that is done is in the
- * queue. Any event sends every watched file back to stat() once. Watched:
- * the file's inode (a change through any name, a bind mount's included),
- * its directory's entries (replaced, removed, created), and each
- * directory above moving or going away. A full queue or a lost watch of a
- * directory sends every lookup of this process to stat() for good.
- * NB: each system call on the one inotify file takes and drops a reference
- * on it, a line that threads on two cores pass back and forth (a third of
- * a hit with two threads, hitbench). A lookup asks instead one of a few
- * epoll instances, by CPU, that watch it: the event is put on every
- * instance's ready list within the same system call that queues it, and an
- * instance reports it for as long as it is in the queue. One lookup at a
- * time per instance (the others use FIONREAD): a lookup that checks the
- * ready list while another empties it onto a list of its own, before the
- * kernel marks the instance as being scanned, finds nothing, though the
- * event is still queued and the count not moved on (ep_events_available's
- * false negative, which later kernels close with a seqcount). */
-#define WATCH_DIRS  64 /* per process */
-#define WATCH_POLLS 8
-
-typedef struct {
-    int fd;   /* an epoll instance on the inotify file, or -1 */
-    int busy; /* a lookup is in it */
-    char pad[64 - 2 * sizeof(int)];
-} poll_t;
-#define WATCH_FILES 64
-#define WATCH_WDS   1024 /* a watch past it is never told written to */
-#define FILE_MASK                                                              \
-    (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF |  \
-     IN_MASK_ADD)
-/* NB: not IN_MODIFY: the file's own watch sees its writes, merged while
- * the queue is not read, where the directory's would alternate with them
- * and fill the queue (a 70 MB file copied in place in 4 KB writes). */
-#define DIR_MASK                                                               \
-    (IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM |      \
-     IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
-#define UP_MASK (IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD)
-
-static struct {
-    pthread_mutex_t lock; /* watches and drains */
-    int fd;
-    poll_t polls[WATCH_POLLS] __attribute__((aligned(64)));
-    int npolls;      /* one per CPU online, up to WATCH_POLLS; 0: FIONREAD */
-    uint64_t id;     /* this instance, or 0: none in this process */
-    uint64_t ids;    /* instances made, in this process and its parents */
-    int broken;      /* every lookup stat()s */
-    uint64_t events; /* moved on before and after each drain: even while
-                        one is under way; never 0 */
-    int dirs[WATCH_DIRS], files[WATCH_FILES];
-    struct authn_hmac_userfile *owner[WATCH_WDS]; /* a shared view of the
-                                                     watched file, or NULL */
-    apr_time_t started;            /* when this instance was made (real) */
-    int closed[WATCH_WDS];         /* by watch: a writer's close was seen */
-    uint64_t base[WATCH_WDS];      /* by watch: the count before the drain that
-                                      saw the writer start, if its first event
-                                      was that drain's first; else 0 */
-    apr_time_t writing[WATCH_WDS]; /* by watch: since a file was modified
-                                      and not closed after (monotonic), or
-                                      0; read without the lock */
-    int ndirs, nfiles, atfork;
-} w = {PTHREAD_MUTEX_INITIALIZER,
-       -1,
-       {[0 ... WATCH_POLLS - 1] = {-1, 0, {0}}}, /* no instance: -1 */
-       0,
-       0,
-       0,
-       0,
-       1,
-       {0},
-       {0},
-       {0},
-       0,
-       {0},
-       {0},
-       {0},
-       0,
-       0,
-       0};
-
-/* NB: a forked child must not read its parent's queue (each would take
- * events from the other): the views it inherits stat() from then on, and
- * it makes an instance of its own for what it watches. */
-static void watch_forked(void)
-{
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    int i;
-
-    /* NB: an inherited epoll instance is the parent's: it reports the
-     * parent's queue. Every slot, not only the first npolls: a fork while
-     * another thread makes the instances comes before npolls is set. */
-    for (i = 0; i < WATCH_POLLS; i++) {
-        if (w.polls[i].fd >= 0)
-            close(w.polls[i].fd);
-        w.polls[i].fd = -1;
-        w.polls[i].busy = 0;
-    }
-    w.npolls = 0;
-    if (w.fd >= 0)
-        close(w.fd);
-    w.lock = fresh;
-    w.fd = -1;
-    w.id = 0;
-    w.broken = 0;
-    w.ndirs = w.nfiles = 0;
-    memset(w.writing, 0, sizeof(w.writing));
-    memset(w.base, 0, sizeof(w.base));
-    memset(w.closed, 0, sizeof(w.closed));
-    memset(w.owner, 0, sizeof(w.owner));
-    w.events |= 1; /* forked in the middle of a drain */
-}
-
-/* Where wd is in list, or -1. */
-static int find(const int *list, int n, int wd)
-{
-    int i;
-
-    for (i = 0; i < n; i++)
-        if (list[i] == wd)
-            return i;
-    return -1;
-}
-
-/* Watches a file (under w.lock): its watch, or -1 if it cannot. A
- * replaced file's watch goes when its inode does. */
-static int watch_file(const char *path)
-{
-    int wd = inotify_add_watch(w.fd, path, FILE_MASK);
-
-    if (wd < 0)
-        return -1;
-    if (find(w.files, w.nfiles, wd) >= 0)
-        return wd;
-    if (w.nfiles == WATCH_FILES) {
-        (void)inotify_rm_watch(w.fd, wd);
-        return -1;
-    }
-    w.files[w.nfiles++] = wd;
-    return wd;
-}
-
-/* Watches a directory (under w.lock); 0 if it cannot. */
-static int watch_dir(const char *dir, uint32_t mask)
-{
-    int wd = inotify_add_watch(w.fd, dir, mask);
-
-    if (wd < 0)
-        return 0;
-    if (find(w.dirs, w.ndirs, wd) >= 0)
-        return 1;
-    if (w.ndirs == WATCH_DIRS)
-        return 0;
-    w.dirs[w.ndirs++] = wd;
-    return 1;
-}
-
-static void set_writing(int wd, apr_time_t since)
-{
-    struct authn_hmac_userfile *uf;
-
-    if (wd < 0 || wd >= WATCH_WDS)
-        return;
-    __atomic_store_n(&w.writing[wd], since, __ATOMIC_SEQ_CST);
-    if ((uf = w.owner[wd]) != NULL && uf->share)
-        authn_hmac_share_set_writer(uf->share, uf->slot, since);
-}
-
-/* Under w.lock: uf's file is watched as wd. */
-static void own(struct authn_hmac_userfile *uf, int wd)
-{
-    __atomic_store_n(&uf->wd, wd, __ATOMIC_RELAXED);
-    if (wd >= 0 && wd < WATCH_WDS)
-        w.owner[wd] = uf;
-}
-
-/* Takes in what the queue holds. The count moves on before the queue is
- * read, so that a lookup that finds the queue empty finds the count moved
- * on too, and after, so that a stat() made while the queue was read does
- * not count for a change the read took. */
-static void drain(void)
-{
-    union {
-        struct inotify_event ev;
-        char buf[4096];
-    } u;
-    ssize_t n;
-
-    uint64_t before;
-    int first = 1;
-
-    pthread_mutex_lock(&w.lock);
-    before = __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST) - 1;
-    while ((n = read(w.fd, u.buf, sizeof(u.buf))) > 0 ||
-           (n < 0 && errno == EINTR)) {
-        const char *q = u.buf;
-
-        while (n > 0 && q < u.buf + n) {
-            const struct inotify_event *ev = (const void *)q;
-            int i = find(w.files, w.nfiles, ev->wd);
-
-            if ((ev->mask & IN_Q_OVERFLOW) ||
-                ((ev->mask &
-                  (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)) &&
-                 find(w.dirs, w.ndirs, ev->wd) >= 0))
-                __atomic_store_n(&w.broken, 1, __ATOMIC_SEQ_CST);
-            else if ((ev->mask & IN_IGNORED) && i >= 0) {
-                w.files[i] = w.files[--w.nfiles];
-                set_writing(ev->wd, 0);
-                if (ev->wd < WATCH_WDS)
-                    w.owner[ev->wd] = NULL;
-            }
-            else if (i >= 0 && (ev->mask & IN_CLOSE_WRITE)) {
-                set_writing(ev->wd, 0); /* the writer is done */
-                if (ev->wd < WATCH_WDS)
-                    __atomic_store_n(&w.closed[ev->wd], 1, __ATOMIC_SEQ_CST);
-            }
-            else if (i >= 0 && (ev->mask & IN_MODIFY) && ev->wd < WATCH_WDS &&
-                     !__atomic_load_n(&w.writing[ev->wd], __ATOMIC_RELAXED)) {
-                __atomic_store_n(&w.base[ev->wd], first ? before : 0,
-                                 __ATOMIC_SEQ_CST);
-                set_writing(ev->wd, authn_hmac_monotonic());
-            }
-            first = 0;
-            q += sizeof(*ev) + ev->len;
-        }
-    }
-    if (n < 0 && errno != EAGAIN)
-        __atomic_store_n(&w.broken, 1, __ATOMIC_SEQ_CST);
-    __atomic_add_fetch(&w.events, 1, __ATOMIC_SEQ_CST);
-    pthread_mutex_unlock(&w.lock);
-}
-
-/* Whether uf is watched by this process's instance. */
-static int watched(const authn_hmac_userfile_t *uf)
-{
-    uint64_t id = __atomic_load_n(&uf->watch, __ATOMIC_ACQUIRE);
-
-    return id != 0 && id == __atomic_load_n(&w.id, __ATOMIC_ACQUIRE) &&
-           !__atomic_load_n(&w.broken, __ATOMIC_SEQ_CST);
-}
-
-/* The count of events after taking in the queue's, to check generations
- * against; 0 when lookups must stat(). */
-static uint64_t watch_events(void)
-{
-    int cpu = sched_getcpu(), np = w.npolls;
-    poll_t *pl = np > 0 ? &w.polls[cpu > 0 ? cpu % np : 0] : NULL;
-    struct epoll_event ev;
-    uint64_t events;
-    int n = 0;
-
-    if (pl &&
-        (pl->fd < 0 || __atomic_exchange_n(&pl->busy, 1, __ATOMIC_ACQUIRE)))
-        pl = NULL; /* none, or another lookup is in it */
-    if (pl) {
-        /* NB: not epoll_wait(), a cancellation point whose bookkeeping
-         * costs a tenth of a hit; SYS_epoll_pwait is on every arch. */
-        n = (int)syscall(SYS_epoll_pwait, pl->fd, &ev, 1, 0, NULL, 0);
-        __atomic_store_n(&pl->busy, 0, __ATOMIC_RELEASE);
-        if (n < 0)
-            return 0;
-        /* NB: the ready list was read without a lock: the count below
-         * must not be read before it. An empty list was emptied by an
-         * earlier lookup in this instance (busy orders them), whose poll
-         * came after any drain that took the event, and so after that
-         * drain moved the count on. */
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    }
-    else if (ioctl(w.fd, FIONREAD, &n) != 0)
-        return 0;
-    if (n > 0)
-        drain();
-    if (__atomic_load_n(&w.broken, __ATOMIC_SEQ_CST))
-        return 0;
-    events = __atomic_load_n(&w.events, __ATOMIC_SEQ_CST);
-    /* NB: even while another thread drains: the queue it emptied may have
-     * held a change that a generation checked at this count predates. */
-    return events % 2 ? events : 0;
-}
-
-/* An epoll instance that reports fd readable, or -1. */
-static int poll_on(int fd)
-{
-    struct epoll_event ev;
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN; /* level-triggered: for as long as it is so */
-    if (ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        close(ep);
-        ep = -1;
-    }
-    return ep;
-}
-
-/* Whether inotify sees every change made on the file system of fs. */
-static int local_fs(const struct statfs *fs)
-{
-    switch ((unsigned long)fs->f_type) {
-    case 0xEF53UL:     /* ext2, ext3, ext4 */
-    case 0x58465342UL: /* xfs */
-    case 0x9123683EUL: /* btrfs */
-    case 0x01021994UL: /* tmpfs */
-        return 1;
-    default:
-        return 0; /* NFS, CIFS, FUSE, overlay...: changes from elsewhere */
-    }
-}
 
 int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf)
 {
-    char *real = realpath(uf->path, NULL), *slash;
-    struct statfs fs;
-    int ok = 0, wd;
+    int wd = -1;
+    uint64_t id = authn_hmac_watch_path(uf->path, &wd);
 
-    /* NB: a symbolic link anywhere on the path could be changed without an
-     * event on what is watched (a Kubernetes ConfigMap is one). */
-    if (!real || strcmp(real, uf->path) != 0 || !(slash = strrchr(real, '/')) ||
-        slash == real)
-        goto out;
-    *slash = '\0';
-    if (statfs(real, &fs) != 0 || !local_fs(&fs))
-        goto out;
-    pthread_mutex_lock(&w.lock);
-    if (!w.atfork && pthread_atfork(NULL, NULL, watch_forked) == 0)
-        w.atfork = 1;
-    if (w.id == 0 && w.atfork &&
-        (w.fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) >= 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        int i;
-
-        w.id = ++w.ids;
-        w.started = apr_time_now();
-        int np = cpus < 1 ? 1 : cpus > WATCH_POLLS ? WATCH_POLLS : (int)cpus;
-
-        for (i = 0; i < np; i++)
-            w.polls[i].fd = poll_on(w.fd);
-        w.npolls = np;
-        /* NB: past any count a view inherited from a parent holds. */
-        __atomic_add_fetch(&w.events, 2, __ATOMIC_SEQ_CST);
-    }
-    if (w.id != 0 && !w.broken) {
-        *slash = '/';
-        wd = watch_file(real);
-        ok = wd >= 0;
-        own(uf, wd);
-        *slash = '\0';
-        ok = ok && watch_dir(real, DIR_MASK);
-        while (ok && (slash = strrchr(real, '/')) != NULL && slash != real) {
-            *slash = '\0';
-            ok = watch_dir(real, UP_MASK);
-        }
-        if (ok)
-            __atomic_store_n(&uf->watch, w.id, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&w.lock);
-out:
-    free(real);
-    return ok;
-}
-
-/* Watches the file that a rebuild opened, before it is read: the very
- * inode open, through /proc, never one put at the path since (a watch by
- * path could miss later writes through another name of the inode read).
- * A view that cannot is left to stat(), as is one whose file is on a file
- * system of its own that inotify does not fully see (a file bind-mounted
- * from NFS into a local directory). */
-static void rewatch(authn_hmac_userfile_t *uf, apr_file_t *f)
-{
-    apr_os_file_t fd = -1;
-    struct statfs fs;
-    char proc[64];
-    int ok = 0, wd;
-
-    if (!watched(uf))
-        return;
-    if (apr_os_file_get(&fd, f) == APR_SUCCESS && fd >= 0 &&
-        fstatfs(fd, &fs) == 0 && local_fs(&fs)) {
-        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-        pthread_mutex_lock(&w.lock);
-        wd = watch_file(proc);
-        own(uf, wd);
-        pthread_mutex_unlock(&w.lock);
-        ok = wd >= 0;
-    }
-    if (!ok)
-        __atomic_store_n(&uf->watch, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&uf->wd, wd, __ATOMIC_RELAXED);
+    if (id)
+        __atomic_store_n(&uf->watch, id, __ATOMIC_RELEASE);
+    return id != 0;
 }
 
 authn_hmac_userfile_t *authn_hmac_userfile_make(const char *path, apr_pool_t *p)
@@ -604,29 +47,6 @@ void authn_hmac_userfile_limit(authn_hmac_userfile_t *uf, apr_off_t max_bytes,
     uf->budget = budget;
 }
 
-/* Takes size bytes from the view's budget, if it has one; 0 if over. */
-static int reserve(authn_hmac_userfile_t *uf, apr_off_t size)
-{
-    uint64_t used;
-
-    if (!uf->budget)
-        return 1;
-    used = __atomic_load_n(&uf->budget->used, __ATOMIC_RELAXED);
-    do {
-        if (used + (uint64_t)size > uf->budget->max)
-            return 0;
-    } while (!__atomic_compare_exchange_n(&uf->budget->used, &used,
-                                          used + (uint64_t)size, 0,
-                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-    return 1;
-}
-
-static void release(authn_hmac_userfile_t *uf, apr_off_t size)
-{
-    if (uf->budget)
-        __atomic_sub_fetch(&uf->budget->used, (uint64_t)size, __ATOMIC_RELAXED);
-}
-
 apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
                                             apr_pool_t *pchild)
 {
@@ -638,26 +58,12 @@ apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
     return rv;
 }
 
-/* When the file last changed: the later of mtime and ctime (a tool that
- * sets mtime back, such as rsync -t or touch -r, still moves ctime). */
-static apr_time_t changed(const apr_finfo_t *f)
-{
-    return f->mtime > f->ctime ? f->mtime : f->ctime;
-}
-
-static int same_file(const apr_finfo_t *a, const apr_finfo_t *b)
-{
-    return a->device == b->device && a->inode == b->inode &&
-           a->size == b->size && a->mtime == b->mtime && a->ctime == b->ctime;
-}
-
 /* Publishes g (NULL: none) and frees the generation it replaces once no
  * lookup can be reading it; called with uf->lock held. */
-static void publish(authn_hmac_userfile_t *uf, generation_t *g)
+void authn_hmac_uf_publish(authn_hmac_userfile_t *uf, generation_t *g)
 {
     generation_t *old = uf->current;
     uint64_t was = __atomic_load_n(&uf->epoch, __ATOMIC_SEQ_CST) & 1;
-
     int i;
 
     __atomic_store_n(&uf->current, g, __ATOMIC_SEQ_CST);
@@ -668,9 +74,9 @@ static void publish(authn_hmac_userfile_t *uf, generation_t *g)
     for (i = 0; i < STRIPES; i++)
         while (__atomic_load_n(&uf->stripes[i].n[was], __ATOMIC_SEQ_CST) != 0)
             sched_yield();
+    /* NB: not at the pool's cleanup: the budget may be gone by then. */
     if (old && old->reserved)
-        release(uf, old->reserved); /* NB: not at the pool's cleanup: the
-                                       budget may be gone by then */
+        authn_hmac_uf_release(uf, old->reserved);
     if (old)
         apr_pool_destroy(old->pool);
 }
@@ -685,17 +91,14 @@ static void publish(authn_hmac_userfile_t *uf, generation_t *g)
  * once more, to a generation that is not racy. */
 static int fresh(const generation_t *g, const apr_finfo_t *now, uint64_t events)
 {
-    if (!g || !same_file(&g->st, now))
+    if (!g || !authn_hmac_uf_same_file(&g->st, now))
         return 0;
     if (!g->racy)
         return 1;
-    return apr_time_now() - changed(now) < RACY_WINDOW && events != 0 &&
+    return apr_time_now() - authn_hmac_uf_changed(now) < RACY_WINDOW &&
+           events != 0 &&
            __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events;
 }
-
-#ifndef PAUSE_POINT
-#define PAUSE_POINT(n) /* where a test stops a lookup (test_watch.c) */
-#endif
 
 /* Counts a lookup in, under the epoch it saw (*e & 1), in the stripe
  * returned; it leaves by taking 1 from that stripe's count under *e. NB:
@@ -724,11 +127,11 @@ static stripe_t *enter(authn_hmac_userfile_t *uf, uint64_t *e)
 /* A shared version of a 1 GiB file takes a few seconds to build: past
  * this, a waiting lookup reads the file itself. */
 #define SHARE_WAIT apr_time_from_sec(5)
-/* A writer that holds the file open is waited for this long. */
-#define WRITE_WAIT apr_time_from_sec(1)
 /* What answer() returns for an entry of a shared version that does not
  * verify (altered since it was written). */
 #define CORRUPT (APR_OS_START_USERERR + 2)
+/* What answer() returns for a line the reading may have cut (see there). */
+#define MAYBE_CUT (APR_OS_START_USERERR + 3)
 
 static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -758,385 +161,66 @@ void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
     uf->warn_baton = baton;
 }
 
-static apr_status_t generation_free(void *data)
-{
-    generation_t *g = data;
-
-    while (g->memo_list) {
-        memo_t *m = g->memo_list;
-
-        g->memo_list = m->next;
-        free(m);
-    }
-    if (g->memos)
-        munmap(g->memos, g->memos_size);
-    if (g->mem)
-        munmap(g->mem, g->mem_size);
-    return APR_SUCCESS;
-}
-
-static generation_t *generation_make(authn_hmac_userfile_t *uf)
-{
-    apr_pool_t *np;
-    generation_t *g;
-
-    if (apr_pool_create(&np, uf->pool) != APR_SUCCESS)
-        return NULL;
-    g = apr_pcalloc(np, sizeof(*g));
-    g->pool = np;
-    g->uf = uf;
-    apr_pool_cleanup_register(np, g, generation_free, apr_pool_cleanup_null);
-    return g;
-}
-
-/* Opens the index at g->mem (with mac: only a tagged one), and makes room
- * for its memos. */
-static apr_status_t generation_open(generation_t *g, size_t size,
-                                    const authn_hmac_mac_t *mac)
-{
-    apr_status_t rv = authn_hmac_index_open(&g->v, g->mem, size, mac);
-
-    /* NB: by entry number, zeroed pages the kernel gives only when a
-     * memo is kept there. */
-    if (rv == APR_SUCCESS && g->v.entries) {
-        g->memos_size = g->v.entries * sizeof(memo_t *);
-        g->memos = mmap(NULL, g->memos_size, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (g->memos == MAP_FAILED)
-            g->memos = NULL;
-    }
-    return rv;
-}
-
-static void destroy(generation_t *g)
-{
-    if (g && g->reserved)
-        release(g->uf, g->reserved);
-    if (g)
-        apr_pool_destroy(g->pool);
-}
-
-static int writing_settled(const authn_hmac_userfile_t *uf,
-                           const generation_t *g, const apr_finfo_t *now);
-static int before_writer(const authn_hmac_userfile_t *uf,
-                         const generation_t *g);
-static void wait_writer(const authn_hmac_userfile_t *uf);
-static void wait_unseen(const authn_hmac_userfile_t *uf,
-                        const apr_finfo_t *now);
-
-/* The file is read in pieces of this size, twice: once to count its lines
- * (which size the index) and sum it, once to index it. Never the whole
- * file in memory at once: its pages would be as many again as the
- * index's, each zeroed by the kernel first. */
-#define CHUNK ((size_t)4 << 20)
-
-/* A reading of the file. */
+/* Bad lines told on, but for the last one of a racy reading that has no
+ * newline: a writer may not have written the rest yet. */
 typedef struct {
-    apr_file_t *f;
-    apr_finfo_t st; /* as fstat() saw it before */
-    size_t len, lines;
-    uint64_t sum; /* of the pieces, each authn_hmac_fingerprint'ed */
-    char *chunk;  /* CHUNK bytes */
-} reading_t;
+    authn_hmac_badline_fn bad;
+    void *baton;
+    unsigned last; /* that line's number, or 0 */
+} told_t;
 
-static void close_file(reading_t *r)
+static void tell_bad(void *baton, unsigned lineno, const char *why)
 {
-    if (r->chunk)
-        munmap(r->chunk, CHUNK);
-    r->chunk = NULL;
-    if (r->f)
-        apr_file_close(r->f);
-    r->f = NULL;
+    const told_t *t = baton;
+
+    if (lineno != t->last)
+        t->bad(t->baton, lineno, why);
 }
 
-/* Opens the file and reads it once: its length, lines and sum. */
-static apr_status_t scan_file(authn_hmac_userfile_t *uf, reading_t *r,
-                              apr_pool_t *tp)
+/* Indexes the reading into *g: as a shared version if share, else (or
+ * where it cannot be shared) in this process's own memory, within the
+ * view's budget. APR_EOF if the file changed while it was read. */
+static apr_status_t build(authn_hmac_userfile_t *uf, generation_t **g,
+                          reading_t *r, meta_t *m, size_t ml,
+                          authn_hmac_badline_fn bad, void *baton,
+                          apr_pool_t *tp, int share)
 {
-    apr_status_t rv;
-    apr_size_t got;
+    apr_status_t rv = APR_EGENERAL;
 
-    memset(r, 0, sizeof(*r));
-    /* NB: non-blocking, so that a FIFO put at the path cannot hold the
-     * worker in open(); its type is refused just below. */
-    rv = apr_file_open(&r->f, uf->path, APR_FOPEN_READ | APR_FOPEN_NONBLOCK,
-                       APR_OS_DEFAULT, tp);
-    if (rv != APR_SUCCESS)
-        return rv;
-    /* NB: watched before its fstat(): a write made between the two
-     * through a name not watched is in the size read, or queued. */
-    rewatch(uf, r->f);
-    rv = apr_file_info_get(&r->st, USERFILE_WANTED, r->f);
-    if (rv == APR_INCOMPLETE)
-        rv = APR_SUCCESS;
-    if (rv == APR_SUCCESS && r->st.filetype != APR_REG)
-        rv = APR_EBADF;
-    if (rv == APR_SUCCESS && r->st.size > uf->max_size)
-        rv = APR_ENOSPC;
-    /* NB: not malloc()ed: glibc would keep the pages when it is freed. */
-    if (rv == APR_SUCCESS &&
-        (r->chunk = mmap(NULL, CHUNK, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED) {
-        r->chunk = NULL;
-        rv = APR_ENOMEM;
+    if (share) {
+        rv = authn_hmac_uf_build_shared(uf, *g, r, m, ml, bad, baton, tp);
+        if (rv != APR_SUCCESS && rv != APR_EOF)
+            warn(uf,
+                 "cannot share the index of %s with the other processes "
+                 "(%pm); this process keeps its own",
+                 uf->path, &rv);
+        if (rv != APR_SUCCESS) {
+            authn_hmac_uf_gen_destroy(*g);
+            *g = authn_hmac_uf_gen_make(uf);
+            rv = *g ? APR_EGENERAL : APR_ENOMEM;
+        }
     }
-    while (rv == APR_SUCCESS) {
-        got = CHUNK;
-        rv = apr_file_read_full(r->f, r->chunk, got, &got);
-        r->len += got;
-        r->lines += authn_hmac_index_lines(r->chunk, got);
-        r->sum = (r->sum ^ authn_hmac_fingerprint(r->chunk, got)) *
-                     0x9E3779B97F4A7C15ULL +
-                 got;
-        if (rv == APR_EOF) {
-            rv = APR_SUCCESS;
-            break;
-        }
-        if (got < CHUNK || (apr_off_t)r->len > uf->max_size)
-            break; /* NB: a file that grows while read stops at its max */
-    }
-    if (rv != APR_SUCCESS)
-        close_file(r);
-    return rv;
-}
-
-/* The rest of a logical line longer than a piece, skipped: in it, whether
- * its physical line so far holds a NUL, and its last two bytes. */
-typedef struct {
-    int in, nul;
-    char c1, c2;
-} skip_t;
-
-/* How much of text (n bytes) is still the line s skips: up to the end of
- * a physical line that neither a backslash nor a NUL continues (the rules
- * of authn_hmac_index_feed). */
-static size_t skip_rest(skip_t *s, const char *text, size_t n)
-{
-    size_t i;
-
-    for (i = 0; i < n; i++) {
-        if (text[i] == '\n') {
-            int e = s->c1 == '\r' ? s->c2 : s->c1;
-
-            if (s->nul || e != '\\') {
-                memset(s, 0, sizeof(*s));
-                return i + 1;
-            }
-            s->nul = 0;
-            s->c1 = s->c2 = 0;
-            continue;
-        }
-        s->nul |= text[i] == '\0';
-        s->c2 = s->c1;
-        s->c1 = text[i];
-    }
-    return n;
-}
-
-/* Reads the file again into the index b. A logical line longer than a
- * piece is one line, too long (its first piece is fed as such), as the
- * whole file would be read: the rest of it is skipped, never read as
- * lines of its own. */
-static apr_status_t feed_file(reading_t *r, authn_hmac_index_builder_t *b,
-                              authn_hmac_badline_fn bad, void *baton)
-{
-    apr_off_t at = 0;
-    apr_status_t rv = apr_file_seek(r->f, APR_SET, &at);
-    size_t keep = 0, total = 0;
-    skip_t s = {0, 0, 0, 0};
-
-    while (rv == APR_SUCCESS) {
-        apr_size_t got = CHUNK - keep;
-        size_t n, used;
-        int last;
-
-        rv = apr_file_read_full(r->f, r->chunk + keep, got, &got);
-        if (rv == APR_EOF)
-            rv = APR_SUCCESS;
-        if (rv != APR_SUCCESS)
-            break;
-        total += got;
-        /* NB: no more than the first reading saw: the index was sized
-         * for it (a change since is told by the fstat() after). */
-        if (total > r->len) {
-            got -= total - r->len;
-            total = r->len;
-        }
-        n = keep + got;
-        last = got < CHUNK - keep || total == r->len;
-        used = s.in ? skip_rest(&s, r->chunk, n) : 0;
-        if (!s.in) {
-            size_t fed = authn_hmac_index_feed(b, r->chunk + used, n - used,
-                                               last, bad, baton);
-
-            if (fed == 0 && used == 0 && n == CHUNK) {
-                s.in = 1;
-                (void)skip_rest(&s, r->chunk, n); /* as at the piece's end */
-                fed = authn_hmac_index_feed(b, r->chunk, n, 1, bad, baton);
-            }
-            used += fed;
-        }
-        memmove(r->chunk, r->chunk + used, n - used);
-        keep = n - used;
-        if (last)
-            break;
+    if (*g && rv != APR_SUCCESS) {
+        if (!authn_hmac_uf_reserve(uf, r->st.size))
+            return APR_ENOSPC;
+        (*g)->reserved = r->st.size;
+        rv = authn_hmac_uf_build_private(*g, r, m, ml, bad, baton, tp);
     }
     return rv;
-}
-
-/* Whether the file changed while it was read. */
-static int torn(reading_t *r)
-{
-    apr_finfo_t after;
-
-    return r->len != (size_t)r->st.size ||
-           apr_file_info_get(&after, USERFILE_WANTED, r->f) != APR_SUCCESS ||
-           !same_file(&r->st, &after);
-}
-
-/* The metadata of a reading, in p. */
-static meta_t *meta_make(const authn_hmac_userfile_t *uf, const apr_finfo_t *st,
-                         int racy, int summed, uint64_t sum, size_t *len,
-                         apr_pool_t *p)
-{
-    size_t pl = strlen(uf->path);
-    meta_t *m;
-
-    *len = sizeof(*m) + pl + 1;
-    if (*len > AUTHN_HMAC_INDEX_META_MAX)
-        return NULL;
-    m = apr_pcalloc(p, *len);
-    m->dev = (uint64_t)st->device;
-    m->ino = (uint64_t)st->inode;
-    m->size = st->size;
-    m->mtime = st->mtime;
-    m->ctime = st->ctime;
-    m->racy = (uint32_t)racy;
-    m->summed = (uint32_t)summed;
-    m->sum = summed ? sum : 0;
-    memcpy(m->path, uf->path, pl + 1);
-    return m;
-}
-
-/* Indexes the reading r in area (cap bytes), tagged under mac if not
- * NULL; *used what it took. APR_EOF if the file changed while read. */
-static apr_status_t index_file(authn_hmac_userfile_t *uf, reading_t *r,
-                               void *area, size_t cap, const meta_t *m,
-                               size_t ml, const authn_hmac_mac_t *mac,
-                               authn_hmac_badline_fn bad, void *baton,
-                               size_t *used, apr_pool_t *tp)
-{
-    authn_hmac_index_builder_t *b;
-    apr_status_t rv =
-        authn_hmac_index_begin(&b, area, cap, r->len, r->lines, m, ml, tp);
-
-    if (rv == APR_SUCCESS)
-        rv = feed_file(r, b, bad, baton);
-    PAUSE_POINT(4);
-    if (rv == APR_SUCCESS)
-        rv = authn_hmac_index_end(b, mac, bad, baton, used);
-    if (rv == APR_SUCCESS && torn(r))
-        rv = APR_EOF;
-    /* NB: a writer seen only now (its first event queued late: the kernel
-     * makes a change seen before it queues its event, and may run another
-     * process between the two) may have left a prefix that was read as a
-     * whole file: not published; the version of before stays, where it
-     * is the file as the writer found it (APR_EOF), else the writer's
-     * close is waited for and the file read again (APR_EAGAIN). */
-    if (rv == APR_SUCCESS && !uf->late_ok && watched(uf) &&
-        writing_settled(uf, NULL, NULL))
-        rv = before_writer(uf, uf->current) ? APR_EOF : APR_EAGAIN;
-    return rv;
-}
-
-/* Indexes the reading as a new shared version, and maps it: an error if it
- * cannot be shared (no space, no directory), APR_EOF if the file changed
- * while read (nothing is published then). */
-static apr_status_t build_shared(authn_hmac_userfile_t *uf, generation_t *g,
-                                 reading_t *r, meta_t *m, size_t ml,
-                                 authn_hmac_badline_fn bad, void *baton,
-                                 apr_pool_t *tp)
-{
-    size_t cap = authn_hmac_index_bound(r->len, r->lines), used = 0;
-    authn_hmac_share_new_t n;
-    apr_status_t rv, built;
-    uint64_t version = 0;
-    void *area;
-
-    /* NB: built in this process's own memory, then copied: the version's
-     * file is writable by any process of the server's user (PHP-FPM...)
-     * until published, and the tags must cover only what was built, never
-     * what such a process wrote there before they were made. */
-    area = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                -1, 0);
-    if (area == MAP_FAILED)
-        return APR_ENOMEM;
-    /* NB: a huge page takes one fault where 512 small ones take 512. */
-    (void)madvise(area, cap, MADV_HUGEPAGE);
-    rv = authn_hmac_share_begin(uf->share, uf->slot, &n);
-    if (rv != APR_SUCCESS) {
-        munmap(area, cap);
-        return rv;
-    }
-    PAUSE_POINT(3);
-    m->version = n.version;
-    m->region = authn_hmac_share_id(uf->share);
-    built = index_file(uf, r, area, cap, m, ml, uf->mac, bad, baton, &used, tp);
-    rv = authn_hmac_share_end(uf->share, uf->slot, &n, area,
-                              built == APR_SUCCESS ? used : 0, &version);
-    munmap(area, cap);
-    if (rv == APR_SUCCESS && built != APR_SUCCESS)
-        return built;
-    if (rv == APR_SUCCESS)
-        rv = authn_hmac_share_map(uf->share, uf->slot, version, cap, &g->mem,
-                                  &g->mem_size);
-    if (rv == APR_SUCCESS)
-        rv = generation_open(g, g->mem_size, uf->mac);
-    if (rv == APR_SUCCESS) {
-        g->version = version;
-        uf->built++;
-    }
-    return rv;
-}
-
-/* Indexes the reading in this process's own memory; APR_EOF if the file
- * changed while read (the index is whole all the same). */
-static apr_status_t build_private(generation_t *g, reading_t *r,
-                                  const meta_t *m, size_t ml,
-                                  authn_hmac_badline_fn bad, void *baton,
-                                  apr_pool_t *tp)
-{
-    size_t cap = authn_hmac_index_bound(r->len, r->lines), used = 0;
-    apr_status_t rv, opened;
-
-    g->mem = mmap(NULL, cap, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (g->mem == MAP_FAILED) {
-        g->mem = NULL;
-        return APR_ENOMEM;
-    }
-    g->mem_size = cap;
-    rv = index_file(g->uf, r, g->mem, cap, m, ml, NULL, bad, baton, &used, tp);
-    if (rv != APR_SUCCESS && rv != APR_EOF)
-        return rv;
-    opened = generation_open(g, used, NULL);
-    return opened != APR_SUCCESS ? opened : rv;
 }
 
 /* Reads and indexes the file (as a shared version if share), and
  * publishes it; called with uf->lock held. On failure no generation is
  * left: nothing stale can be used. A reading that the file changed under
- * (a writer at work) leaves the generation of before in place where it is
- * the file as that writer found it (before_writer); else the writer's
- * close is waited for and the file read again (APR_EAGAIN, see load());
- * with no writer seen at work, or on load()'s last try, it is used,
- * racy. */
-static apr_status_t load_once(authn_hmac_userfile_t *uf,
-                              authn_hmac_badline_fn bad, void *baton,
-                              uint64_t events, int share)
+ * (a writer at work) is used, racy: it is what the file held while it was
+ * read, and a deny from it is asked again once the file is quiet (see
+ * settle()). */
+static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
+                         void *baton, uint64_t events, int share)
 {
     generation_t *g = NULL, *cur = uf->current;
     apr_pool_t *tp = NULL;
+    told_t told = {bad, baton, 0};
     reading_t r;
     size_t ml = 0;
     int racy;
@@ -1147,80 +231,34 @@ static apr_status_t load_once(authn_hmac_userfile_t *uf,
     /* NB: the generation it replaces goes when this returns, read or not:
      * its bytes go back to the budget now. */
     if (cur && cur->reserved) {
-        release(uf, cur->reserved);
+        authn_hmac_uf_release(uf, cur->reserved);
         cur->reserved = 0;
     }
     rv = apr_pool_create(&tp, uf->pool);
     if (rv == APR_SUCCESS)
-        rv = scan_file(uf, &r, tp);
-    if (rv == APR_SUCCESS && !(g = generation_make(uf)))
+        rv = authn_hmac_uf_scan(uf, &r, tp);
+    if (rv == APR_SUCCESS && !(g = authn_hmac_uf_gen_make(uf)))
         rv = APR_ENOMEM;
     if (rv != APR_SUCCESS)
         goto done;
-    racy = apr_time_now() - changed(&r.st) < RACY_WINDOW;
+    racy = apr_time_now() - authn_hmac_uf_changed(&r.st) < RACY_WINDOW;
     /* NB: the same bytes as the reading before (a racy file read again)
      * had their bad lines told then. */
     if (cur && cur->summed && cur->sum == r.sum &&
         cur->st.size == (apr_off_t)r.len)
         bad = NULL;
-    m = meta_make(uf, &r.st, racy, 1, r.sum, &ml, tp);
+    if (bad && racy && r.cut) {
+        told.last = (unsigned)r.lines + 1;
+        bad = tell_bad;
+        baton = &told;
+    }
+    m = authn_hmac_uf_meta(uf, &r.st, racy, 1, r.sum, &ml, tp);
     if (!m) {
         rv = APR_ENAMETOOLONG;
         goto done;
     }
-    rv = APR_EGENERAL;
-    if (share) {
-        rv = build_shared(uf, g, &r, m, ml, bad, baton, tp);
-        if (rv == APR_EAGAIN)
-            goto done;
-        if (rv != APR_SUCCESS && rv != APR_EOF)
-            warn(uf,
-                 "cannot share the index of %s with the other processes "
-                 "(%pm); this process keeps its own",
-                 uf->path, &rv);
-        if (rv != APR_SUCCESS) {
-            destroy(g);
-            g = generation_make(uf);
-            rv = g ? APR_EGENERAL : APR_ENOMEM;
-        }
-    }
-    if (g && rv != APR_SUCCESS) {
-        if (!reserve(uf, r.st.size)) {
-            rv = APR_ENOSPC;
-            goto done;
-        }
-        g->reserved = r.st.size;
-        rv = build_private(g, &r, m, ml, bad, baton, tp);
-    }
-    /* NB: a reading the file changed under keeps the version of before
-     * only where it is the file as the writer at work found it. Else that
-     * may be older than a change done before this lookup began (this
-     * process got no request since): the writer's close is waited for and
-     * the file read again, as for a writer seen late; with no writer at
-     * work (done, or unwatched), the reading is used, racy. A shared
-     * version that did not verify (unshared) is never kept. */
-    if (rv == APR_EOF && cur) {
-        int at_work = watched(uf) && writing_settled(uf, NULL, NULL);
-
-        if (!(at_work && before_writer(uf, cur)) ||
-            (uf->unshared && cur->version != 0)) {
-            cur = NULL;
-            if (at_work && !uf->late_ok) {
-                rv = APR_EAGAIN;
-                goto done;
-            }
-        }
-    }
-    if (rv == APR_EOF && cur) {
-        /* NB: cur stays; so does its reservation. */
-        destroy(g);
-        close_file(&r);
-        apr_pool_destroy(tp);
-        if (reserve(uf, cur->st.size))
-            cur->reserved = cur->st.size;
-        return APR_SUCCESS;
-    }
-    if (rv == APR_EOF) {
+    rv = build(uf, &g, &r, m, ml, bad, baton, tp, share);
+    if (rv == APR_EOF) { /* torn: a writer at work */
         rv = APR_SUCCESS;
         racy = 1;
     }
@@ -1231,40 +269,26 @@ static apr_status_t load_once(authn_hmac_userfile_t *uf,
         g->summed = 1;
         g->sum = r.sum;
         g->checked = events; /* counted before the file was watched and read */
+        g->read_at = authn_hmac_monotonic();
+        if (r.tail)
+            g->tail = apr_pstrdup(g->pool, r.tail);
     }
 done:
-    close_file(&r);
+    authn_hmac_uf_close(&r);
     if (tp)
         apr_pool_destroy(tp);
     if (rv != APR_SUCCESS) {
-        destroy(g);
+        authn_hmac_uf_gen_destroy(g);
         g = NULL;
     }
-    publish(uf, g);
-    return rv;
-}
-
-/* load_once(), again after a writer's close where one came only once the
- * file was read (twice; then what is there is kept). */
-static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
-                         void *baton, uint64_t events, int share)
-{
-    apr_status_t rv = load_once(uf, bad, baton, events, share);
-    int tries;
-
-    for (tries = 0; rv == APR_EAGAIN && tries < 3; tries++) {
-        wait_writer(uf);
-        uf->late_ok = tries == 2;
-        rv = load_once(uf, NULL, NULL, events, share);
-        uf->late_ok = 0;
-    }
+    authn_hmac_uf_publish(uf, g);
     return rv;
 }
 
 /* Whether the file, read now, is what was read into a version of sum: the
  * same bytes (by their fingerprint) under the same stat() as now. */
 static int same_reading(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
-                        uint64_t sum)
+                        uint64_t sum, generation_t *g)
 {
     apr_pool_t *tp;
     reading_t r;
@@ -1272,9 +296,12 @@ static int same_reading(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
 
     if (apr_pool_create(&tp, uf->pool) != APR_SUCCESS)
         return 0;
-    if (scan_file(uf, &r, tp) == APR_SUCCESS) {
-        same = !torn(&r) && same_file(&r.st, now) && r.sum == sum;
-        close_file(&r);
+    if (authn_hmac_uf_scan(uf, &r, tp) == APR_SUCCESS) {
+        same = !authn_hmac_uf_torn(&r) && authn_hmac_uf_same_file(&r.st, now) &&
+               r.sum == sum;
+        if (same && g && r.tail)
+            g->tail = apr_pstrdup(g->pool, r.tail);
+        authn_hmac_uf_close(&r);
     }
     apr_pool_destroy(tp);
     return same;
@@ -1289,7 +316,7 @@ static int same_reading(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
 static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
                  const apr_finfo_t *now, uint64_t events)
 {
-    generation_t *g = generation_make(uf);
+    generation_t *g = authn_hmac_uf_gen_make(uf);
     const meta_t *m;
     apr_finfo_t st;
     int racy = 0;
@@ -1299,7 +326,7 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     if (authn_hmac_share_map(uf->share, uf->slot, version,
                              (size_t)uf->max_size * 2 + (64u << 20), &g->mem,
                              &g->mem_size) != APR_SUCCESS ||
-        generation_open(g, g->mem_size, uf->mac) != APR_SUCCESS ||
+        authn_hmac_uf_gen_open(g, g->mem_size, uf->mac) != APR_SUCCESS ||
         g->v.meta_len < sizeof(meta_t) + 1)
         goto no;
     m = (const meta_t *)(const void *)g->v.meta; /* a private copy */
@@ -1314,15 +341,15 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     st.size = (apr_off_t)m->size;
     st.mtime = (apr_time_t)m->mtime;
     st.ctime = (apr_time_t)m->ctime;
-    if (!same_file(&st, now))
+    if (!authn_hmac_uf_same_file(&st, now))
         goto no;
     if (m->racy) {
         /* NB: read past the second, the same bytes are as good as a
          * reading that is not racy: a later change has a later time. */
-        int late = apr_time_now() - changed(now) >= RACY_WINDOW;
+        int late = apr_time_now() - authn_hmac_uf_changed(now) >= RACY_WINDOW;
 
         if (!m->summed || (!late && events == 0) ||
-            !same_reading(uf, now, m->sum))
+            !same_reading(uf, now, m->sum, g))
             goto no;
         g->sum = m->sum;
         g->summed = 1;
@@ -1332,11 +359,12 @@ static int adopt(authn_hmac_userfile_t *uf, uint64_t version,
     g->racy = racy;
     g->version = version;
     g->checked = events;
+    g->read_at = authn_hmac_monotonic();
     uf->adopted++;
-    publish(uf, g);
+    authn_hmac_uf_publish(uf, g);
     return 1;
 no:
-    destroy(g);
+    authn_hmac_uf_gen_destroy(g);
     return 0;
 }
 
@@ -1354,9 +382,9 @@ static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
     /* NB: a racy generation past its second, the file unchanged: read
      * once more (its fingerprint), not indexed again, and no longer racy. */
     if (uf->current && uf->current->racy && uf->current->summed &&
-        same_file(&uf->current->st, now) &&
-        apr_time_now() - changed(now) >= RACY_WINDOW &&
-        same_reading(uf, now, uf->current->sum)) {
+        authn_hmac_uf_same_file(&uf->current->st, now) &&
+        apr_time_now() - authn_hmac_uf_changed(now) >= RACY_WINDOW &&
+        same_reading(uf, now, uf->current->sum, NULL)) {
         __atomic_store_n(&uf->current->racy, 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&uf->current->checked, events, __ATOMIC_SEQ_CST);
         uf->reads++;
@@ -1406,6 +434,12 @@ typedef struct {
     size_t *hash_len;
     unsigned char *id;
     unsigned char *digest;
+    int final; /* a deny is final: a line maybe cut is answered as read */
+    /* Of the generation that answered: */
+    int unsettled;      /* racy, or read less than SETTLE_MAX ago */
+    apr_time_t changed; /* when the file it was read from changed */
+    apr_time_t read_at; /* when it was read (monotonic) */
+    apr_off_t size;     /* its size */
 } ask_t;
 
 static int memo_for(const memo_t *m, const ask_t *a, size_t ul)
@@ -1456,12 +490,30 @@ static void user_id(generation_t *g, const authn_hmac_index_entry_t *e,
         ;
 }
 
+/* A deny is asked again once the file is quiet (see settle()) where the
+ * generation was read within SETTLE_MAX of a change (racy) or less than
+ * SETTLE_MAX ago: a file that htpasswd truncates shows its new size a
+ * moment before its new time. */
+
+/* Whether a deny from g is unsettled; notes in a what g was read from. */
+static int unsettled(const generation_t *g, ask_t *a)
+{
+    a->changed = authn_hmac_uf_changed(&g->st);
+    a->size = g->st.size;
+    a->read_at = g->read_at;
+    a->unsettled = __atomic_load_n(&g->racy, __ATOMIC_SEQ_CST) ||
+                   authn_hmac_monotonic() - g->read_at < SETTLE_MAX;
+    return a->unsettled;
+}
+
 /* The user's hash (a copy in p) and id; or the file's typical hash and
  * APR_NOTFOUND (no such user) or AUTHN_HMAC_LOCKED (a locked line); or
- * CORRUPT for a shared version altered since it was written. NB: an
+ * CORRUPT for a shared version altered since it was written; or MAYBE_CUT
+ * for the user of a last line without its newline in a racy reading (a
+ * writer may not have written the rest yet), unless a->final. NB: an
  * unknown user's typical hash is read and checked as a known user's entry
  * is, so that both cost the same. */
-static apr_status_t answer(generation_t *g, const ask_t *a, apr_pool_t *p)
+static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
 {
     unsigned char copy[AUTHN_HMAC_INDEX_COPY];
     authn_hmac_index_entry_t e;
@@ -1470,6 +522,13 @@ static apr_status_t answer(generation_t *g, const ask_t *a, apr_pool_t *p)
     uint64_t off = authn_hmac_index_find(&g->v, a->user, ul, &ord), t;
     const memo_t *m;
 
+    a->unsettled = 0;
+    if (g->tail && !a->final && strcmp(g->tail, a->user) == 0 &&
+        unsettled(g, a)) {
+        *a->hash = NULL;
+        *a->hash_len = 0;
+        return MAYBE_CUT;
+    }
     if (off && a->mac && g->memos && ord < g->v.entries &&
         (m = __atomic_load_n(&g->memos[ord], __ATOMIC_ACQUIRE)) != NULL &&
         memo_for(m, a, ul)) {
@@ -1501,103 +560,14 @@ static apr_status_t answer(generation_t *g, const ask_t *a, apr_pool_t *p)
         *a->hash = apr_pstrmemdup(p, e.hash, e.hash_len);
         *a->hash_len = e.hash_len;
     }
+    (void)unsettled(g, a);
     return off ? AUTHN_HMAC_LOCKED : APR_NOTFOUND;
 }
 
-/* Whether a writer holds the file open: modified, not closed after,
- * since less than WRITE_WAIT, as far as the queue was taken in. */
-static int writing(const authn_hmac_userfile_t *uf)
-{
-    int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
-    apr_time_t since;
-
-    if (wd < 0 || wd >= WATCH_WDS)
-        return 0;
-    since = __atomic_load_n(&w.writing[wd], __ATOMIC_SEQ_CST);
-    return since && authn_hmac_monotonic() - since < WRITE_WAIT;
-}
-
-/* Whether g answers for the file as it was when the writer at work began:
- * found fresh at the count just before the writer's first event, which was
- * the first event after it. Else a change may have come between (a write
- * done, and this process got no request since): g is older than what the
- * writer overwrites, and never answers for it. */
-static int before_writer(const authn_hmac_userfile_t *uf, const generation_t *g)
-{
-    int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
-    uint64_t base;
-
-    if (!g || wd < 0 || wd >= WATCH_WDS)
-        return 0;
-    base = __atomic_load_n(&w.base[wd], __ATOMIC_SEQ_CST);
-    return base != 0 && __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == base;
-}
-
-/* Waits while this process sees a writer at work (a second at most from
- * its first write), taking in the queue: for its close. */
-static void wait_writer(const authn_hmac_userfile_t *uf)
-{
-    while (writing(uf)) {
-        usleep(2000);
-        (void)watch_events();
-    }
-}
-
-/* A process without a version whose watcher came after the file's last
- * change (a child made just then, before any other process took in the
- * writer's first event: no hint yet) cannot tell a writer that holds the
- * file open from one that is done: it waits, a second at most from the
- * change, for a close it sees, or a write (then the writer rule holds).
- * Not on a server that has published no version yet (just started): its
- * first request does not wait for a file written just before. */
-static void wait_unseen(const authn_hmac_userfile_t *uf, const apr_finfo_t *now)
-{
-    int wd = __atomic_load_n(&uf->wd, __ATOMIC_RELAXED);
-    apr_time_t age = apr_time_now() - changed(now), until;
-
-    if (wd < 0 || wd >= WATCH_WDS || changed(now) > w.started ||
-        age >= WRITE_WAIT)
-        return;
-    /* NB: until then on the monotonic clock: the real one may be stepped
-     * back meanwhile (the wait is under the view's lock). */
-    until = authn_hmac_monotonic() + WRITE_WAIT - (age > 0 ? age : 0);
-    while (authn_hmac_monotonic() < until &&
-           !__atomic_load_n(&w.closed[wd], __ATOMIC_SEQ_CST) && !writing(uf)) {
-        usleep(2000);
-        (void)watch_events();
-    }
-}
-
-/* As writing(), once what is queued is taken in: after a drain that
- * another thread has under way, and one of this thread's. NB: the kernel
- * makes a change seen (a size of 0 after an open with O_TRUNC) a moment
- * before it queues the change's event: when the file differs from g, and
- * the count is still the one g was found fresh at, the event is waited
- * for (100 ms at most: a change made through a name not watched has none;
- * the writer may be put off the CPU between the two). */
-static int writing_settled(const authn_hmac_userfile_t *uf,
-                           const generation_t *g, const apr_finfo_t *now)
-{
-    apr_time_t until = authn_hmac_monotonic() + 100000;
-    uint64_t events;
-
-    pthread_mutex_lock(&w.lock);
-    pthread_mutex_unlock(&w.lock);
-    events = watch_events();
-    while (g && now && !same_file(&g->st, now) && events != 0 &&
-           events == __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) &&
-           authn_hmac_monotonic() < until) {
-        usleep(200);
-        events = watch_events();
-    }
-    return writing(uf);
-}
-
 /* Answers from the generation there is, without a stat(): under no lock,
- * or 0 if there is none. */
-static int answer_current(authn_hmac_userfile_t *uf, const ask_t *a,
-                          apr_pool_t *p, uint64_t events, int any,
-                          apr_status_t *rv)
+ * or 0 if there is none that inotify vouches for. */
+static int answer_current(authn_hmac_userfile_t *uf, ask_t *a, apr_pool_t *p,
+                          uint64_t events, apr_status_t *rv)
 {
     stripe_t *st;
     generation_t *g;
@@ -1607,9 +577,8 @@ static int answer_current(authn_hmac_userfile_t *uf, const ask_t *a,
     st = enter(uf, &e);
     g = __atomic_load_n(&uf->current, __ATOMIC_SEQ_CST);
     PAUSE_POINT(2);
-    if (g && (any ? before_writer(uf, g)
-                  : !g->racy && __atomic_load_n(&g->checked,
-                                                __ATOMIC_SEQ_CST) == events)) {
+    if (g && !__atomic_load_n(&g->racy, __ATOMIC_SEQ_CST) &&
+        __atomic_load_n(&g->checked, __ATOMIC_SEQ_CST) == events) {
         *rv = answer(g, a, p);
         done = *rv != CORRUPT;
     }
@@ -1619,7 +588,7 @@ static int answer_current(authn_hmac_userfile_t *uf, const ask_t *a,
 
 /* The answer from uf->current, under uf->lock: a shared version that does
  * not verify is dropped, and the file read by this process from then on. */
-static apr_status_t answer_locked(authn_hmac_userfile_t *uf, const ask_t *a,
+static apr_status_t answer_locked(authn_hmac_userfile_t *uf, ask_t *a,
                                   apr_pool_t *p, uint64_t events)
 {
     apr_status_t rv;
@@ -1640,9 +609,11 @@ static apr_status_t answer_locked(authn_hmac_userfile_t *uf, const ask_t *a,
     return rv;
 }
 
-static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
-                           authn_hmac_badline_fn bad, void *baton,
-                           apr_pool_t *p)
+/* One answer from a reading of the file as it is now: the generation
+ * there is if nothing happened to the file since it was found fresh, else
+ * one made or taken now. */
+static apr_status_t look(authn_hmac_userfile_t *uf, ask_t *a,
+                         authn_hmac_badline_fn bad, void *baton, apr_pool_t *p)
 {
     apr_finfo_t now;
     generation_t *g;
@@ -1651,48 +622,12 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
     apr_status_t rv;
     int done = 0;
 
-    if (!uf->lock)
-        return APR_EINIT; /* child_init did not run or failed */
     /* The common case, without a lock: a watched file that nothing has
      * happened to since a stat() found its generation fresh. */
-    if (watched(uf)) {
-        if ((events = watch_events()) != 0 &&
-            answer_current(uf, a, p, events, 0, &rv))
-            return rv;
-        /* NB: a writer holds the file open (htpasswd copies its new
-         * version over the old one): for a second at most, the version of
-         * before answers, not a prefix of the new one; the writer's close
-         * is queued within the close() itself, so that a completed change
-         * is never answered from the old one. Asked again under the lock
-         * before a rebuild, once the queue is taken in (another thread
-         * may be at it: events 0, and then the close it took is not yet
-         * in what writing() reads). */
-        if (events != 0 && writing(uf)) {
-            if (answer_current(uf, a, p, events, 1, &rv))
-                return rv;
-            wait_writer(uf); /* no version of before here: its close */
-        }
-    }
-    /* NB: a process without a version yet, whose watcher may have come
-     * after a writer opened the file (a child just made), waits while
-     * another process has seen a writer at work: for its close, a second
-     * at most from its open. Never the version of before: the close may
-     * have come already, unseen. */
-    if (!__atomic_load_n(&uf->current, __ATOMIC_SEQ_CST) && uf->share &&
-        !uf->unshared) {
-        /* NB: a second at most for this request too: each process that
-         * takes in a write of a writer that keeps writing (a child just
-         * made) sets the hint again, to its own time. */
-        apr_time_t since, until = authn_hmac_monotonic() + WRITE_WAIT;
-
-        while ((since = authn_hmac_share_writer(uf->share, uf->slot)) != 0 &&
-               authn_hmac_monotonic() - since < WRITE_WAIT &&
-               authn_hmac_monotonic() < until) {
-            usleep(2000);
-            if (watched(uf))
-                (void)watch_events(); /* a close seen here ends it */
-        }
-    }
+    if (authn_hmac_uf_watched(uf) &&
+        (events = authn_hmac_watch_events()) != 0 &&
+        answer_current(uf, a, p, events, &rv))
+        return rv;
     /* NB: the file is stat()ed before the index is read: a change that
      * this request saw is never answered from the index of before. A
      * watched path is not followed: one that has become a symbolic link
@@ -1726,26 +661,95 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, const ask_t *a,
     __atomic_sub_fetch(&st->n[e], 1, __ATOMIC_SEQ_CST);
     if (done)
         return rv;
-    /* The file changed (or was never read): one refresh, under the lock,
-     * unless a writer is at work: then the version of before answers, if
-     * this process has the file as the writer found it (before_writer);
-     * else the writer's close is waited for, then the file read. */
+    /* The file changed (or was never read): one refresh, under the lock. */
     apr_thread_mutex_lock(uf->lock);
     rv = APR_SUCCESS;
-    if (!fresh(uf->current, &now, events) && watched(uf) &&
-        writing_settled(uf, uf->current, &now) &&
-        !before_writer(uf, uf->current))
-        wait_writer(uf); /* NB: under the lock: the others wait too */
-    if (!uf->current && uf->share &&
-        authn_hmac_share_version(uf->share, uf->slot) != 0 && watched(uf) &&
-        !fresh(uf->current, &now, events))
-        wait_unseen(uf, &now);
-    if (!fresh(uf->current, &now, events) &&
-        !(watched(uf) && writing(uf) && before_writer(uf, uf->current)))
+    if (!fresh(uf->current, &now, events))
         rv = refresh(uf, &now, events, bad, baton);
     if (rv == APR_SUCCESS)
         rv = answer_locked(uf, a, p, events);
     apr_thread_mutex_unlock(uf->lock);
+    return rv;
+}
+
+/* Quiet: the file unchanged for this long, and no writer at work that the
+ * watcher sees (a watched file). */
+#define QUIET      apr_time_from_msec(50)
+#define QUIET_POLL 5000 /* us */
+
+static int denies(apr_status_t rv)
+{
+    return rv == APR_NOTFOUND || rv == AUTHN_HMAC_LOCKED || rv == MAYBE_CUT;
+}
+
+/* Whether the file that a's answer was read from is quiet: read QUIET ago
+ * at least (the look that follows finds it unchanged since), unchanged
+ * since QUIET at least, and no writer at work: as the watcher sees it, for
+ * a watched file that it watched before the change; else, with a change
+ * less than SETTLE_MAX ago, a writer may be at work unseen. */
+static int quiet(authn_hmac_userfile_t *uf, const ask_t *a)
+{
+    apr_time_t age = apr_time_now() - a->changed;
+
+    if (authn_hmac_monotonic() - a->read_at < QUIET || age < QUIET)
+        return 0;
+    if (authn_hmac_uf_watched(uf) &&
+        authn_hmac_watch_quiet(__atomic_load_n(&uf->wd, __ATOMIC_RELAXED),
+                               a->changed))
+        return 1;
+    return !authn_hmac_uf_watched(uf) || age >= SETTLE_MAX;
+}
+
+/* The writer rule. A reading of a file that a writer rewrites in place
+ * holds what the file held then (htpasswd truncates it, then writes it
+ * whole): a user may be missing, or the last line cut. A deny from a
+ * reading of a file that changed less than SETTLE_MAX ago, or read less
+ * than that ago, is asked again once the file is quiet (a grant on the
+ * way ends it), SETTLE_MAX at most from now: the answer from the quiet
+ * file, or past that, is final. There is no version of before: what is
+ * not in the file is never granted, and a completed write is in force on
+ * the very next lookup. */
+static apr_status_t settle(authn_hmac_userfile_t *uf, ask_t *a,
+                           authn_hmac_badline_fn bad, void *baton,
+                           apr_pool_t *p, apr_status_t rv)
+{
+    apr_time_t start = authn_hmac_monotonic(), seen, read_at;
+    apr_off_t size;
+    int last;
+
+    while (denies(rv) && a->unsettled) {
+        last = authn_hmac_monotonic() - start >= SETTLE_MAX;
+        if (!last && !quiet(uf, a)) {
+            usleep(QUIET_POLL);
+            rv = look(uf, a, bad, baton, p);
+            continue;
+        }
+        /* NB: final only if it is the reading found quiet (a writer may
+         * have begun since). */
+        seen = a->changed;
+        size = a->size;
+        read_at = a->read_at;
+        a->final = 1;
+        rv = look(uf, a, bad, baton, p);
+        a->final = 0;
+        if (last ||
+            (a->changed == seen && a->size == size && a->read_at == read_at))
+            break;
+    }
+    return rv;
+}
+
+static apr_status_t lookup(authn_hmac_userfile_t *uf, ask_t *a,
+                           authn_hmac_badline_fn bad, void *baton,
+                           apr_pool_t *p)
+{
+    apr_status_t rv;
+
+    if (!uf->lock)
+        return APR_EINIT; /* child_init did not run or failed */
+    rv = look(uf, a, bad, baton, p);
+    if (denies(rv) && a->unsettled)
+        rv = settle(uf, a, bad, baton, p, rv);
     return rv;
 }
 
@@ -1755,7 +759,7 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         authn_hmac_badline_fn bad, void *baton,
                                         apr_pool_t *p)
 {
-    ask_t a = {user, NULL, NULL, 0, hash, hash_len, NULL, NULL};
+    ask_t a = {user, NULL, NULL, 0, hash, hash_len, NULL, NULL, 0, 0, 0, 0, 0};
 
     return lookup(uf, &a, bad, baton, p);
 }
@@ -1767,130 +771,8 @@ apr_status_t authn_hmac_userfile_lookup_id(
     unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
     void *baton, apr_pool_t *p)
 {
-    ask_t a = {user, mac, scope, scope_len, hash, hash_len, id, digest};
+    ask_t a = {user,   mac, scope, scope_len, hash, hash_len, id,
+               digest, 0,   0,     0,         0,    0};
 
     return lookup(uf, &a, bad, baton, p);
-}
-
-/* ------------------------------------------------------------- reaper */
-
-/* A process that gets no request holds the version it used last until its
- * next one, though the server has replaced it (a prefork child among many
- * idle ones): its memory would not go back. A thread of each process lets
- * go of such a version within a second; the next request takes the new
- * one. Not while a writer is at work (the version before answers then). */
-#define REAP_EVERY apr_time_from_sec(1)
-#define REAP_MAX   64
-
-static struct {
-    apr_thread_mutex_t *lock;
-    apr_thread_cond_t *cond;
-    apr_thread_t *thread;
-    int stop;
-    authn_hmac_userfile_t *ufs[REAP_MAX];
-    unsigned n;
-} reaper;
-
-static void reap(authn_hmac_userfile_t *uf)
-{
-    generation_t *g;
-    apr_time_t since;
-    uint64_t v = __atomic_load_n(&uf->current_version, __ATOMIC_RELAXED);
-
-    if (!uf->share || !v || authn_hmac_share_version(uf->share, uf->slot) == v)
-        return;
-    since = authn_hmac_share_writer(uf->share, uf->slot);
-    if ((since && authn_hmac_monotonic() - since < WRITE_WAIT) || writing(uf))
-        return; /* NB: this process's watcher too: another's may have
-                   cleared the server's hint with an earlier writer's close */
-    if (apr_thread_mutex_trylock(uf->lock) != APR_SUCCESS)
-        return; /* a request is at it: it will take the new one */
-    /* NB: read under the lock: a request's rebuild frees the generation
-     * it replaces once no lookup counted in the stripes reads it, and the
-     * reaper is not counted there. */
-    g = uf->current;
-    PAUSE_POINT(5);
-    if (g && g->version &&
-        authn_hmac_share_version(uf->share, uf->slot) != g->version)
-        publish(uf, NULL);
-    apr_thread_mutex_unlock(uf->lock);
-}
-
-static void *APR_THREAD_FUNC reaper_main(apr_thread_t *t, void *data)
-{
-    unsigned i;
-
-    (void)data;
-    apr_thread_mutex_lock(reaper.lock);
-    while (!reaper.stop) {
-        (void)apr_thread_cond_timedwait(reaper.cond, reaper.lock, REAP_EVERY);
-        for (i = 0; i < reaper.n && !reaper.stop; i++)
-            reap(reaper.ufs[i]);
-    }
-    apr_thread_mutex_unlock(reaper.lock);
-    apr_thread_exit(t, APR_SUCCESS);
-    return NULL;
-}
-
-static apr_status_t reaper_stop(void *data)
-{
-    apr_status_t rv;
-
-    (void)data;
-    if (!reaper.thread)
-        return APR_SUCCESS;
-    apr_thread_mutex_lock(reaper.lock);
-    reaper.stop = 1;
-    apr_thread_cond_signal(reaper.cond);
-    apr_thread_mutex_unlock(reaper.lock);
-    apr_thread_join(&rv, reaper.thread);
-    reaper.thread = NULL;
-    reaper.n = 0;
-    return APR_SUCCESS;
-}
-
-apr_status_t authn_hmac_userfile_reaper(authn_hmac_userfile_t *uf,
-                                        apr_pool_t *pchild)
-{
-    apr_status_t rv = APR_SUCCESS;
-
-    if (!uf->share || !uf->lock || reaper.n == REAP_MAX)
-        return APR_SUCCESS;
-    if (!reaper.thread) {
-        reaper.stop = 0;
-        rv = apr_thread_mutex_create(&reaper.lock, APR_THREAD_MUTEX_DEFAULT,
-                                     pchild);
-        if (rv == APR_SUCCESS)
-            rv = apr_thread_cond_create(&reaper.cond, pchild);
-        if (rv == APR_SUCCESS)
-            rv = apr_thread_create(&reaper.thread, NULL, reaper_main, NULL,
-                                   pchild);
-        if (rv != APR_SUCCESS)
-            return rv;
-        /* NB: before pchild's subpools (the views') go. */
-        apr_pool_pre_cleanup_register(pchild, NULL, reaper_stop);
-    }
-    apr_thread_mutex_lock(reaper.lock);
-    reaper.ufs[reaper.n++] = uf;
-    apr_thread_mutex_unlock(reaper.lock);
-    return APR_SUCCESS;
-}
-
-void authn_hmac_userfile_shared(authn_hmac_userfile_t *uf, unsigned *built,
-                                unsigned *adopted)
-{
-    apr_thread_mutex_lock(uf->lock);
-    *built = uf->built;
-    *adopted = uf->adopted;
-    apr_thread_mutex_unlock(uf->lock);
-}
-
-unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf)
-{
-    unsigned n;
-
-    apr_thread_mutex_lock(uf->lock);
-    n = uf->reads;
-    apr_thread_mutex_unlock(uf->lock);
-    return n;
 }

@@ -23,8 +23,6 @@ typedef struct {
     pthread_mutex_t lock; /* robust, process-shared: one builder */
     uint64_t version;     /* published; 0: none */
     uint64_t last;        /* the last number given */
-    int64_t writer;       /* since a process saw a writer open the file
-                             (monotonic), until one saw it close it; 0 */
     char pad[64];
 } slot_t;
 
@@ -275,17 +273,4 @@ apr_status_t authn_hmac_share_end(authn_hmac_share_t *sh, unsigned slot,
     }
     *version = v;
     return APR_SUCCESS;
-}
-
-void authn_hmac_share_set_writer(authn_hmac_share_t *sh, unsigned slot,
-                                 apr_time_t since)
-{
-    __atomic_store_n(&sh->r->slots[slot].writer, (int64_t)since,
-                     __ATOMIC_SEQ_CST);
-}
-
-apr_time_t authn_hmac_share_writer(const authn_hmac_share_t *sh, unsigned slot)
-{
-    return (apr_time_t)__atomic_load_n(&sh->r->slots[slot].writer,
-                                       __ATOMIC_SEQ_CST);
 }

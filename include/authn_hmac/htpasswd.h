@@ -1,6 +1,6 @@
-/* authn_hmac/htpasswd.h: the htpasswd index: a file's parser, and a
- * process's view of a file that is read again when it changes, shared by
- * the server's children where authn_hmac_userfile_share set it up. */
+/* authn_hmac/htpasswd.h: a process's view of an htpasswd file, read again
+ * when it changes, shared by the server's children where
+ * authn_hmac_userfile_share set it up. */
 #ifndef AUTHN_HMAC_HTPASSWD_H
 #define AUTHN_HMAC_HTPASSWD_H
 
@@ -9,29 +9,6 @@
 #include "authn_hmac/share.h"
 
 #include <apr_errno.h>
-
-typedef struct authn_hmac_htpasswd authn_hmac_htpasswd_t;
-
-/* Parses an htpasswd file held in buf (modified in place; it must live as
- * long as p, and have one writable byte past len). Blank lines and '#' comments
- * are skipped silently; for a user listed twice the first line wins, as in
- * mod_authn_file. */
-apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
-                                       size_t len, authn_hmac_badline_fn bad,
-                                       void *baton, apr_pool_t *p);
-
-/* The stored hash for user, or NULL. O(1) in the number of users. */
-const char *authn_hmac_htpasswd_get(const authn_hmac_htpasswd_t *idx,
-                                    const char *user, size_t *hash_len);
-
-unsigned authn_hmac_htpasswd_count(const authn_hmac_htpasswd_t *idx);
-
-/* A hash of the file's typical cost (one of its own, at the median bcrypt
- * cost; never a locked one), the template of the dummy hash that unknown
- * and locked users are checked against; NULL in a file without one. */
-const char *authn_hmac_htpasswd_typical(const authn_hmac_htpasswd_t *idx,
-                                        size_t *len);
-unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx);
 
 /* A per-process view of one htpasswd file, rebuilt when the file changes. */
 typedef struct authn_hmac_userfile authn_hmac_userfile_t;
@@ -110,13 +87,5 @@ apr_status_t authn_hmac_userfile_lookup_id(
  * Stopped with pchild. */
 apr_status_t authn_hmac_userfile_reaper(authn_hmac_userfile_t *uf,
                                         apr_pool_t *pchild);
-
-/* How many times this process has read the file (for tests). */
-unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
-
-/* How many versions this process built and shared, and took from another
- * (for tests and status). */
-void authn_hmac_userfile_shared(authn_hmac_userfile_t *uf, unsigned *built,
-                                unsigned *adopted);
 
 #endif /* AUTHN_HMAC_HTPASSWD_H */

@@ -68,11 +68,4 @@ apr_status_t authn_hmac_share_end(authn_hmac_share_t *sh, unsigned slot,
                                   authn_hmac_share_new_t *n, const void *data,
                                   size_t used, uint64_t *version);
 
-/* A hint for processes whose watcher came after a writer opened the file:
- * since when one was seen writing it (monotonic), or 0 once one was seen
- * closing it. */
-void authn_hmac_share_set_writer(authn_hmac_share_t *sh, unsigned slot,
-                                 apr_time_t since);
-apr_time_t authn_hmac_share_writer(const authn_hmac_share_t *sh, unsigned slot);
-
 #endif /* AUTHN_HMAC_SHARE_H */

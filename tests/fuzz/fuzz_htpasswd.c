@@ -1,5 +1,6 @@
 /* libFuzzer target: the htpasswd parser and index lookups. */
 #include "authn_hmac/htpasswd.h"
+#include "authn_hmac/testing.h"
 
 #include <stdlib.h>
 #include <string.h>

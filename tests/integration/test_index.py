@@ -1,7 +1,7 @@
 """The htpasswd index: one per server, shared by its children (memory grows
 with users, not with users times processes), and a file that a writer
-rewrites in place is answered from its previous version while the writer
-holds it open (up to about a second), never from the half-written one; a
+rewrites in place: a user the half-written file lacks is asked again once
+the writer is done (up to about a second), never refused for it; a
 password change or a removed user still counts from the writer's close."""
 import http.client
 import os

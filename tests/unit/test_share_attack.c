@@ -1,18 +1,23 @@
 /* Unit tests of the shared versions of an htpasswd index against a process
  * that runs as the server's user (and so can write the versions'
  * directory): what it writes there must never grant access that the file
- * does not. The source is included so that the attacker can act in the
- * middle of a build. */
+ * does not. The attacker acts in the middle of a build, where the test
+ * build's pause points stop it (authn_hmac/testing.h). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void attack(int n);
-#define PAUSE_POINT(n) attack(n)
-#include "../../src/htpasswd.c"
+#include "../../src/userfile.h"
+#include "authn_hmac/testing.h"
 #include "unit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <apr_strings.h>
 
 #include "authn_hmac/secret.h"
 
@@ -444,6 +449,7 @@ int main(void)
 {
     apr_pool_t *p = unit_start();
 
+    authn_hmac_test_pause_hook = attack;
     RUN(test_written_after_publish, p);
     RUN(test_written_during_build, p);
     RUN(test_old_version_replayed, p);

@@ -1,0 +1,14 @@
+/* testing/seams.c: TEST ONLY (libauthnhmac_test.la, see
+ * authn_hmac/testing.h): where a test stops a thread of the user-file
+ * layer. */
+#include "authn_hmac/testing.h"
+
+#include <stddef.h>
+
+void (*authn_hmac_test_pause_hook)(int n) = NULL;
+
+void authn_hmac_test_pause(int n)
+{
+    if (authn_hmac_test_pause_hook)
+        authn_hmac_test_pause_hook(n);
+}

@@ -1,0 +1,159 @@
+"""The writer rule, with the real tool: `htpasswd -b` and `htpasswd -D`
+change a 40-user file in place (htpasswd truncates the file and writes it
+whole, holding it a few milliseconds) while client threads ask for users
+that every version holds. Not one of them gets a 401; a password changed
+or a user removed is refused from the moment htpasswd has exited, and the
+old password is never taken more than a second after the run began."""
+import http.client
+import os
+import random
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import MPMS
+from harness import S, Httpd, Workers, basic, get, hmac_location, htpasswd_line
+
+COST = 5
+N_STAY = 37  # users in every version; with flip, gone and a spare: 40
+ROUNDS = 24  # htpasswd runs per server
+CLIENTS = 6
+
+
+def stay_users():
+    return [("stay%02d" % i, "stay pass %02d" % i) for i in range(N_STAY)]
+
+
+class Clients(Workers):
+    """Threads asking all the time for users present in every version,
+    each on a kept-alive connection (a new one after each 401 or error).
+    results: [(start, end, user, status)], status 0 for no answer."""
+    join_timeout = 60
+
+    def __init__(self, srv, users, barrier):
+        self.srv, self.users, self.barrier = srv, users, barrier
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.results = []
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True)
+                        for i in range(CLIENTS)]
+
+    def run(self, i):
+        rnd = random.Random(i)
+        conn = None
+        self.barrier.wait(timeout=60)
+        while not self.stop.is_set():
+            user, pw = rnd.choice(self.users)
+            t0 = time.monotonic()
+            try:
+                r, conn = get(self.srv.port, "/w/index.html", basic(user, pw), conn=conn,
+                              timeout=30)
+                status = r.status
+            except (OSError, http.client.HTTPException):
+                status, conn = 0, None
+            t1 = time.monotonic()
+            if status != 200 and conn:
+                conn.close()
+                conn = None
+            with self.lock:
+                self.results.append((t0, t1, user, status))
+        if conn:
+            conn.close()
+
+
+def run_htpasswd(path, user, password=None):
+    """One run of the real htpasswd on path: sets user's password, or
+    removes user (password None). Returns (start, end) on the monotonic
+    clock, start taken before the process is made."""
+    if password is None:
+        args = [S["htpasswd"], "-D", path, user]
+    else:
+        args = [S["htpasswd"], "-B", "-C", str(COST), "-b", path, user, password]
+    t0 = time.monotonic()
+    subprocess.run(args, check=True, capture_output=True)
+    return t0, time.monotonic()
+
+
+def codes(srv, user, password, n=4):
+    """n answers for user, each on a new connection (prefork: other children
+    too)."""
+    return [srv.status_code("/w/index.html", user, password) for _ in range(n)]
+
+
+@pytest.mark.parametrize("mpm", ["event", "prefork"])
+def test_real_htpasswd_in_place(mpm):
+    if mpm not in MPMS:
+        pytest.skip("AUTHN_HMAC_MPMS")
+    srv = Httpd(mpm=mpm, name="writer_" + mpm)
+    path = srv.path("users")
+    srv.body = ('Alias /w/ "%s/htdocs/"\n' % srv.dir + hmac_location("/w/", path, "writer"))
+    srv.write_config()
+    with open(srv.path("htdocs", "index.html"), "w") as f:
+        f.write("<html><body>hello</body></html>\n")
+    stay = stay_users()
+    flip_pw = ["flip pass %d" % i for i in range(ROUNDS + 1)]
+    gone_pw = "gone's pass"
+    lines = [htpasswd_line(u, pw, COST) for u, pw in stay]
+    lines += [htpasswd_line("flip", flip_pw[0], COST), htpasswd_line("gone", gone_pw, COST),
+              htpasswd_line("spare", "spare pass", COST)]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.chmod(path, 0o644)
+    for _, pw in stay:
+        srv.secrets.add(pw)
+    for pw in flip_pw + [gone_pw, "spare pass"]:
+        srv.secrets.add(pw)
+    runs = []  # (start, end)
+    refused = []  # what was taken after a run that should not have been
+    try:
+        srv.start()
+        time.sleep(1.1)  # the file is past its racy second
+        for u, pw in stay[:3] + [("flip", flip_pw[0]), ("gone", gone_pw)]:
+            assert srv.status_code("/w/index.html", u, pw) == 200, u
+        barrier = threading.Barrier(CLIENTS + 1)
+        rnd = random.Random(27)
+        with Clients(srv, stay, barrier) as clients:
+            barrier.wait(timeout=60)
+            present = True
+            for i in range(ROUNDS):
+                time.sleep(rnd.uniform(0.3, 0.8))
+                if i % 3 == 2:  # gone removed, or put back
+                    if present:
+                        runs.append(run_htpasswd(path, "gone"))
+                        got = codes(srv, "gone", gone_pw)
+                        if got != [401] * len(got):
+                            refused.append(("gone removed", i, got))
+                    else:
+                        runs.append(run_htpasswd(path, "gone", gone_pw))
+                    present = not present
+                else:  # flip's password changed
+                    old, new = flip_pw[i], flip_pw[i + 1]
+                    runs.append(run_htpasswd(path, "flip", new))
+                    got = codes(srv, "flip", old)
+                    if got != [401] * len(got):
+                        refused.append(("flip's old password", i, got))
+                    got = codes(srv, "flip", new, 1)
+                    if got != [200]:
+                        refused.append(("flip's new password", i, got))
+            time.sleep(0.3)
+        results = clients.results
+        srv.stop()
+        problems = srv.log_problems()
+    finally:
+        srv.cleanup()
+    during = [r for r in results if any(r[0] <= e and r[1] >= s for s, e in runs)]
+    bad = [r for r in results if r[3] != 200]
+    print("%s: %d htpasswd runs of %.0f-%.0f ms; %d requests, %d of them during a run; "
+          "401 for users in every version: %d; other failures: %d; old or removed "
+          "passwords taken after a run: %d" % (
+              mpm, len(runs), 1000 * min(e - s for s, e in runs),
+              1000 * max(e - s for s, e in runs), len(results), len(during),
+              sum(1 for r in bad if r[3] == 401), sum(1 for r in bad if r[3] != 401),
+              len(refused)))
+    assert all(e - s < 1 for s, e in runs), runs  # so "after the run" is within its second
+    assert results and during, (len(results), len(during))
+    assert not bad, bad[:20]
+    assert not refused, refused
+    assert not problems, problems
