@@ -154,6 +154,7 @@ class Load(Workers):
                 conn = None
 
 
+@pytest.mark.mpm
 @pytest.mark.slow
 @pytest.mark.parametrize("mpm", MPMS)
 def test_failover_keeps_serving_and_sharing_resumes_on_the_new_primary(mpm):
