@@ -55,6 +55,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: timing- or load-bound; skipped under valgrind")
     config.addinivalue_line("markers", "mpm: depends on the MPM; runs under every MPM of "
                                        "AUTHN_HMAC_MPMS, other tests under the first only")
+    config.addinivalue_line("markers", "plain: runs on the plain build only (skipped under "
+                                       "the sanitizers and valgrind); CI runs it with -m plain")
 
 # /a/ and /b/ use two different htpasswd files (two scopes); /short/ uses
 # the file of /a/ with a 2-second TTL; /idle/ with a 3-second TTL, and
