@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import VALGRIND, Httpd, hmac_location, htpasswd  # noqa: E402
 
 ALL_MPMS = ("event", "prefork", "worker")
-MPMS = os.environ.get("AUTHN_HMAC_MPMS", " ".join(ALL_MPMS)).split()
+MPMS = (os.environ.get("AUTHN_HMAC_MPMS") or " ".join(ALL_MPMS)).split()
 if VALGRIND:
     # httpd -X: no restarts, no other accounts, and timings 20-50x slower.
     # Prefork: one process, one thread, and a plain exit path.
