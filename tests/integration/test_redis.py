@@ -165,11 +165,11 @@ def split_burst(servers, user, passwords):
     """One request per password, each on its own connection, spread over
     the servers in turn, all released at once: each connection sends its
     request but the last CRLF, and once every server has a worker reading
-    each of its connections (the scoreboard's R), all send it together.
-    So every request is inside its server before any verification can end
-    (they run niced and idle-class, behind the woken workers), and none
-    comes late (one that did would run its own verification, by design).
-    Returns the status codes in order."""
+    each of its connections (the scoreboard's R), all send it together:
+    every request is already inside its server, and only the last CRLF is
+    left to read (a request that came once its credential's verification
+    was over would run its own, by design). Returns the status codes in
+    order."""
     import base64
     import socket
 
