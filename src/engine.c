@@ -261,8 +261,10 @@ static int farm_claim(redis_req *rq, const unsigned char *key,
 }
 
 /* Waits for another server's result: 1 granted, 0 refused, -1 none (it
- * gave up, died, is late, or Redis failed: verify here). A result rests on
- * a tag only the pepper makes; any other value is no result. */
+ * gave up, died, is late, or Redis failed: verify here), 2 a grant that
+ * ended before this server came (its entry is in Redis: look again). A
+ * result rests on a tag only the pepper makes; any other value is no
+ * result. */
 static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
 {
     const authn_hmac_engine_t *e = rq->e;
@@ -288,8 +290,13 @@ static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
         if (rc != AUTHN_HMAC_REDIS_OK)
             return -1;
         /* NB: a result already there when this server came is of a
-         * verification that ended before: run it again, as a flight of
-         * shared memory is. */
+         * verification that ended before: a refusal is not taken (a wrong
+         * password is not shared outside its burst): verify here, as a
+         * flight of shared memory would; but a grant stored its entry in
+         * Redis before it posted its result (finish): that entry is the
+         * answer, if it verifies. */
+        if (first && st == AUTHN_HMAC_FARM_GRANTED)
+            return 2;
         if (first && st != AUTHN_HMAC_FARM_RUNNING)
             st = AUTHN_HMAC_FARM_NONE;
         switch (st) {
@@ -711,6 +718,15 @@ static int from_farm(req_t *q)
         (got = farm_wait(&q->rq, q->key,
                          authn_hmac_monotonic() + farm_time(q->e))) < 0)
         return 0;
+    if (got == 2) {
+        /* A grant that ended between this request's look in Redis and its
+         * claim: the entry it stored answers (redis_lookup stores it here
+         * with its own times), and this server's flight takes it. */
+        if (!from_redis(q))
+            return 0;
+        q->result = 1;
+        return 1;
+    }
     q->learned = apr_time_now();
     q->result = coalesced(q, got);
     return 1;

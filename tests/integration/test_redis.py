@@ -294,11 +294,11 @@ def test_burst_over_two_servers_mixing_passwords(burst_farm):
     exactly the right 200s and 401s, one verification per password."""
     shared, redis, a, b = burst_farm
     # NB: a request that comes once its password's verification is over
-    # finds the result already there and verifies by itself (by design: a
-    # wrong password is not shared outside a burst): split_burst releases
-    # the requests only once every server reads each of its connections,
-    # and a hash of one cost more (about twice the time, well within the
-    # waiters' wait: see burst_farm) is more room still.
+    # finds a grant in Redis, but verifies a wrong password by itself (by
+    # design: a wrong password is not shared outside a burst): split_burst
+    # releases the requests only once every server reads each of its
+    # connections, and a hash of one cost more (about twice the time, well
+    # within the waiters' wait: see burst_farm) is more room still.
     htpasswd(shared.users, "mixy", "mixy right", cost=COST + 1)
     before = (a.status(), b.status())
     pws = ["mixy right", "mixy wrong", "mixy other"] * 8
