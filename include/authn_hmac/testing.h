@@ -17,7 +17,7 @@ typedef struct authn_hmac_htpasswd authn_hmac_htpasswd_t;
  * comments are skipped silently; for a user listed twice the first line
  * wins, as in mod_authn_file. */
 apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
-                                       size_t len, authn_hmac_badline_fn bad,
+                                       size_t len, authn_hmac_log_fn bad,
                                        void *baton, apr_pool_t *p);
 
 /* The stored hash for user, or NULL. O(1) in the number of users. */

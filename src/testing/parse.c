@@ -13,7 +13,7 @@ struct authn_hmac_htpasswd {
 };
 
 apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
-                                       size_t len, authn_hmac_badline_fn bad,
+                                       size_t len, authn_hmac_log_fn bad,
                                        void *baton, apr_pool_t *p)
 {
     authn_hmac_htpasswd_t *idx = apr_pcalloc(p, sizeof(*idx));
