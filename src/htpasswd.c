@@ -749,16 +749,6 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, ask_t *a,
     return rv;
 }
 
-apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
-                                        const char *user, const char **hash,
-                                        size_t *hash_len, authn_hmac_log_fn bad,
-                                        void *baton, apr_pool_t *p)
-{
-    ask_t a = {user, NULL, NULL, 0, hash, hash_len, NULL, NULL, 0, 0, 0, 0, 0};
-
-    return lookup(uf, &a, bad, baton, p);
-}
-
 apr_status_t authn_hmac_userfile_lookup_id(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,

@@ -503,24 +503,6 @@ apr_status_t authn_hmac_index_end(authn_hmac_index_builder_t *b,
     return b->full ? APR_EOF : APR_SUCCESS;
 }
 
-apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
-                                    size_t len, const void *meta,
-                                    size_t meta_len,
-                                    const authn_hmac_mac_t *mac,
-                                    authn_hmac_log_fn bad, void *baton,
-                                    size_t *used, apr_pool_t *p)
-{
-    authn_hmac_index_builder_t *b;
-    apr_status_t rv = authn_hmac_index_begin(&b, area, cap, len,
-                                             authn_hmac_index_lines(buf, len),
-                                             meta, meta_len, p);
-
-    if (rv != APR_SUCCESS)
-        return rv;
-    (void)authn_hmac_index_feed(b, buf, len, 1, bad, baton);
-    return authn_hmac_index_end(b, mac, bad, baton, used);
-}
-
 apr_status_t authn_hmac_index_open(authn_hmac_index_t *v, const void *area,
                                    size_t size, const authn_hmac_mac_t *mac)
 {

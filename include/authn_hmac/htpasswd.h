@@ -58,18 +58,14 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf);
  * APR_NOTFOUND for an unknown user, and AUTHN_HMAC_LOCKED for a locked one
  * (authn_hmac_hash_locked), each with a copy of the file's typical hash
  * (NULL in a file without one); or the error that kept the file from being read
- * (the index is then dropped: nothing stale can be used). */
-apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
-                                        const char *user, const char **hash,
-                                        size_t *hash_len, authn_hmac_log_fn bad,
-                                        void *baton, apr_pool_t *p);
-
-/* As authn_hmac_userfile_lookup; on APR_SUCCESS, id is also the user's id
- * for scope under mac (authn_hmac_user_id) and digest the digest of scope,
- * user and hash (authn_hmac_cred_digest), worked out on the user's first
- * lookup in this reading of the file and kept with its entry: a hit then
- * makes one short MAC. What was kept for another MAC or scope is not
- * used. */
+ * (the index is then dropped: nothing stale can be used). Malformed lines
+ * are told to bad (see authn_hmac/index.h), once per reading.
+ * With mac, on APR_SUCCESS, id is also the user's id for scope under mac
+ * (authn_hmac_user_id) and digest the digest of scope, user and hash
+ * (authn_hmac_cred_digest), worked out on the user's first lookup in this
+ * reading of the file and kept with its entry: a hit then makes one short
+ * MAC. What was kept for another MAC or scope is not used. Without mac,
+ * scope, id and digest are not used. */
 apr_status_t authn_hmac_userfile_lookup_id(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,

@@ -92,14 +92,6 @@ apr_status_t authn_hmac_index_end(authn_hmac_index_builder_t *b,
                                   authn_hmac_log_fn bad, void *baton,
                                   size_t *used);
 
-/* All of it at once: begin, feed and end. */
-apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
-                                    size_t len, const void *meta,
-                                    size_t meta_len,
-                                    const authn_hmac_mac_t *mac,
-                                    authn_hmac_log_fn bad, void *baton,
-                                    size_t *used, apr_pool_t *p);
-
 /* Opens the index in area (size bytes): APR_SUCCESS, or APR_EGENERAL for
  * one whose header does not hold together. With mac, only a tagged index
  * is opened, and its entries are checked against mac when read. */

@@ -126,9 +126,6 @@ apr_status_t authn_hmac_sentinel_start(authn_hmac_sentinel_t **out,
                                        authn_hmac_log_fn log, void *baton,
                                        apr_pool_t *p);
 
-authn_hmac_sentinel_shared_t *
-authn_hmac_sentinel_shared(authn_hmac_sentinel_t *s);
-
 /* The published address, if its generation is not *gen (then *gen is
  * updated, and 1 returned; -1 when none is known yet). peer gets the name
  * a TLS certificate must carry. */

@@ -23,6 +23,7 @@
  * holds: every value still needs its tag (made with the pepper), so a
  * rogue Sentinel that names a rogue Redis can deny service, never grant. */
 #include "conn.h"
+#include "sentinel_int.h"
 #include "authn_hmac/sentinel.h"
 #include "authn_hmac/util.h"
 
@@ -43,19 +44,6 @@
 #define MIN_GAP       apr_time_from_msec(500) /* between two discoveries */
 #define PERIOD        apr_time_from_sec(5)    /* a look while all is well */
 #define MAX_RESOLVED  4
-
-struct authn_hmac_sentinel {
-    const authn_hmac_sentinel_conf_t *sc;
-    const authn_hmac_redis_conf_t *redis;
-    authn_hmac_sentinel_shared_t *sh;
-    authn_hmac_redis_health_t *health;
-    authn_hmac_log_fn log;
-    void *baton;
-    pthread_t thread;
-    pthread_mutex_t lock; /* of stop */
-    pthread_cond_t wake;
-    int stop, started;
-};
 
 /* ------------------------------------------------------- configuration */
 
@@ -522,12 +510,6 @@ apr_status_t authn_hmac_sentinel_start(authn_hmac_sentinel_t **out,
     s->started = 1;
     apr_pool_cleanup_register(p, s, stop, apr_pool_cleanup_null);
     return APR_SUCCESS;
-}
-
-authn_hmac_sentinel_shared_t *
-authn_hmac_sentinel_shared(authn_hmac_sentinel_t *s)
-{
-    return s->sh;
 }
 
 int authn_hmac_sentinel_addr(authn_hmac_sentinel_t *s, uint64_t *gen,
