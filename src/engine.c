@@ -49,7 +49,6 @@
 
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <string.h>
 #include <time.h>
 
@@ -60,22 +59,6 @@
 
 #include <apr_strings.h>
 #include <bsd/string.h>
-
-static void logf_(const authn_hmac_engine_t *e, void *baton, int level,
-                  apr_pool_t *p, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static void logf_(const authn_hmac_engine_t *e, void *baton, int level,
-                  apr_pool_t *p, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!e->log)
-        return;
-    va_start(ap, fmt);
-    e->log(baton, level, apr_pvsprintf(p, fmt, ap));
-    va_end(ap);
-}
 
 static void count(const authn_hmac_engine_t *e, enum authn_hmac_counter c,
                   uint64_t n)
@@ -116,9 +99,10 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
                                       rc != AUTHN_HMAC_REDIS_OK);
     if (rc == AUTHN_HMAC_REDIS_OK) {
         if (authn_hmac_redis_succeeded(h, rq->started, now, rq->probe, &outage))
-            logf_(e, rq->baton, AUTHN_HMAC_LOG_NOTICE, rq->p,
-                  "AHMAC0005: Redis at %s is back after %" APR_TIME_T_FMT " s",
-                  e->redis_name, apr_time_sec(outage));
+            authn_hmac_logf(
+                e->log, rq->baton, AUTHN_HMAC_LOG_NOTICE,
+                "AHMAC0005: Redis at %s is back after %" APR_TIME_T_FMT " s",
+                e->redis_name, apr_time_sec(outage));
         rq->probe = 0;
         return;
     }
@@ -128,14 +112,15 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
                                          : AUTHN_HMAC_C_REDIS_ERRORS,
           1);
     if (authn_hmac_redis_failed(h, rq->started, now, rq->probe))
-        logf_(e, rq->baton, AUTHN_HMAC_LOG_WARNING, rq->p,
-              "AHMAC0004: Redis at %s is unavailable (%s); using shared "
-              "memory and "
-              "bcrypt until it is back",
-              e->redis_name, why);
+        authn_hmac_logf(
+            e->log, rq->baton, AUTHN_HMAC_LOG_WARNING,
+            "AHMAC0004: Redis at %s is unavailable (%s); using shared "
+            "memory and "
+            "bcrypt until it is back",
+            e->redis_name, why);
     else
-        logf_(e, rq->baton, AUTHN_HMAC_LOG_DEBUG, rq->p, "Redis at %s: %s",
-              e->redis_name, why);
+        authn_hmac_logf(e->log, rq->baton, AUTHN_HMAC_LOG_DEBUG,
+                        "Redis at %s: %s", e->redis_name, why);
 }
 
 /* A pooled Redis connection and the deadline of the operation; NULL when
@@ -196,17 +181,17 @@ static int redis_lookup(redis_req *rq, const unsigned char *key,
         return 0;
     if (st == AUTHN_HMAC_VALUE_FORGED) {
         count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
-        logf_(e, rq->baton,
-              authn_hmac_redis_forged_first(
-                  authn_hmac_table_redis_health(e->table))
-                  ? AUTHN_HMAC_LOG_WARNING
-                  : AUTHN_HMAC_LOG_DEBUG,
-              rq->p,
-              "AHMAC0006: Redis returned an entry that does not verify "
-              "(forged, "
-              "damaged, or written with another pepper); treated as a "
-              "miss. Is %s the farm's Redis?",
-              e->redis_name);
+        authn_hmac_logf(
+            e->log, rq->baton,
+            authn_hmac_redis_forged_first(
+                authn_hmac_table_redis_health(e->table))
+                ? AUTHN_HMAC_LOG_WARNING
+                : AUTHN_HMAC_LOG_DEBUG,
+            "AHMAC0006: Redis returned an entry that does not verify "
+            "(forged, "
+            "damaged, or written with another pepper); treated as a "
+            "miss. Is %s the farm's Redis?",
+            e->redis_name);
     }
     found = st == AUTHN_HMAC_VALUE_VALID && !never &&
             authn_hmac_entries_find(&rq->es, key, now, pol->ttl, pol->max_age,
@@ -811,8 +796,8 @@ static authn_hmac_outcome finish(req_t *q)
     explicit_bzero(q->key, sizeof(q->key));
     explicit_bzero(q->nkey, sizeof(q->nkey));
     if (q->o == AUTHN_HMAC_VERIFIED)
-        logf_(e, q->baton, AUTHN_HMAC_LOG_DEBUG, q->p,
-              "verified in %" APR_TIME_T_FMT " us, cached", q->took);
+        authn_hmac_logf(e->log, q->baton, AUTHN_HMAC_LOG_DEBUG,
+                        "verified in %" APR_TIME_T_FMT " us, cached", q->took);
     return q->o;
 }
 

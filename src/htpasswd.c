@@ -138,21 +138,17 @@ static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
 
 static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
 
-    if (!uf->warn)
-        return;
     va_start(ap, fmt);
-    apr_vsnprintf(msg, sizeof(msg), fmt, ap);
+    authn_hmac_vlogf(uf->warn, uf->warn_baton, AUTHN_HMAC_LOG_WARNING, fmt, ap);
     va_end(ap);
-    uf->warn(uf->warn_baton, msg);
 }
 
 void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
                                authn_hmac_share_t *sh, unsigned slot,
                                const authn_hmac_mac_t *mac,
-                               authn_hmac_warn_fn warn_fn, void *baton)
+                               authn_hmac_log_fn warn_fn, void *baton)
 {
     uf->share = sh && mac ? sh : NULL;
     uf->slot = slot;
@@ -164,17 +160,19 @@ void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
 /* Bad lines told on, but for the last one of a racy reading that has no
  * newline: a writer may not have written the rest yet. */
 typedef struct {
-    authn_hmac_badline_fn bad;
+    authn_hmac_log_fn bad;
     void *baton;
     unsigned last; /* that line's number, or 0 */
 } told_t;
 
-static void tell_bad(void *baton, unsigned lineno, const char *why)
+static void tell_bad(void *baton, int level, const char *msg)
 {
     const told_t *t = baton;
+    char last[32];
+    int n = apr_snprintf(last, sizeof(last), AUTHN_HMAC_INDEX_LINE, t->last);
 
-    if (lineno != t->last)
-        t->bad(t->baton, lineno, why);
+    if (strncmp(msg, last, (size_t)n) != 0)
+        t->bad(t->baton, level, msg);
 }
 
 /* Indexes the reading into *g: as a shared version if share, else (or
@@ -182,8 +180,8 @@ static void tell_bad(void *baton, unsigned lineno, const char *why)
  * view's budget. APR_EOF if the file changed while it was read. */
 static apr_status_t build(authn_hmac_userfile_t *uf, generation_t **g,
                           reading_t *r, meta_t *m, size_t ml,
-                          authn_hmac_badline_fn bad, void *baton,
-                          apr_pool_t *tp, int share)
+                          authn_hmac_log_fn bad, void *baton, apr_pool_t *tp,
+                          int share)
 {
     apr_status_t rv = APR_EGENERAL;
 
@@ -215,7 +213,7 @@ static apr_status_t build(authn_hmac_userfile_t *uf, generation_t **g,
  * (a writer at work) is used, racy: it is what the file held while it was
  * read, and a deny from it is asked again once the file is quiet (see
  * settle()). */
-static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
+static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_log_fn bad,
                          void *baton, uint64_t events, int share)
 {
     generation_t *g = NULL, *cur = uf->current;
@@ -373,8 +371,7 @@ no:
  * comes within SHARE_WAIT, else this process's own). Called with uf->lock
  * held. */
 static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
-                            uint64_t events, authn_hmac_badline_fn bad,
-                            void *baton)
+                            uint64_t events, authn_hmac_log_fn bad, void *baton)
 {
     apr_status_t rv;
     int tries;
@@ -613,7 +610,7 @@ static apr_status_t answer_locked(authn_hmac_userfile_t *uf, ask_t *a,
  * there is if nothing happened to the file since it was found fresh, else
  * one made or taken now. */
 static apr_status_t look(authn_hmac_userfile_t *uf, ask_t *a,
-                         authn_hmac_badline_fn bad, void *baton, apr_pool_t *p)
+                         authn_hmac_log_fn bad, void *baton, apr_pool_t *p)
 {
     apr_finfo_t now;
     generation_t *g;
@@ -710,8 +707,8 @@ static int quiet(authn_hmac_userfile_t *uf, const ask_t *a)
  * not in the file is never granted, and a completed write is in force on
  * the very next lookup. */
 static apr_status_t settle(authn_hmac_userfile_t *uf, ask_t *a,
-                           authn_hmac_badline_fn bad, void *baton,
-                           apr_pool_t *p, apr_status_t rv)
+                           authn_hmac_log_fn bad, void *baton, apr_pool_t *p,
+                           apr_status_t rv)
 {
     apr_time_t start = authn_hmac_monotonic(), seen, read_at;
     apr_off_t size;
@@ -740,8 +737,7 @@ static apr_status_t settle(authn_hmac_userfile_t *uf, ask_t *a,
 }
 
 static apr_status_t lookup(authn_hmac_userfile_t *uf, ask_t *a,
-                           authn_hmac_badline_fn bad, void *baton,
-                           apr_pool_t *p)
+                           authn_hmac_log_fn bad, void *baton, apr_pool_t *p)
 {
     apr_status_t rv;
 
@@ -753,22 +749,11 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, ask_t *a,
     return rv;
 }
 
-apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
-                                        const char *user, const char **hash,
-                                        size_t *hash_len,
-                                        authn_hmac_badline_fn bad, void *baton,
-                                        apr_pool_t *p)
-{
-    ask_t a = {user, NULL, NULL, 0, hash, hash_len, NULL, NULL, 0, 0, 0, 0, 0};
-
-    return lookup(uf, &a, bad, baton, p);
-}
-
 apr_status_t authn_hmac_userfile_lookup_id(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
     unsigned char id[AUTHN_HMAC_KEY_LEN],
-    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_log_fn bad,
     void *baton, apr_pool_t *p)
 {
     ask_t a = {user,   mac, scope, scope_len, hash, hash_len, id,

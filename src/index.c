@@ -432,7 +432,7 @@ static int whole_line(const char *pos, const char *end, int last)
 }
 
 size_t authn_hmac_index_feed(authn_hmac_index_builder_t *b, char *text,
-                             size_t len, int last, authn_hmac_badline_fn bad,
+                             size_t len, int last, authn_hmac_log_fn bad,
                              void *baton)
 {
     char *pos = text, *end = text + len;
@@ -453,8 +453,9 @@ size_t authn_hmac_index_feed(authn_hmac_index_builder_t *b, char *text,
             /* NB: at most MAX_BAD_REPORTS lines a reading, then one line
              * for the rest: a file named in .htaccess is its author's to
              * fill, and a file of bad lines must not flood the log. */
-            if (bad && b->h->bad < MAX_BAD_REPORTS)
-                bad(baton, first, why);
+            if (b->h->bad < MAX_BAD_REPORTS)
+                authn_hmac_logf(bad, baton, AUTHN_HMAC_LOG_WARNING,
+                                AUTHN_HMAC_INDEX_LINE "%s", first, why);
             b->h->bad++;
         }
     }
@@ -463,21 +464,19 @@ size_t authn_hmac_index_feed(authn_hmac_index_builder_t *b, char *text,
 
 apr_status_t authn_hmac_index_end(authn_hmac_index_builder_t *b,
                                   const authn_hmac_mac_t *mac,
-                                  authn_hmac_badline_fn bad, void *baton,
+                                  authn_hmac_log_fn bad, void *baton,
                                   size_t *used)
 {
     unsigned char vkey[AUTHN_HMAC_DIGEST_LEN];
     uint64_t i, blocks;
 
-    if (bad && b->h->bad > MAX_BAD_REPORTS) {
-        char msg[160];
-
-        apr_snprintf(msg, sizeof(msg),
-                     "is the last of %u malformed lines; the %u after "
-                     "the first %u are not reported one by one",
-                     b->h->bad, b->h->bad - MAX_BAD_REPORTS, MAX_BAD_REPORTS);
-        bad(baton, b->lineno, msg);
-    }
+    if (b->h->bad > MAX_BAD_REPORTS)
+        authn_hmac_logf(bad, baton, AUTHN_HMAC_LOG_WARNING,
+                        AUTHN_HMAC_INDEX_LINE "is the last of %u malformed "
+                                              "lines; the %u after the first "
+                                              "%u are not reported one by one",
+                        b->lineno, b->h->bad, b->h->bad - MAX_BAD_REPORTS,
+                        MAX_BAD_REPORTS);
     flush(b);
     b->h->typical = choose_typical(b);
     if (mac) {
@@ -502,24 +501,6 @@ apr_status_t authn_hmac_index_end(authn_hmac_index_builder_t *b,
     memcpy(b->h->magic, MAGIC, sizeof(MAGIC));
     *used = (size_t)b->h->size;
     return b->full ? APR_EOF : APR_SUCCESS;
-}
-
-apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
-                                    size_t len, const void *meta,
-                                    size_t meta_len,
-                                    const authn_hmac_mac_t *mac,
-                                    authn_hmac_badline_fn bad, void *baton,
-                                    size_t *used, apr_pool_t *p)
-{
-    authn_hmac_index_builder_t *b;
-    apr_status_t rv = authn_hmac_index_begin(&b, area, cap, len,
-                                             authn_hmac_index_lines(buf, len),
-                                             meta, meta_len, p);
-
-    if (rv != APR_SUCCESS)
-        return rv;
-    (void)authn_hmac_index_feed(b, buf, len, 1, bad, baton);
-    return authn_hmac_index_end(b, mac, bad, baton, used);
 }
 
 apr_status_t authn_hmac_index_open(authn_hmac_index_t *v, const void *area,

@@ -108,7 +108,7 @@ struct authn_hmac_userfile {
     authn_hmac_share_t *share;   /* NULL: every process reads the file */
     unsigned slot;
     const authn_hmac_mac_t *mac; /* the shared versions' tags */
-    authn_hmac_warn_fn warn;
+    authn_hmac_log_fn warn;      /* what goes wrong with sharing */
     void *warn_baton;
     int unshared; /* sharing failed in this process: it reads the file */
     unsigned built, adopted; /* shared versions; under lock */
@@ -189,14 +189,14 @@ meta_t *authn_hmac_uf_meta(const authn_hmac_userfile_t *uf,
 apr_status_t authn_hmac_uf_build_shared(authn_hmac_userfile_t *uf,
                                         generation_t *g, reading_t *r,
                                         meta_t *m, size_t ml,
-                                        authn_hmac_badline_fn bad, void *baton,
+                                        authn_hmac_log_fn bad, void *baton,
                                         apr_pool_t *tp);
 
 /* Indexes the reading in this process's own memory; APR_EOF if the file
  * changed while it was read (the index is whole all the same). */
 apr_status_t authn_hmac_uf_build_private(generation_t *g, reading_t *r,
                                          const meta_t *m, size_t ml,
-                                         authn_hmac_badline_fn bad, void *baton,
+                                         authn_hmac_log_fn bad, void *baton,
                                          apr_pool_t *tp);
 
 /* -------------------------------------------------- the view (htpasswd.c) */

@@ -28,9 +28,6 @@ typedef struct {
 void authn_hmac_userfile_limit(authn_hmac_userfile_t *uf, apr_off_t max_bytes,
                                authn_hmac_budget_t *budget);
 
-/* Tells what goes wrong with sharing (never a password or a hash). */
-typedef void (*authn_hmac_warn_fn)(void *baton, const char *msg);
-
 /* Before child_init, in the parent: the view's versions are shared in slot
  * of sh, their blocks tagged under mac, and what cannot be shared (no
  * space, a version altered) is told to warn; the view then reads the file
@@ -38,7 +35,7 @@ typedef void (*authn_hmac_warn_fn)(void *baton, const char *msg);
 void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
                                authn_hmac_share_t *sh, unsigned slot,
                                const authn_hmac_mac_t *mac,
-                               authn_hmac_warn_fn warn, void *baton);
+                               authn_hmac_log_fn warn, void *baton);
 
 /* Once per child process, before any lookup. */
 apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
@@ -61,24 +58,19 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf);
  * APR_NOTFOUND for an unknown user, and AUTHN_HMAC_LOCKED for a locked one
  * (authn_hmac_hash_locked), each with a copy of the file's typical hash
  * (NULL in a file without one); or the error that kept the file from being read
- * (the index is then dropped: nothing stale can be used). */
-apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
-                                        const char *user, const char **hash,
-                                        size_t *hash_len,
-                                        authn_hmac_badline_fn bad, void *baton,
-                                        apr_pool_t *p);
-
-/* As authn_hmac_userfile_lookup; on APR_SUCCESS, id is also the user's id
- * for scope under mac (authn_hmac_user_id) and digest the digest of scope,
- * user and hash (authn_hmac_cred_digest), worked out on the user's first
- * lookup in this reading of the file and kept with its entry: a hit then
- * makes one short MAC. What was kept for another MAC or scope is not
- * used. */
+ * (the index is then dropped: nothing stale can be used). Malformed lines
+ * are told to bad (see authn_hmac/index.h), once per reading.
+ * With mac, on APR_SUCCESS, id is also the user's id for scope under mac
+ * (authn_hmac_user_id) and digest the digest of scope, user and hash
+ * (authn_hmac_cred_digest), worked out on the user's first lookup in this
+ * reading of the file and kept with its entry: a hit then makes one short
+ * MAC. What was kept for another MAC or scope is not used. Without mac,
+ * scope, id and digest are not used. */
 apr_status_t authn_hmac_userfile_lookup_id(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
     unsigned char id[AUTHN_HMAC_KEY_LEN],
-    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_log_fn bad,
     void *baton, apr_pool_t *p);
 
 /* After child_init, for a shared view: a thread of this process (one for

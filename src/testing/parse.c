@@ -12,8 +12,26 @@ struct authn_hmac_htpasswd {
     authn_hmac_index_t v;
 };
 
+apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
+                                    size_t len, const void *meta,
+                                    size_t meta_len,
+                                    const authn_hmac_mac_t *mac,
+                                    authn_hmac_log_fn bad, void *baton,
+                                    size_t *used, apr_pool_t *p)
+{
+    authn_hmac_index_builder_t *b;
+    apr_status_t rv = authn_hmac_index_begin(&b, area, cap, len,
+                                             authn_hmac_index_lines(buf, len),
+                                             meta, meta_len, p);
+
+    if (rv != APR_SUCCESS)
+        return rv;
+    (void)authn_hmac_index_feed(b, buf, len, 1, bad, baton);
+    return authn_hmac_index_end(b, mac, bad, baton, used);
+}
+
 apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
-                                       size_t len, authn_hmac_badline_fn bad,
+                                       size_t len, authn_hmac_log_fn bad,
                                        void *baton, apr_pool_t *p)
 {
     authn_hmac_htpasswd_t *idx = apr_pcalloc(p, sizeof(*idx));
@@ -84,4 +102,13 @@ unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf)
     n = uf->reads;
     apr_thread_mutex_unlock(uf->lock);
     return n;
+}
+
+apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
+                                        const char *user, const char **hash,
+                                        size_t *hash_len, authn_hmac_log_fn bad,
+                                        void *baton, apr_pool_t *p)
+{
+    return authn_hmac_userfile_lookup_id(uf, user, NULL, NULL, 0, hash,
+                                         hash_len, NULL, NULL, bad, baton, p);
 }

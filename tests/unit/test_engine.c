@@ -6,6 +6,7 @@
 #include "authn_hmac/queue.h"
 #include "authn_hmac/secret.h"
 #include "authn_hmac/table.h"
+#include "authn_hmac/testing.h"
 #include "authn_hmac/util.h"
 #include "unit.h"
 

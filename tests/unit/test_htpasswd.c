@@ -26,14 +26,19 @@ typedef struct {
     unsigned n;
 } bad_t;
 
-static void note_bad(void *baton, unsigned lineno, const char *why)
+/* A bad line told: AUTHN_HMAC_INDEX_LINE, then what is wrong. */
+static void note_bad(void *baton, int level, const char *msg)
 {
     bad_t *b = baton;
+    unsigned lineno = 0;
+    int at = 0;
 
+    CHECK(level == AUTHN_HMAC_LOG_WARNING);
+    CHECK(sscanf(msg, AUTHN_HMAC_INDEX_LINE "%n", &lineno, &at) == 1 && at > 0);
     if (b->n < 16)
         b->lines[b->n] = lineno;
     b->n++;
-    CHECK(why && *why);
+    CHECK(at > 0 && msg[at]);
 }
 
 /* Parses a copy of s (with the spare byte the parser may write). */
