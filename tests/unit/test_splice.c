@@ -103,8 +103,8 @@ static void test_torn_reading_never_grants(apr_pool_t *p, int watch)
     path = apr_pstrcat(p, dir, "/users", NULL);
     old = apr_pstrcat(p, padding(p, pad), "xxxxxx:", hx, "\nvictim:", hv,
                       "\nattack:", ha, "\n", NULL);
-    now = apr_pstrcat(p, padding(p, pad), "victim:", hv, "\nattack:", ha,
-                      "\n", NULL);
+    now = apr_pstrcat(p, padding(p, pad), "victim:", hv, "\nattack:", ha, "\n",
+                      NULL);
     CHECK(memcmp(old + PAGE - 14, "victim:$2y$05$", 14) == 0);
     rewrite(path, old);
     uf = authn_hmac_userfile_make(path, p);
