@@ -139,11 +139,56 @@ static void test_torn_reading_never_grants_watched(apr_pool_t *p)
     test_torn_reading_never_grants(p, 1);
 }
 
+/* The file is read in pieces of 4 MiB (CHUNK in src/htfile.c). */
+#define PIECE ((size_t)4 << 20)
+
+/* A logical line longer than a piece: its first piece is fed as a line
+ * of its own, too long. Its hash must not be cut at the piece's end: a
+ * line "<4 MiB of blanks>victim:<attack's hash>XYZ" names victim with the
+ * hash "<attack's hash>XYZ", read whole (as the whole-buffer parser reads
+ * it), which no password matches; cut at the piece, attack's hash. */
+static void test_line_longer_than_a_piece_never_grants(apr_pool_t *p)
+{
+    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path, *text;
+    const char *ha = hash_of(p, 'A'), *hv = hash_of(p, 'V'), *hash = NULL;
+    size_t lead = PIECE - strlen("victim:") - 60, len = 0, n;
+    authn_hmac_htpasswd_t *idx = NULL;
+    authn_hmac_userfile_t *uf;
+    apr_status_t rv;
+    FILE *f;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    text = apr_palloc(p, lead + 200);
+    memset(text, ' ', lead);
+    n = lead + (size_t)apr_snprintf(text + lead, 200,
+                                    "victim:%sXYZ\nalice:%s\n", ha, hv);
+    CHECK(memcmp(text + PIECE - 60, ha, 60) == 0); /* the piece ends there */
+    f = fopen(path, "w");
+    CHECK(f && fwrite(text, 1, n, f) == n && fclose(f) == 0);
+    /* Read whole: victim's hash is attack's and XYZ. */
+    CHECK(authn_hmac_htpasswd_parse(&idx, apr_pmemdup(p, text, n + 1), n, NULL,
+                                    NULL, p) == APR_SUCCESS);
+    hash = idx ? authn_hmac_htpasswd_get(idx, "victim", &len) : NULL;
+    CHECK(hash && len == 63 && memcmp(hash, ha, 60) == 0);
+    uf = authn_hmac_userfile_make(path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    hash = NULL;
+    rv = authn_hmac_userfile_lookup(uf, "victim", &hash, &len, NULL, NULL, p);
+    CHECK(rv != APR_SUCCESS || strcmp(hash, ha) != 0);
+    CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, NULL, NULL, p) ==
+              APR_SUCCESS &&
+          strcmp(hash, hv) == 0);
+    if (system(apr_pstrcat(p, "rm -rf ", dir, NULL)) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
 
     RUN(test_torn_reading_never_grants_unwatched, p);
     RUN(test_torn_reading_never_grants_watched, p);
+    RUN(test_line_longer_than_a_piece_never_grants, p);
     return unit_end();
 }
