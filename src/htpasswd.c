@@ -212,9 +212,9 @@ static apr_status_t build(authn_hmac_userfile_t *uf, generation_t **g,
 /* Reads and indexes the file (as a shared version if share), and
  * publishes it; called with uf->lock held. On failure no generation is
  * left: nothing stale can be used. A reading that the file changed under
- * (a writer at work) is used, racy: it is what the file held while it was
- * read, and a deny from it is asked again once the file is quiet (see
- * settle()). */
+ * (a writer at work) is published torn: it may hold the bytes of two
+ * versions, so it grants no one; its answer, a deny, is asked again once
+ * the file is quiet (see settle()). */
 static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
                          void *baton, uint64_t events, int share)
 {
