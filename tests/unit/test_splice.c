@@ -26,10 +26,12 @@
 static ino_t tear_ino;
 static int tear_at, tear_seen;
 static const char *tear_path, *tear_text;
+static int tear_in_place; /* the writer overwrites, without truncating */
 
 static void rewrite(const char *path, const char *text)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600); /* as htpasswd */
+    int fd = open(path, O_WRONLY | O_CREAT | (tear_in_place ? 0 : O_TRUNC),
+                  0600); /* as htpasswd does, or an editor in place */
     size_t n = strlen(text);
 
     if (fd < 0 || write(fd, text, n) != (ssize_t)n)
@@ -85,28 +87,41 @@ static char *padding(apr_pool_t *p, size_t len)
  * x, which came before victim's and attack's. A reading whose first page
  * is from before and the rest from after holds victim's name from before
  * and, past the page, the rest of attack's line from after: a line
- * "victim:<attack's hash>" that no version of the file ever held. */
-static void test_torn_reading_never_grants(apr_pool_t *p, int watch)
+ * "victim:<attack's hash>" that no version of the file ever held. Or
+ * (in_place) a writer that overwrites the file without truncating it,
+ * victim's and attack's lines swapped: the same line. */
+static void test_torn_reading_never_grants(apr_pool_t *p, int watch,
+                                           int in_place)
 {
     char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
     const char *hx = hash_of(p, 'X'), *hv = hash_of(p, 'V'),
                *ha = hash_of(p, 'A'), *hash = NULL, *old, *now;
     size_t line = strlen("victim:") + 60 + 1, len = 0;
-    /* victim's line starts at pad + line; the page ends 14 bytes into it,
-     * past "victim:$2y$05$" */
-    size_t pad = PAGE - line - 14;
+    /* victim's line starts at pad + line (pad in place); the page ends 14
+     * bytes into it, past "victim:$2y$05$" */
+    size_t pad = PAGE - (in_place ? 0 : line) - 14;
     authn_hmac_userfile_t *uf;
     struct stat st;
     apr_status_t rv;
 
     CHECK(mkdtemp(dir) != NULL);
     path = apr_pstrcat(p, dir, "/users", NULL);
-    old = apr_pstrcat(p, padding(p, pad), "xxxxxx:", hx, "\nvictim:", hv,
-                      "\nattack:", ha, "\n", NULL);
-    now = apr_pstrcat(p, padding(p, pad), "victim:", hv, "\nattack:", ha, "\n",
-                      NULL);
+    if (in_place) {
+        old = apr_pstrcat(p, padding(p, pad), "victim:", hv, "\nattack:", ha,
+                          "\n", NULL);
+        now = apr_pstrcat(p, padding(p, pad), "attack:", ha, "\nvictim:", hv,
+                          "\n", NULL);
+    }
+    else {
+        old = apr_pstrcat(p, padding(p, pad), "xxxxxx:", hx, "\nvictim:", hv,
+                          "\nattack:", ha, "\n", NULL);
+        now = apr_pstrcat(p, padding(p, pad), "victim:", hv, "\nattack:", ha,
+                          "\n", NULL);
+    }
     CHECK(memcmp(old + PAGE - 14, "victim:$2y$05$", 14) == 0);
+    tear_in_place = 0;
     rewrite(path, old);
+    tear_in_place = in_place;
     uf = authn_hmac_userfile_make(path, p);
     CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
     if (watch && authn_hmac_userfile_watch(uf) != 1)
@@ -131,12 +146,17 @@ static void test_torn_reading_never_grants(apr_pool_t *p, int watch)
 
 static void test_torn_reading_never_grants_unwatched(apr_pool_t *p)
 {
-    test_torn_reading_never_grants(p, 0);
+    test_torn_reading_never_grants(p, 0, 0);
 }
 
 static void test_torn_reading_never_grants_watched(apr_pool_t *p)
 {
-    test_torn_reading_never_grants(p, 1);
+    test_torn_reading_never_grants(p, 1, 0);
+}
+
+static void test_torn_reading_never_grants_in_place(apr_pool_t *p)
+{
+    test_torn_reading_never_grants(p, 1, 1);
 }
 
 /* The file is read in pieces of 4 MiB (CHUNK in src/htfile.c). */
@@ -189,6 +209,7 @@ int main(void)
 
     RUN(test_torn_reading_never_grants_unwatched, p);
     RUN(test_torn_reading_never_grants_watched, p);
+    RUN(test_torn_reading_never_grants_in_place, p);
     RUN(test_line_longer_than_a_piece_never_grants, p);
     return unit_end();
 }
