@@ -283,7 +283,10 @@ static apr_status_t feed_file(reading_t *r, authn_hmac_index_builder_t *b,
             if (fed == 0 && used == 0 && n == CHUNK) {
                 s.in = 1;
                 (void)skip_rest(&s, r->chunk, n); /* as at the piece's end */
-                fed = authn_hmac_index_feed(b, r->chunk, n, 1, bad, baton);
+                /* NB: never parsed as a whole line: its hash may run on
+                 * past the piece (its user is locked). */
+                authn_hmac_index_feed_cut(b, r->chunk, n, bad, baton);
+                fed = n;
             }
             used += fed;
         }

@@ -210,9 +210,9 @@ static apr_status_t build(authn_hmac_userfile_t *uf, generation_t **g,
 /* Reads and indexes the file (as a shared version if share), and
  * publishes it; called with uf->lock held. On failure no generation is
  * left: nothing stale can be used. A reading that the file changed under
- * (a writer at work) is used, racy: it is what the file held while it was
- * read, and a deny from it is asked again once the file is quiet (see
- * settle()). */
+ * (a writer at work) is published torn: it may hold the bytes of two
+ * versions, so it grants no one; its answer, a deny, is asked again once
+ * the file is quiet (see settle()). */
 static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_log_fn bad,
                          void *baton, uint64_t events, int share)
 {
@@ -259,6 +259,7 @@ static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_log_fn bad,
     if (rv == APR_EOF) { /* torn: a writer at work */
         rv = APR_SUCCESS;
         racy = 1;
+        g->torn = 1;
     }
     if (rv == APR_SUCCESS) {
         uf->reads++;
@@ -378,8 +379,8 @@ static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
 
     /* NB: a racy generation past its second, the file unchanged: read
      * once more (its fingerprint), not indexed again, and no longer racy. */
-    if (uf->current && uf->current->racy && uf->current->summed &&
-        authn_hmac_uf_same_file(&uf->current->st, now) &&
+    if (uf->current && uf->current->racy && !uf->current->torn &&
+        uf->current->summed && authn_hmac_uf_same_file(&uf->current->st, now) &&
         apr_time_now() - authn_hmac_uf_changed(now) >= RACY_WINDOW &&
         same_reading(uf, now, uf->current->sum, NULL)) {
         __atomic_store_n(&uf->current->racy, 0, __ATOMIC_SEQ_CST);
@@ -520,13 +521,23 @@ static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
     const memo_t *m;
 
     a->unsettled = 0;
+    /* NB: a torn reading may splice one version's user to another's hash
+     * (htpasswd -D shifts the lines after the one removed): it answers a
+     * deny for every user alike, asked again once the file is quiet. */
+    if (g->torn && !a->final) {
+        (void)unsettled(g, a);
+        a->unsettled = 1;
+        *a->hash = NULL;
+        *a->hash_len = 0;
+        return MAYBE_CUT;
+    }
     if (g->tail && !a->final && strcmp(g->tail, a->user) == 0 &&
         unsettled(g, a)) {
         *a->hash = NULL;
         *a->hash_len = 0;
         return MAYBE_CUT;
     }
-    if (off && a->mac && g->memos && ord < g->v.entries &&
+    if (off && !g->torn && a->mac && g->memos && ord < g->v.entries &&
         (m = __atomic_load_n(&g->memos[ord], __ATOMIC_ACQUIRE)) != NULL &&
         memo_for(m, a, ul)) {
         *a->hash =
@@ -536,7 +547,7 @@ static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
         memcpy(a->digest, m->digest, AUTHN_HMAC_DIGEST_LEN);
         return APR_SUCCESS;
     }
-    if (off) {
+    if (off && !g->torn) {
         if (authn_hmac_index_entry(&g->v, off, copy, &e) != APR_SUCCESS ||
             e.user_len != ul || memcmp(e.user, a->user, ul) != 0)
             return CORRUPT;

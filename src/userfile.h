@@ -70,6 +70,8 @@ typedef struct {
     apr_off_t reserved; /* of the budget */
     apr_finfo_t st;     /* the file as it was when idx was read */
     int racy;
+    int torn; /* the file changed while it was read: it may hold the bytes
+                 of two versions, a line of neither (it answers no grant) */
     uint64_t checked; /* the watcher's events when a stat() found it fresh */
     uint64_t sum;     /* authn_hmac_fingerprint of what was read, if summed */
     int summed;
