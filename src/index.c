@@ -452,7 +452,7 @@ static void feed_line(authn_hmac_index_builder_t *b, char **pos, char *end,
         hlen = 0;
         why = "is too long; the user it names cannot log in";
     }
-    if (add)
+    if (add && hash) /* NB: hash is set wherever add is */
         add_user(b, user, ulen, hash, hlen);
     if (nul)
         why = "contains a NUL byte; the rest of the line is ignored";
@@ -479,8 +479,7 @@ size_t authn_hmac_index_feed(authn_hmac_index_builder_t *b, char *text,
 }
 
 void authn_hmac_index_feed_cut(authn_hmac_index_builder_t *b, char *text,
-                               size_t len, authn_hmac_log_fn bad,
-                               void *baton)
+                               size_t len, authn_hmac_log_fn bad, void *baton)
 {
     char *pos = text;
 

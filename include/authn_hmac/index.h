@@ -88,8 +88,7 @@ size_t authn_hmac_index_feed(authn_hmac_index_builder_t *b, char *text,
  * logical line longer than it, whose rest is not read: a line too long,
  * whose user (if it names one) is locked, never given a hash cut short. */
 void authn_hmac_index_feed_cut(authn_hmac_index_builder_t *b, char *text,
-                               size_t len, authn_hmac_log_fn bad,
-                               void *baton);
+                               size_t len, authn_hmac_log_fn bad, void *baton);
 
 /* Finishes the index, tagged under mac unless mac is NULL; *used is what it
  * took of area. APR_EOF if the text held more than it was said to (the
