@@ -447,11 +447,11 @@ static void register_hooks(apr_pool_t *p)
                       APR_HOOK_MIDDLE);
 }
 
-AP_DECLARE_MODULE(authn_hmac) = {STANDARD20_MODULE_STUFF,
-                                 hmac_create_dir_conf,
-                                 hmac_merge_dir_conf,
-                                 NULL,
-                                 NULL,
-                                 hmac_cmds,
-                                 register_hooks,
-                                 AP_MODULE_FLAG_NONE};
+module AP_MODULE_DECLARE_DATA authn_hmac_module = {STANDARD20_MODULE_STUFF,
+                                                   hmac_create_dir_conf,
+                                                   hmac_merge_dir_conf,
+                                                   NULL,
+                                                   NULL,
+                                                   hmac_cmds,
+                                                   register_hooks,
+                                                   AP_MODULE_FLAG_NONE};

@@ -19,6 +19,7 @@
 
 #include "httpd.h"
 #include "http_config.h"
+#include "http_log.h"
 #include "mod_auth.h"
 
 #include "apr_global_mutex.h"
@@ -29,7 +30,10 @@
 #include "authn_hmac/htpasswd.h"
 #include "authn_hmac/sentinel.h"
 
-extern module AP_MODULE_DECLARE_DATA authn_hmac_module;
+/* Every file of the module logs as authn_hmac (its tag in the error log,
+ * its LogLevel), as mod_ssl's files do through ssl_private.h; this also
+ * declares authn_hmac_module, defined in mod_authn_hmac.c. */
+APLOG_USE_MODULE(authn_hmac);
 
 #define D_USERFILE "AuthHMACUserFile"
 #define D_TTL      "AuthHMACCacheTTL"
