@@ -159,10 +159,11 @@ static authn_hmac_redis_conn_t *redis_begin(redis_req *rq, apr_time_t *deadline)
 
 /* Looks the user's entry up in Redis; on a hit for this credential, fills
  * shared memory with its times (verified, last used). A value whose tag
- * does not verify is a miss, whoever wrote it. */
+ * does not verify is a miss, whoever wrote it. again: the request looked
+ * before, and counted (and told) what it found then: only a hit counts. */
 static int redis_lookup(redis_req *rq, const unsigned char *key,
                         const unsigned char *uid, apr_time_t now,
-                        const authn_hmac_policy_t *pol, int never)
+                        const authn_hmac_policy_t *pol, int never, int again)
 {
     const authn_hmac_engine_t *e = rq->e;
     apr_time_t deadline = 0, verified = 0, used = 0;
@@ -179,7 +180,7 @@ static int redis_lookup(redis_req *rq, const unsigned char *key,
     redis_end(rq, conn, rc, why);
     if (rc != AUTHN_HMAC_REDIS_OK)
         return 0;
-    if (st == AUTHN_HMAC_VALUE_FORGED) {
+    if (st == AUTHN_HMAC_VALUE_FORGED && !again) {
         count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
         authn_hmac_logf(
             e->log, rq->baton,
@@ -196,7 +197,9 @@ static int redis_lookup(redis_req *rq, const unsigned char *key,
     found = st == AUTHN_HMAC_VALUE_VALID && !never &&
             authn_hmac_entries_find(&rq->es, key, now, pol->ttl, pol->max_age,
                                     &verified, &used);
-    count(e, found ? AUTHN_HMAC_C_REDIS_HITS : AUTHN_HMAC_C_REDIS_MISSES, 1);
+    if (found || !again)
+        count(e, found ? AUTHN_HMAC_C_REDIS_HITS : AUTHN_HMAC_C_REDIS_MISSES,
+              1);
     if (found)
         authn_hmac_table_store(e->table, key, uid, verified, used, pol->ttl);
     return found;
@@ -645,11 +648,12 @@ static int from_negative(req_t *q)
     return 1;
 }
 
-/* 3. Redis, when configured: the user's entry, whose tag must verify. */
-static int from_redis(req_t *q)
+/* 3. Redis, when configured: the user's entry, whose tag must verify
+ * (again: a second look, see from_farm). */
+static int from_redis(req_t *q, int again)
 {
     if (!q->cache ||
-        !redis_lookup(&q->rq, q->key, q->uid, q->t0, q->pol, q->never))
+        !redis_lookup(&q->rq, q->key, q->uid, q->t0, q->pol, q->never, again))
         return 0;
     q->o = AUTHN_HMAC_REDIS_HIT;
     return 1;
@@ -707,7 +711,7 @@ static int from_farm(req_t *q)
         /* A grant that ended between this request's look in Redis and its
          * claim: the entry it stored answers (redis_lookup stores it here
          * with its own times), and this server's flight takes it. */
-        if (!from_redis(q))
+        if (!from_redis(q, 1))
             return 0;
         q->result = 1;
         return 1;
@@ -838,7 +842,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
     req_t q;
 
     begin(&q, e, pol, c, hash, hash_len, never, baton, p);
-    if (!from_shm(&q) && !from_negative(&q) && !from_redis(&q) &&
+    if (!from_shm(&q) && !from_negative(&q) && !from_redis(&q, 0) &&
         !from_flight(&q) && !from_farm(&q))
         from_verifier(&q);
     return finish(&q);
