@@ -26,10 +26,40 @@ VALGRIND = os.environ.get("AUTHN_HMAC_VALGRIND")
 COST = int(os.environ.get("AUTHN_HMAC_TEST_COST", "12"))
 
 
-def free_port():
+# AUTHN_HMAC_PORTS="lo-hi": the ports this run takes its servers' from, in
+# turn. CI runs two suites at once, each with a range of its own below the
+# kernel's ephemeral ports: a port one suite was given (free, then closed
+# until its server binds it) is never the next port of the other, as it
+# can be where both ask the kernel.
+_PORTS = os.environ.get("AUTHN_HMAC_PORTS")
+_next_port = None
+
+
+def _bindable(port):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port():
+    """A port free now: the next free one of AUTHN_HMAC_PORTS's range, or
+    one the kernel picks."""
+    global _next_port
+    if not _PORTS:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    lo, hi = (int(x) for x in _PORTS.split("-"))
+    if _next_port is None:
+        _next_port = lo
+    for _ in range(hi - lo + 1):
+        port, _next_port = _next_port, lo + (_next_port + 1 - lo) % (hi - lo + 1)
+        if _bindable(port):
+            return port
+    raise RuntimeError("no free port in AUTHN_HMAC_PORTS=" + _PORTS)
 
 
 def run_user():
