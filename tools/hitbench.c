@@ -122,6 +122,7 @@ static void *run(void *arg)
         case USERFILE:
         case PATH: {
             const char *h = NULL;
+            authn_hmac_reading_t rd;
             size_t hl = 0;
             authn_hmac_cred_t c;
 
@@ -129,7 +130,8 @@ static void *run(void *arg)
              * with the hash. */
             hits += authn_hmac_userfile_lookup_id(uf, nm, mac, scope,
                                                   strlen(scope), &h, &hl, u, d,
-                                                  NULL, NULL, p) == APR_SUCCESS;
+                                                  NULL, NULL, p,
+                                                  &rd) == APR_SUCCESS;
             if (what == USERFILE)
                 break;
             memset(&c, 0, sizeof(c));

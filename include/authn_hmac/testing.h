@@ -38,6 +38,10 @@ unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx);
 /* How many times this process has read the file. */
 unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
 
+/* How many times a request waited for the file to be quiet
+ * (authn_hmac_userfile_settle). */
+unsigned authn_hmac_userfile_settles(authn_hmac_userfile_t *uf);
+
 /* How many versions this process built and shared, and took from another. */
 void authn_hmac_userfile_shared(authn_hmac_userfile_t *uf, unsigned *built,
                                 unsigned *adopted);

@@ -85,3 +85,8 @@ unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf)
     apr_thread_mutex_unlock(uf->lock);
     return n;
 }
+
+unsigned authn_hmac_userfile_settles(authn_hmac_userfile_t *uf)
+{
+    return __atomic_load_n(&uf->settles, __ATOMIC_RELAXED);
+}

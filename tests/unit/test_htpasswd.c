@@ -823,8 +823,8 @@ static int id_is(authn_hmac_userfile_t *uf, const char *user,
 
     authn_hmac_user_id(mac, scope, strlen(scope), user, strlen(user), want);
     if (authn_hmac_userfile_lookup_id(uf, user, mac, scope, strlen(scope),
-                                      &hash, &len, id, d, NULL, NULL,
-                                      p) != APR_SUCCESS)
+                                      &hash, &len, id, d, NULL, NULL, p,
+                                      NULL) != APR_SUCCESS)
         return 0;
     authn_hmac_cred_digest(scope, strlen(scope), user, strlen(user), hash, len,
                            dwant);
@@ -870,8 +870,8 @@ static void test_user_id_is_kept(apr_pool_t *p)
         memset(id, 0xa5, sizeof(id));
         memcpy(none, id, sizeof(id));
         CHECK(authn_hmac_userfile_lookup_id(uf, "carol", m1, "/s1", 3, &hash,
-                                            &len, id, d, NULL, NULL,
-                                            p) == APR_NOTFOUND);
+                                            &len, id, d, NULL, NULL, p,
+                                            NULL) == APR_NOTFOUND);
         CHECK(memcmp(id, none, sizeof(id)) == 0);
         sleep(1); /* a change within the same second is seen too, later */
         write_text(path, "bob:BBBB\nalice:CCCC\n");
@@ -903,7 +903,7 @@ static void *reader(void *arg)
         apr_status_t rv =
             r->mac ? authn_hmac_userfile_lookup_id(r->uf, "alice", r->mac, "/s",
                                                    2, &hash, &len, id, d, NULL,
-                                                   NULL, p)
+                                                   NULL, p, NULL)
                    : authn_hmac_userfile_lookup(r->uf, "alice", &hash, &len,
                                                 NULL, NULL, p);
 
