@@ -718,9 +718,8 @@ static apr_status_t settle(authn_hmac_userfile_t *uf, ask_t *a,
         a->final = 1;
         rv = look(uf, a, bad, baton, p);
         a->final = 0;
-        if (last ||
-            (a->rd.changed == seen.changed && a->rd.size == seen.size &&
-             a->rd.read_at == seen.read_at))
+        if (last || (a->rd.changed == seen.changed && a->rd.size == seen.size &&
+                     a->rd.read_at == seen.read_at))
             return rv;
     }
 }
@@ -746,7 +745,8 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         authn_hmac_badline_fn bad, void *baton,
                                         apr_pool_t *p)
 {
-    ask_t a = {user, NULL, NULL, 0, hash, hash_len, NULL, NULL, 0, {0, 0, 0, 0}};
+    ask_t a = {user,     NULL, NULL, 0, hash,
+               hash_len, NULL, NULL, 0, {0, 0, 0, 0}};
 
     return lookup(uf, &a, bad, baton, p, NULL);
 }
@@ -758,8 +758,8 @@ apr_status_t authn_hmac_userfile_lookup_id(
     unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
     void *baton, apr_pool_t *p, authn_hmac_reading_t *rd)
 {
-    ask_t a = {user,   mac, scope, scope_len,   hash, hash_len, id,
-               digest, 0,   {0, 0, 0, 0}};
+    ask_t a = {user,     mac, scope,  scope_len, hash,
+               hash_len, id,  digest, 0,         {0, 0, 0, 0}};
 
     return lookup(uf, &a, bad, baton, p, rd);
 }

@@ -128,10 +128,9 @@ static void *run(void *arg)
 
             /* As the module looks up: the user's id and the digest come
              * with the hash. */
-            hits += authn_hmac_userfile_lookup_id(uf, nm, mac, scope,
-                                                  strlen(scope), &h, &hl, u, d,
-                                                  NULL, NULL, p,
-                                                  &rd) == APR_SUCCESS;
+            hits += authn_hmac_userfile_lookup_id(
+                        uf, nm, mac, scope, strlen(scope), &h, &hl, u, d, NULL,
+                        NULL, p, &rd) == APR_SUCCESS;
             if (what == USERFILE)
                 break;
             memset(&c, 0, sizeof(c));

@@ -104,9 +104,8 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
                                          const authn_hmac_policy_t *pol,
                                          authn_hmac_userfile_t *uf,
                                          authn_hmac_cred_t *c,
-                                         authn_hmac_badline_fn bad,
-                                         void *baton, apr_pool_t *p,
-                                         apr_status_t *rv);
+                                         authn_hmac_badline_fn bad, void *baton,
+                                         apr_pool_t *p, apr_status_t *rv);
 
 /* Seconds a refused (busy) client should wait before it tries again. */
 int authn_hmac_retry_after(const authn_hmac_engine_t *e);
