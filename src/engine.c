@@ -938,6 +938,18 @@ static int changed(const found_t *a, const found_t *b)
             (a->hash_len != b->hash_len || strcmp(a->hash, b->hash) != 0));
 }
 
+/* The monotonic clock to a tick (a few ms, earlier: a reading is then
+ * taken for younger than it is), at a few ns where a precise one takes
+ * more: the hit path takes it. */
+static apr_time_t coarse_monotonic(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (apr_time_t)ts.tv_sec * APR_USEC_PER_SEC +
+           (apr_time_t)(ts.tv_nsec / 1000);
+}
+
 static int found(apr_status_t rv)
 {
     return rv == APR_SUCCESS || rv == APR_NOTFOUND || rv == AUTHN_HMAC_LOCKED;
@@ -950,7 +962,7 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
                                          authn_hmac_badline_fn bad, void *baton,
                                          apr_pool_t *p, apr_status_t *rv)
 {
-    apr_time_t since = authn_hmac_monotonic();
+    apr_time_t since = coarse_monotonic();
     authn_hmac_reading_t rd;
     authn_hmac_outcome o;
     found_t first, then;
@@ -967,10 +979,11 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
      * half done is asked again of the quiet file, and checked again only
      * if that changed the user's answer. NB: the wait is the same for
      * every deny (a wrong password, an unknown or a locked user). */
-    if (denied(o) && rd.unsettled) {
+    if (denied(o) && authn_hmac_userfile_unsettled(&rd, since)) {
         then.rv = authn_hmac_userfile_settle(
             uf, c->user, e->mac, c->scope, c->scope_len, &then.hash,
-            &then.hash_len, then.uid, then.digest, bad, baton, p, &rd, since);
+            &then.hash_len, then.uid, then.digest, bad, baton, p, &rd,
+            authn_hmac_monotonic());
         if (found(then.rv) && changed(&first, &then)) {
             with(c, &then);
             o = run(e, pol, c, baton, p);

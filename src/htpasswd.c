@@ -489,16 +489,19 @@ static void user_id(generation_t *g, const authn_hmac_index_entry_t *e,
  * a file that htpasswd truncates shows its new size a moment before its
  * new time. */
 
-/* Notes in a what g was read from, and whether a deny from it is
- * unsettled; returns that. */
-static int unsettled(const generation_t *g, ask_t *a)
+int authn_hmac_userfile_unsettled(const authn_hmac_reading_t *rd, apr_time_t at)
+{
+    return rd->racy || at - rd->read_at < SETTLE_MAX;
+}
+
+/* Notes in a what g was read from. NB: no clock read here: the hit path
+ * takes none. */
+static void note(const generation_t *g, ask_t *a)
 {
     a->rd.changed = authn_hmac_uf_changed(&g->st);
     a->rd.size = g->st.size;
     a->rd.read_at = g->read_at;
-    a->rd.unsettled = __atomic_load_n(&g->racy, __ATOMIC_SEQ_CST) ||
-                      authn_hmac_monotonic() - g->read_at < SETTLE_MAX;
-    return a->rd.unsettled;
+    a->rd.racy = __atomic_load_n(&g->racy, __ATOMIC_SEQ_CST);
 }
 
 /* The user's hash (a copy in p) and id; or the file's typical hash and
@@ -507,8 +510,8 @@ static int unsettled(const generation_t *g, ask_t *a)
  * a last line without its newline in an unsettled reading (a writer may
  * not have written the rest yet) is not found, unless a->final. NB: an
  * unknown user's typical hash is read and checked as a known user's entry
- * is, so that both cost the same; and every answer says whether it is
- * unsettled, so that every deny waits the same. */
+ * is, so that both cost the same; and every answer tells what it was read
+ * from, so that every deny waits the same. */
 static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
 {
     unsigned char copy[AUTHN_HMAC_INDEX_COPY];
@@ -518,8 +521,9 @@ static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
     uint64_t off = authn_hmac_index_find(&g->v, a->user, ul, &ord), t;
     const memo_t *m;
 
-    if (unsettled(g, a) && off && g->tail && !a->final &&
-        strcmp(g->tail, a->user) == 0)
+    note(g, a);
+    if (off && g->tail && !a->final && strcmp(g->tail, a->user) == 0 &&
+        authn_hmac_userfile_unsettled(&a->rd, authn_hmac_monotonic()))
         off = 0; /* maybe cut */
     if (off && a->mac && g->memos && ord < g->v.entries &&
         (m = __atomic_load_n(&g->memos[ord], __ATOMIC_ACQUIRE)) != NULL &&

@@ -69,18 +69,23 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         authn_hmac_badline_fn bad, void *baton,
                                         apr_pool_t *p);
 
-/* What a lookup's answer was read from. unsettled: a deny from it may be
- * a writer's half-written file (the file changed, or was read, less than a
- * second ago): the request that ends in a deny waits for the file to be
- * quiet and looks again (authn_hmac_userfile_settle). Told of every
- * answer, a grant's too: a deny of a known user's wrong password waits as
- * an unknown user's does. */
+/* What a lookup's answer was read from; told of every answer, a grant's
+ * too: a deny of a known user's wrong password waits as an unknown user's
+ * does (see authn_hmac_userfile_unsettled). */
 typedef struct {
-    int unsettled;
+    int racy;           /* read less than a second after the change */
     apr_time_t changed; /* when the file changed (real time) */
     apr_time_t read_at; /* when it was read (monotonic) */
     apr_off_t size;
 } authn_hmac_reading_t;
+
+/* Whether a deny from rd's reading, asked for at (monotonic, taken before
+ * the lookup), may come of a writer's half-written file: the file changed,
+ * or was read, less than a second before. The request that ends in such a
+ * deny waits for the file to be quiet and looks again
+ * (authn_hmac_userfile_settle). */
+int authn_hmac_userfile_unsettled(const authn_hmac_reading_t *rd,
+                                  apr_time_t at);
 
 /* As authn_hmac_userfile_lookup; on APR_SUCCESS, id is also the user's id
  * for scope under mac (authn_hmac_user_id) and digest the digest of scope,
@@ -95,8 +100,8 @@ apr_status_t authn_hmac_userfile_lookup_id(
     unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
     void *baton, apr_pool_t *p, authn_hmac_reading_t *rd);
 
-/* After a lookup (begun at since, monotonic) whose reading rd is
- * unsettled: waits until the file is quiet (read 50 ms ago and unchanged
+/* After a lookup whose reading rd is unsettled, at the deny (since,
+ * monotonic): waits until the file is quiet (read 50 ms ago and unchanged
  * since, its change 50 ms old, no writer at work that inotify saw; a watch
  * begun after the change waits for the change to be a second old), until
  * a second after since at most, then answers as authn_hmac_userfile_

@@ -97,9 +97,11 @@ static apr_status_t settled_lookup(authn_hmac_userfile_t *uf, const char *user,
     apr_status_t rv = authn_hmac_userfile_lookup_id(
         uf, user, NULL, NULL, 0, hash, len, NULL, NULL, NULL, NULL, p, &rd);
 
-    if ((rv == APR_NOTFOUND || rv == AUTHN_HMAC_LOCKED) && rd.unsettled)
+    if ((rv == APR_NOTFOUND || rv == AUTHN_HMAC_LOCKED) &&
+        authn_hmac_userfile_unsettled(&rd, since))
         rv = authn_hmac_userfile_settle(uf, user, NULL, NULL, 0, hash, len,
-                                        NULL, NULL, NULL, NULL, p, &rd, since);
+                                        NULL, NULL, NULL, NULL, p, &rd,
+                                        authn_hmac_monotonic());
     return rv;
 }
 
@@ -532,7 +534,7 @@ static void test_writer_holding_the_file(apr_pool_t *p)
     CHECK(authn_hmac_userfile_lookup_id(uf, "alice", NULL, NULL, 0, &hash, &len,
                                         NULL, NULL, NULL, NULL, p,
                                         &rd) == APR_NOTFOUND &&
-          rd.unsettled);
+          authn_hmac_userfile_unsettled(&rd, t0));
     CHECK(authn_hmac_monotonic() - t0 < apr_time_from_msec(500));
     /* ...and the deny is asked again at the close. */
     k.uf = uf;
