@@ -199,10 +199,10 @@ static int choose_pepper(retained_t *rd, server_rec *s)
 }
 
 /* What goes wrong with sharing a file's index, in a child. */
-static void share_warn(void *baton, const char *msg)
+static void share_warn(void *baton, int level, const char *msg)
 {
-    ap_log_error(APLOG_MARK, APLOG_WARNING, 0, (server_rec *)baton,
-                 "AHMAC0026: %s", msg);
+    ap_log_error(APLOG_MARK, level, 0, (server_rec *)baton, "AHMAC0026: %s",
+                 msg);
 }
 
 /* One index per server for each file of the main configuration: the

@@ -36,14 +36,13 @@
     "right now. Please try again shortly.</p>\n</body></html>\n"
 
 /* A line of the htpasswd file that is not used, as this request's. */
-static void log_bad_line(void *baton, unsigned lineno, const char *why)
+static void log_bad_line(void *baton, int level, const char *msg)
 {
     request_rec *r = baton;
     hmac_dir_conf *c =
         ap_get_module_config(r->per_dir_config, &authn_hmac_module);
 
-    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "AHMAC0001: %s line %u %s",
-                  c->scope, lineno, why);
+    ap_log_rerror(APLOG_MARK, level, 0, r, "AHMAC0001: %s %s", c->scope, msg);
 }
 
 static authn_status done(request_rec *r, const char *note, authn_status st)

@@ -256,33 +256,6 @@ void authn_hmac_cred_negative(const authn_hmac_mac_t *mac,
     cred_mac(&mac->negative, digest, password, password_len, nkey);
 }
 
-apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
-                                    const char *scope, size_t scope_len,
-                                    const char *user, size_t user_len,
-                                    const char *password, size_t password_len,
-                                    const char *hash, size_t hash_len,
-                                    unsigned char key[AUTHN_HMAC_KEY_LEN])
-{
-    unsigned char d[AUTHN_HMAC_DIGEST_LEN];
-
-    authn_hmac_cred_digest(scope, scope_len, user, user_len, hash, hash_len, d);
-    cred_mac(&mac->entry, d, password, password_len, key);
-    return APR_SUCCESS;
-}
-
-void authn_hmac_negative_key(const authn_hmac_mac_t *mac, const char *scope,
-                             size_t scope_len, const char *user,
-                             size_t user_len, const char *password,
-                             size_t password_len, const char *hash,
-                             size_t hash_len,
-                             unsigned char nkey[AUTHN_HMAC_KEY_LEN])
-{
-    unsigned char d[AUTHN_HMAC_DIGEST_LEN];
-
-    authn_hmac_cred_digest(scope, scope_len, user, user_len, hash, hash_len, d);
-    cred_mac(&mac->negative, d, password, password_len, nkey);
-}
-
 void authn_hmac_user_id(const authn_hmac_mac_t *mac, const char *scope,
                         size_t scope_len, const char *user, size_t user_len,
                         unsigned char id[AUTHN_HMAC_KEY_LEN])

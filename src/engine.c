@@ -53,7 +53,6 @@
 
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <string.h>
 #include <time.h>
 
@@ -64,22 +63,6 @@
 
 #include <apr_strings.h>
 #include <bsd/string.h>
-
-static void logf_(const authn_hmac_engine_t *e, void *baton, int level,
-                  apr_pool_t *p, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static void logf_(const authn_hmac_engine_t *e, void *baton, int level,
-                  apr_pool_t *p, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!e->log)
-        return;
-    va_start(ap, fmt);
-    e->log(baton, level, apr_pvsprintf(p, fmt, ap));
-    va_end(ap);
-}
 
 static void count(const authn_hmac_engine_t *e, enum authn_hmac_counter c,
                   uint64_t n)
@@ -120,9 +103,10 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
                                       rc != AUTHN_HMAC_REDIS_OK);
     if (rc == AUTHN_HMAC_REDIS_OK) {
         if (authn_hmac_redis_succeeded(h, rq->started, now, rq->probe, &outage))
-            logf_(e, rq->baton, AUTHN_HMAC_LOG_NOTICE, rq->p,
-                  "AHMAC0005: Redis at %s is back after %" APR_TIME_T_FMT " s",
-                  e->redis_name, apr_time_sec(outage));
+            authn_hmac_logf(
+                e->log, rq->baton, AUTHN_HMAC_LOG_NOTICE,
+                "AHMAC0005: Redis at %s is back after %" APR_TIME_T_FMT " s",
+                e->redis_name, apr_time_sec(outage));
         rq->probe = 0;
         return;
     }
@@ -132,14 +116,15 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
                                          : AUTHN_HMAC_C_REDIS_ERRORS,
           1);
     if (authn_hmac_redis_failed(h, rq->started, now, rq->probe))
-        logf_(e, rq->baton, AUTHN_HMAC_LOG_WARNING, rq->p,
-              "AHMAC0004: Redis at %s is unavailable (%s); using shared "
-              "memory and "
-              "bcrypt until it is back",
-              e->redis_name, why);
+        authn_hmac_logf(
+            e->log, rq->baton, AUTHN_HMAC_LOG_WARNING,
+            "AHMAC0004: Redis at %s is unavailable (%s); using shared "
+            "memory and "
+            "bcrypt until it is back",
+            e->redis_name, why);
     else
-        logf_(e, rq->baton, AUTHN_HMAC_LOG_DEBUG, rq->p, "Redis at %s: %s",
-              e->redis_name, why);
+        authn_hmac_logf(e->log, rq->baton, AUTHN_HMAC_LOG_DEBUG,
+                        "Redis at %s: %s", e->redis_name, why);
 }
 
 /* A pooled Redis connection and the deadline of the operation; NULL when
@@ -200,17 +185,17 @@ static int redis_lookup(redis_req *rq, const unsigned char *key,
         return 0;
     if (st == AUTHN_HMAC_VALUE_FORGED) {
         count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
-        logf_(e, rq->baton,
-              authn_hmac_redis_forged_first(
-                  authn_hmac_table_redis_health(e->table))
-                  ? AUTHN_HMAC_LOG_WARNING
-                  : AUTHN_HMAC_LOG_DEBUG,
-              rq->p,
-              "AHMAC0006: Redis returned an entry that does not verify "
-              "(forged, "
-              "damaged, or written with another pepper); treated as a "
-              "miss. Is %s the farm's Redis?",
-              e->redis_name);
+        authn_hmac_logf(
+            e->log, rq->baton,
+            authn_hmac_redis_forged_first(
+                authn_hmac_table_redis_health(e->table))
+                ? AUTHN_HMAC_LOG_WARNING
+                : AUTHN_HMAC_LOG_DEBUG,
+            "AHMAC0006: Redis returned an entry that does not verify "
+            "(forged, "
+            "damaged, or written with another pepper); treated as a "
+            "miss. Is %s the farm's Redis?",
+            e->redis_name);
     }
     found = st == AUTHN_HMAC_VALUE_VALID && !never &&
             authn_hmac_entries_find(&rq->es, key, now, pol->ttl, pol->max_age,
@@ -265,8 +250,10 @@ static int farm_claim(redis_req *rq, const unsigned char *key,
 }
 
 /* Waits for another server's result: 1 granted, 0 refused, -1 none (it
- * gave up, died, is late, or Redis failed: verify here). A result rests on
- * a tag only the pepper makes; any other value is no result. */
+ * gave up, died, is late, or Redis failed: verify here), 2 a grant that
+ * ended before this server came (its entry is in Redis: look again). A
+ * result rests on a tag only the pepper makes; any other value is no
+ * result. */
 static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
 {
     const authn_hmac_engine_t *e = rq->e;
@@ -292,8 +279,13 @@ static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
         if (rc != AUTHN_HMAC_REDIS_OK)
             return -1;
         /* NB: a result already there when this server came is of a
-         * verification that ended before: run it again, as a flight of
-         * shared memory is. */
+         * verification that ended before: a refusal is not taken (a wrong
+         * password is not shared outside its burst): verify here, as a
+         * flight of shared memory would; but a grant stored its entry in
+         * Redis before it posted its result (finish): that entry is the
+         * answer, if it verifies. */
+        if (first && st == AUTHN_HMAC_FARM_GRANTED)
+            return 2;
         if (first && st != AUTHN_HMAC_FARM_RUNNING)
             st = AUTHN_HMAC_FARM_NONE;
         switch (st) {
@@ -713,6 +705,15 @@ static int from_farm(req_t *q)
         (got = farm_wait(&q->rq, q->key,
                          authn_hmac_monotonic() + farm_time(q->e))) < 0)
         return 0;
+    if (got == 2) {
+        /* A grant that ended between this request's look in Redis and its
+         * claim: the entry it stored answers (redis_lookup stores it here
+         * with its own times), and this server's flight takes it. */
+        if (!from_redis(q))
+            return 0;
+        q->result = 1;
+        return 1;
+    }
     q->learned = apr_time_now();
     q->result = coalesced(q, got);
     return 1;
@@ -795,8 +796,8 @@ static authn_hmac_outcome finish(req_t *q)
     explicit_bzero(q->key, sizeof(q->key));
     explicit_bzero(q->nkey, sizeof(q->nkey));
     if (q->o == AUTHN_HMAC_VERIFIED)
-        logf_(e, q->baton, AUTHN_HMAC_LOG_DEBUG, q->p,
-              "verified in %" APR_TIME_T_FMT " us, cached", q->took);
+        authn_hmac_logf(e->log, q->baton, AUTHN_HMAC_LOG_DEBUG,
+                        "verified in %" APR_TIME_T_FMT " us, cached", q->took);
     return q->o;
 }
 
@@ -959,7 +960,7 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
                                          const authn_hmac_policy_t *pol,
                                          authn_hmac_userfile_t *uf,
                                          authn_hmac_cred_t *c,
-                                         authn_hmac_badline_fn bad, void *baton,
+                                         authn_hmac_log_fn bad, void *baton,
                                          apr_pool_t *p, apr_status_t *rv)
 {
     apr_time_t since = coarse_monotonic();

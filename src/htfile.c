@@ -249,7 +249,7 @@ static size_t skip_rest(skip_t *s, const char *text, size_t n)
  * whole file would be read: the rest of it is skipped, never read as
  * lines of its own. */
 static apr_status_t feed_file(reading_t *r, authn_hmac_index_builder_t *b,
-                              authn_hmac_badline_fn bad, void *baton)
+                              authn_hmac_log_fn bad, void *baton)
 {
     apr_off_t at = 0;
     apr_status_t rv = apr_file_seek(r->f, APR_SET, &at);
@@ -283,7 +283,10 @@ static apr_status_t feed_file(reading_t *r, authn_hmac_index_builder_t *b,
             if (fed == 0 && used == 0 && n == CHUNK) {
                 s.in = 1;
                 (void)skip_rest(&s, r->chunk, n); /* as at the piece's end */
-                fed = authn_hmac_index_feed(b, r->chunk, n, 1, bad, baton);
+                /* NB: never parsed as a whole line: its hash may run on
+                 * past the piece (its user is locked). */
+                authn_hmac_index_feed_cut(b, r->chunk, n, bad, baton);
+                fed = n;
             }
             used += fed;
         }
@@ -334,8 +337,8 @@ meta_t *authn_hmac_uf_meta(const authn_hmac_userfile_t *uf,
 static apr_status_t index_file(authn_hmac_userfile_t *uf, reading_t *r,
                                void *area, size_t cap, const meta_t *m,
                                size_t ml, const authn_hmac_mac_t *mac,
-                               authn_hmac_badline_fn bad, void *baton,
-                               size_t *used, apr_pool_t *tp)
+                               authn_hmac_log_fn bad, void *baton, size_t *used,
+                               apr_pool_t *tp)
 {
     authn_hmac_index_builder_t *b;
     apr_status_t rv =
@@ -357,7 +360,7 @@ static apr_status_t index_file(authn_hmac_userfile_t *uf, reading_t *r,
 apr_status_t authn_hmac_uf_build_shared(authn_hmac_userfile_t *uf,
                                         generation_t *g, reading_t *r,
                                         meta_t *m, size_t ml,
-                                        authn_hmac_badline_fn bad, void *baton,
+                                        authn_hmac_log_fn bad, void *baton,
                                         apr_pool_t *tp)
 {
     size_t cap = authn_hmac_index_bound(r->len, r->lines), used = 0;
@@ -406,7 +409,7 @@ apr_status_t authn_hmac_uf_build_shared(authn_hmac_userfile_t *uf,
  * changed while read (the index is whole all the same). */
 apr_status_t authn_hmac_uf_build_private(generation_t *g, reading_t *r,
                                          const meta_t *m, size_t ml,
-                                         authn_hmac_badline_fn bad, void *baton,
+                                         authn_hmac_log_fn bad, void *baton,
                                          apr_pool_t *tp)
 {
     size_t cap = authn_hmac_index_bound(r->len, r->lines), used = 0;

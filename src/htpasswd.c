@@ -136,21 +136,17 @@ static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
 
 static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
 
-    if (!uf->warn)
-        return;
     va_start(ap, fmt);
-    apr_vsnprintf(msg, sizeof(msg), fmt, ap);
+    authn_hmac_vlogf(uf->warn, uf->warn_baton, AUTHN_HMAC_LOG_WARNING, fmt, ap);
     va_end(ap);
-    uf->warn(uf->warn_baton, msg);
 }
 
 void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
                                authn_hmac_share_t *sh, unsigned slot,
                                const authn_hmac_mac_t *mac,
-                               authn_hmac_warn_fn warn_fn, void *baton)
+                               authn_hmac_log_fn warn_fn, void *baton)
 {
     uf->share = sh && mac ? sh : NULL;
     uf->slot = slot;
@@ -162,17 +158,19 @@ void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
 /* Bad lines told on, but for the last one of a racy reading that has no
  * newline: a writer may not have written the rest yet. */
 typedef struct {
-    authn_hmac_badline_fn bad;
+    authn_hmac_log_fn bad;
     void *baton;
     unsigned last; /* that line's number, or 0 */
 } told_t;
 
-static void tell_bad(void *baton, unsigned lineno, const char *why)
+static void tell_bad(void *baton, int level, const char *msg)
 {
     const told_t *t = baton;
+    char last[32];
+    int n = apr_snprintf(last, sizeof(last), AUTHN_HMAC_INDEX_LINE, t->last);
 
-    if (lineno != t->last)
-        t->bad(t->baton, lineno, why);
+    if (strncmp(msg, last, (size_t)n) != 0)
+        t->bad(t->baton, level, msg);
 }
 
 /* Indexes the reading into *g: as a shared version if share, else (or
@@ -180,8 +178,8 @@ static void tell_bad(void *baton, unsigned lineno, const char *why)
  * view's budget. APR_EOF if the file changed while it was read. */
 static apr_status_t build(authn_hmac_userfile_t *uf, generation_t **g,
                           reading_t *r, meta_t *m, size_t ml,
-                          authn_hmac_badline_fn bad, void *baton,
-                          apr_pool_t *tp, int share)
+                          authn_hmac_log_fn bad, void *baton, apr_pool_t *tp,
+                          int share)
 {
     apr_status_t rv = APR_EGENERAL;
 
@@ -210,10 +208,10 @@ static apr_status_t build(authn_hmac_userfile_t *uf, generation_t **g,
 /* Reads and indexes the file (as a shared version if share), and
  * publishes it; called with uf->lock held. On failure no generation is
  * left: nothing stale can be used. A reading that the file changed under
- * (a writer at work) is used, racy: it is what the file held while it was
- * read, and a deny from it is asked again once the file is quiet (see
- * settle()). */
-static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
+ * (a writer at work) is published torn: it may hold the bytes of two
+ * versions, so it grants no one; its answer, a deny, is asked again once
+ * the file is quiet (see settle()). */
+static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_log_fn bad,
                          void *baton, uint64_t events, int share)
 {
     generation_t *g = NULL, *cur = uf->current;
@@ -259,6 +257,7 @@ static apr_status_t load(authn_hmac_userfile_t *uf, authn_hmac_badline_fn bad,
     if (rv == APR_EOF) { /* torn: a writer at work */
         rv = APR_SUCCESS;
         racy = 1;
+        g->torn = 1;
     }
     if (rv == APR_SUCCESS) {
         uf->reads++;
@@ -371,16 +370,15 @@ no:
  * comes within SHARE_WAIT, else this process's own). Called with uf->lock
  * held. */
 static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
-                            uint64_t events, authn_hmac_badline_fn bad,
-                            void *baton)
+                            uint64_t events, authn_hmac_log_fn bad, void *baton)
 {
     apr_status_t rv;
     int tries;
 
     /* NB: a racy generation past its second, the file unchanged: read
      * once more (its fingerprint), not indexed again, and no longer racy. */
-    if (uf->current && uf->current->racy && uf->current->summed &&
-        authn_hmac_uf_same_file(&uf->current->st, now) &&
+    if (uf->current && uf->current->racy && !uf->current->torn &&
+        uf->current->summed && authn_hmac_uf_same_file(&uf->current->st, now) &&
         apr_time_now() - authn_hmac_uf_changed(now) >= RACY_WINDOW &&
         same_reading(uf, now, uf->current->sum, NULL)) {
         __atomic_store_n(&uf->current->racy, 0, __ATOMIC_SEQ_CST);
@@ -522,10 +520,17 @@ static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
     const memo_t *m;
 
     note(g, a);
-    if (off && g->tail && !a->final && strcmp(g->tail, a->user) == 0 &&
-        authn_hmac_userfile_unsettled(&a->rd, authn_hmac_monotonic()))
-        off = 0; /* maybe cut */
-    if (off && a->mac && g->memos && ord < g->v.entries &&
+    /* NB: a torn reading may splice one version's user to another's hash
+     * (htpasswd -D shifts the lines after the one removed): it answers a
+     * deny for every user alike (not found), checked again once the file
+     * is quiet (a torn reading is racy). So does the user of a last line
+     * maybe cut. */
+    if (!a->final &&
+        (g->torn ||
+         (off && g->tail && strcmp(g->tail, a->user) == 0 &&
+          authn_hmac_userfile_unsettled(&a->rd, authn_hmac_monotonic()))))
+        off = 0;
+    if (off && !g->torn && a->mac && g->memos && ord < g->v.entries &&
         (m = __atomic_load_n(&g->memos[ord], __ATOMIC_ACQUIRE)) != NULL &&
         memo_for(m, a, ul)) {
         *a->hash =
@@ -535,7 +540,7 @@ static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
         memcpy(a->digest, m->digest, AUTHN_HMAC_DIGEST_LEN);
         return APR_SUCCESS;
     }
-    if (off) {
+    if (off && !g->torn) {
         if (authn_hmac_index_entry(&g->v, off, copy, &e) != APR_SUCCESS ||
             e.user_len != ul || memcmp(e.user, a->user, ul) != 0)
             return CORRUPT;
@@ -608,7 +613,7 @@ static apr_status_t answer_locked(authn_hmac_userfile_t *uf, ask_t *a,
  * there is if nothing happened to the file since it was found fresh, else
  * one made or taken now. */
 static apr_status_t look(authn_hmac_userfile_t *uf, ask_t *a,
-                         authn_hmac_badline_fn bad, void *baton, apr_pool_t *p)
+                         authn_hmac_log_fn bad, void *baton, apr_pool_t *p)
 {
     apr_finfo_t now;
     generation_t *g;
@@ -702,8 +707,8 @@ static int quiet(authn_hmac_userfile_t *uf, const ask_t *a)
  * what is not in the file is never granted, and a completed write is in
  * force on the very next lookup. */
 static apr_status_t settle(authn_hmac_userfile_t *uf, ask_t *a,
-                           authn_hmac_badline_fn bad, void *baton,
-                           apr_pool_t *p, apr_time_t since)
+                           authn_hmac_log_fn bad, void *baton, apr_pool_t *p,
+                           apr_time_t since)
 {
     authn_hmac_reading_t seen;
     apr_status_t rv;
@@ -729,8 +734,8 @@ static apr_status_t settle(authn_hmac_userfile_t *uf, ask_t *a,
 }
 
 static apr_status_t lookup(authn_hmac_userfile_t *uf, ask_t *a,
-                           authn_hmac_badline_fn bad, void *baton,
-                           apr_pool_t *p, authn_hmac_reading_t *rd)
+                           authn_hmac_log_fn bad, void *baton, apr_pool_t *p,
+                           authn_hmac_reading_t *rd)
 {
     apr_status_t rv;
 
@@ -743,23 +748,11 @@ static apr_status_t lookup(authn_hmac_userfile_t *uf, ask_t *a,
     return rv;
 }
 
-apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
-                                        const char *user, const char **hash,
-                                        size_t *hash_len,
-                                        authn_hmac_badline_fn bad, void *baton,
-                                        apr_pool_t *p)
-{
-    ask_t a = {user,     NULL, NULL, 0, hash,
-               hash_len, NULL, NULL, 0, {0, 0, 0, 0}};
-
-    return lookup(uf, &a, bad, baton, p, NULL);
-}
-
 apr_status_t authn_hmac_userfile_lookup_id(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
     unsigned char id[AUTHN_HMAC_KEY_LEN],
-    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_log_fn bad,
     void *baton, apr_pool_t *p, authn_hmac_reading_t *rd)
 {
     ask_t a = {user,     mac, scope,  scope_len, hash,
@@ -772,7 +765,7 @@ apr_status_t authn_hmac_userfile_settle(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
     unsigned char id[AUTHN_HMAC_KEY_LEN],
-    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_log_fn bad,
     void *baton, apr_pool_t *p, authn_hmac_reading_t *rd, apr_time_t since)
 {
     ask_t a = {user, mac, scope, scope_len, hash, hash_len, id, digest, 0, *rd};

@@ -431,53 +431,77 @@ static int whole_line(const char *pos, const char *end, int last)
     return last;
 }
 
+/* Indexes the logical line at *pos (up to end), and moves *pos past it;
+ * with cut, a line the text cuts (its rest never read): a user whose hash
+ * runs on to the cut is locked (the hash may go on past it). */
+static void feed_line(authn_hmac_index_builder_t *b, char **pos, char *end,
+                      int cut, authn_hmac_log_fn bad, void *baton)
+{
+    unsigned first = b->lineno + 1;
+    char *line;
+    int nul, add;
+    size_t l = next_line(pos, end, &line, &b->lineno, &nul), ulen = 0, hlen = 0;
+    const char *why, *user = NULL, *hash = NULL;
+
+    why = split_line(line, l, &user, &ulen, &hash, &hlen, &add);
+    /* NB: a hash that runs on to the text's end (no ':' after it, no NUL
+     * that ends the line) may run on past it. */
+    while (cut && !nul && l > 0 && apr_isspace(line[l - 1]))
+        l--;
+    if (cut && !nul && hash && hash + hlen >= line + l) {
+        hlen = 0;
+        why = "is too long; the user it names cannot log in";
+    }
+    if (add && hash) /* NB: hash is set wherever add is */
+        add_user(b, user, ulen, hash, hlen);
+    if (nul)
+        why = "contains a NUL byte; the rest of the line is ignored";
+    if (why) {
+        /* NB: at most MAX_BAD_REPORTS lines a reading, then one line
+         * for the rest: a file named in .htaccess is its author's to
+         * fill, and a file of bad lines must not flood the log. */
+        if (b->h->bad < MAX_BAD_REPORTS)
+            authn_hmac_logf(bad, baton, AUTHN_HMAC_LOG_WARNING,
+                            AUTHN_HMAC_INDEX_LINE "%s", first, why);
+        b->h->bad++;
+    }
+}
+
 size_t authn_hmac_index_feed(authn_hmac_index_builder_t *b, char *text,
-                             size_t len, int last, authn_hmac_badline_fn bad,
+                             size_t len, int last, authn_hmac_log_fn bad,
                              void *baton)
 {
     char *pos = text, *end = text + len;
 
-    while (pos < end && whole_line(pos, end, last)) {
-        unsigned first = b->lineno + 1;
-        char *line;
-        int nul, add;
-        size_t l = next_line(&pos, end, &line, &b->lineno, &nul), ulen, hlen;
-        const char *why, *user, *hash;
-
-        why = split_line(line, l, &user, &ulen, &hash, &hlen, &add);
-        if (add)
-            add_user(b, user, ulen, hash, hlen);
-        if (nul)
-            why = "contains a NUL byte; the rest of the line is ignored";
-        if (why) {
-            /* NB: at most MAX_BAD_REPORTS lines a reading, then one line
-             * for the rest: a file named in .htaccess is its author's to
-             * fill, and a file of bad lines must not flood the log. */
-            if (bad && b->h->bad < MAX_BAD_REPORTS)
-                bad(baton, first, why);
-            b->h->bad++;
-        }
-    }
+    while (pos < end && whole_line(pos, end, last))
+        feed_line(b, &pos, end, 0, bad, baton);
     return (size_t)(pos - text);
+}
+
+void authn_hmac_index_feed_cut(authn_hmac_index_builder_t *b, char *text,
+                               size_t len, authn_hmac_log_fn bad, void *baton)
+{
+    char *pos = text;
+
+    if (len)
+        feed_line(b, &pos, text + len, 1, bad, baton);
 }
 
 apr_status_t authn_hmac_index_end(authn_hmac_index_builder_t *b,
                                   const authn_hmac_mac_t *mac,
-                                  authn_hmac_badline_fn bad, void *baton,
+                                  authn_hmac_log_fn bad, void *baton,
                                   size_t *used)
 {
     unsigned char vkey[AUTHN_HMAC_DIGEST_LEN];
     uint64_t i, blocks;
 
-    if (bad && b->h->bad > MAX_BAD_REPORTS) {
-        char msg[160];
-
-        apr_snprintf(msg, sizeof(msg),
-                     "is the last of %u malformed lines; the %u after "
-                     "the first %u are not reported one by one",
-                     b->h->bad, b->h->bad - MAX_BAD_REPORTS, MAX_BAD_REPORTS);
-        bad(baton, b->lineno, msg);
-    }
+    if (b->h->bad > MAX_BAD_REPORTS)
+        authn_hmac_logf(bad, baton, AUTHN_HMAC_LOG_WARNING,
+                        AUTHN_HMAC_INDEX_LINE "is the last of %u malformed "
+                                              "lines; the %u after the first "
+                                              "%u are not reported one by one",
+                        b->lineno, b->h->bad, b->h->bad - MAX_BAD_REPORTS,
+                        MAX_BAD_REPORTS);
     flush(b);
     b->h->typical = choose_typical(b);
     if (mac) {
@@ -502,24 +526,6 @@ apr_status_t authn_hmac_index_end(authn_hmac_index_builder_t *b,
     memcpy(b->h->magic, MAGIC, sizeof(MAGIC));
     *used = (size_t)b->h->size;
     return b->full ? APR_EOF : APR_SUCCESS;
-}
-
-apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
-                                    size_t len, const void *meta,
-                                    size_t meta_len,
-                                    const authn_hmac_mac_t *mac,
-                                    authn_hmac_badline_fn bad, void *baton,
-                                    size_t *used, apr_pool_t *p)
-{
-    authn_hmac_index_builder_t *b;
-    apr_status_t rv = authn_hmac_index_begin(&b, area, cap, len,
-                                             authn_hmac_index_lines(buf, len),
-                                             meta, meta_len, p);
-
-    if (rv != APR_SUCCESS)
-        return rv;
-    (void)authn_hmac_index_feed(b, buf, len, 1, bad, baton);
-    return authn_hmac_index_end(b, mac, bad, baton, used);
 }
 
 apr_status_t authn_hmac_index_open(authn_hmac_index_t *v, const void *area,

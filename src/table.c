@@ -506,6 +506,10 @@ authn_hmac_negative_store(authn_hmac_table_t *t,
     return store_in(t, &t->region[NEGATIVE], nkey, uid, now, expires, 0);
 }
 
+#ifdef AUTHN_HMAC_TESTING
+/* A seam for tests (see authn_hmac/testing.h): not in the shipped library. */
+#include "authn_hmac/testing.h"
+
 void authn_hmac_table_tear(authn_hmac_table_t *t,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
                            const unsigned char uid[AUTHN_HMAC_KEY_LEN])
@@ -525,6 +529,7 @@ void authn_hmac_table_tear(authn_hmac_table_t *t,
             return;
         }
 }
+#endif
 
 void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
                             uint64_t delta)

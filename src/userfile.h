@@ -70,6 +70,8 @@ typedef struct {
     apr_off_t reserved; /* of the budget */
     apr_finfo_t st;     /* the file as it was when idx was read */
     int racy;
+    int torn; /* the file changed while it was read: it may hold the bytes
+                 of two versions, a line of neither (it answers no grant) */
     uint64_t checked; /* the watcher's events when a stat() found it fresh */
     uint64_t sum;     /* authn_hmac_fingerprint of what was read, if summed */
     int summed;
@@ -109,7 +111,7 @@ struct authn_hmac_userfile {
     authn_hmac_share_t *share;   /* NULL: every process reads the file */
     unsigned slot;
     const authn_hmac_mac_t *mac; /* the shared versions' tags */
-    authn_hmac_warn_fn warn;
+    authn_hmac_log_fn warn;      /* what goes wrong with sharing */
     void *warn_baton;
     int unshared; /* sharing failed in this process: it reads the file */
     unsigned built, adopted; /* shared versions; under lock */
@@ -190,14 +192,14 @@ meta_t *authn_hmac_uf_meta(const authn_hmac_userfile_t *uf,
 apr_status_t authn_hmac_uf_build_shared(authn_hmac_userfile_t *uf,
                                         generation_t *g, reading_t *r,
                                         meta_t *m, size_t ml,
-                                        authn_hmac_badline_fn bad, void *baton,
+                                        authn_hmac_log_fn bad, void *baton,
                                         apr_pool_t *tp);
 
 /* Indexes the reading in this process's own memory; APR_EOF if the file
  * changed while it was read (the index is whole all the same). */
 apr_status_t authn_hmac_uf_build_private(generation_t *g, reading_t *r,
                                          const meta_t *m, size_t ml,
-                                         authn_hmac_badline_fn bad, void *baton,
+                                         authn_hmac_log_fn bad, void *baton,
                                          apr_pool_t *tp);
 
 /* -------------------------------------------------- the view (htpasswd.c) */

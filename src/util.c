@@ -416,3 +416,26 @@ uint64_t authn_hmac_fingerprint(const void *data, size_t len)
     h *= FP_P3;
     return h ^ (h >> 32);
 }
+
+/* ------------------------------------------------------------------ logs */
+
+void authn_hmac_vlogf(authn_hmac_log_fn log, void *baton, int level,
+                      const char *fmt, va_list ap)
+{
+    char msg[AUTHN_HMAC_LOG_MAX];
+
+    if (!log)
+        return;
+    apr_vsnprintf(msg, sizeof(msg), fmt, ap);
+    log(baton, level, msg);
+}
+
+void authn_hmac_logf(authn_hmac_log_fn log, void *baton, int level,
+                     const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    authn_hmac_vlogf(log, baton, level, fmt, ap);
+    va_end(ap);
+}

@@ -78,22 +78,6 @@ void authn_hmac_cred_negative(const authn_hmac_mac_t *mac,
                               const char *password, size_t password_len,
                               unsigned char nkey[AUTHN_HMAC_KEY_LEN]);
 
-/* authn_hmac_cred_mac of the credential's digest. */
-apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
-                                    const char *scope, size_t scope_len,
-                                    const char *user, size_t user_len,
-                                    const char *password, size_t password_len,
-                                    const char *hash, size_t hash_len,
-                                    unsigned char key[AUTHN_HMAC_KEY_LEN]);
-
-/* authn_hmac_cred_negative of the credential's digest. */
-void authn_hmac_negative_key(const authn_hmac_mac_t *mac, const char *scope,
-                             size_t scope_len, const char *user,
-                             size_t user_len, const char *password,
-                             size_t password_len, const char *hash,
-                             size_t hash_len,
-                             unsigned char nkey[AUTHN_HMAC_KEY_LEN]);
-
 /* The hash an unknown user, or a locked line, is checked against, so that
  * either costs what a known user's wrong password costs: tmpl's scheme and
  * cost (its text up to its last '$', or "{SHA}"), then characters of that

@@ -31,9 +31,6 @@ const char *authn_hmac_outcome_name(authn_hmac_outcome o);
 typedef apr_status_t (*authn_hmac_verify_fn)(const char *password,
                                              const char *hash);
 
-/* Receives each of the engine's messages (never a secret). */
-typedef void (*authn_hmac_log_fn)(void *baton, int level, const char *msg);
-
 /* The tiers and tools of one process. */
 typedef struct {
     const authn_hmac_mac_t *mac;
@@ -42,7 +39,7 @@ typedef struct {
     const authn_hmac_redis_conf_t *redis_conf;
     const char *redis_name; /* as configured, for messages */
     authn_hmac_verify_fn verify;
-    authn_hmac_log_fn log; /* may be NULL */
+    authn_hmac_log_fn log; /* its messages (util.h); may be NULL */
     int max_verifications; /* at once, in the server; 0: no queue */
     int backlog;           /* more that may wait for a turn */
     int nice;              /* of the verifying threads; 0: the request's */
@@ -104,7 +101,7 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
                                          const authn_hmac_policy_t *pol,
                                          authn_hmac_userfile_t *uf,
                                          authn_hmac_cred_t *c,
-                                         authn_hmac_badline_fn bad, void *baton,
+                                         authn_hmac_log_fn bad, void *baton,
                                          apr_pool_t *p, apr_status_t *rv);
 
 /* Seconds a refused (busy) client should wait before it tries again. */

@@ -28,9 +28,6 @@ typedef struct {
 void authn_hmac_userfile_limit(authn_hmac_userfile_t *uf, apr_off_t max_bytes,
                                authn_hmac_budget_t *budget);
 
-/* Tells what goes wrong with sharing (never a password or a hash). */
-typedef void (*authn_hmac_warn_fn)(void *baton, const char *msg);
-
 /* Before child_init, in the parent: the view's versions are shared in slot
  * of sh, their blocks tagged under mac, and what cannot be shared (no
  * space, a version altered) is told to warn; the view then reads the file
@@ -38,7 +35,7 @@ typedef void (*authn_hmac_warn_fn)(void *baton, const char *msg);
 void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
                                authn_hmac_share_t *sh, unsigned slot,
                                const authn_hmac_mac_t *mac,
-                               authn_hmac_warn_fn warn, void *baton);
+                               authn_hmac_log_fn warn, void *baton);
 
 /* Once per child process, before any lookup. */
 apr_status_t authn_hmac_userfile_child_init(authn_hmac_userfile_t *uf,
@@ -55,19 +52,6 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf);
 /* A user whose line locks it out (not an error of the file's: APR_EACCES
  * is one). */
 #define AUTHN_HMAC_LOCKED (APR_OS_START_USERERR + 1)
-
-/* Looks user up, first rebuilding the index if the file's dev, inode, size,
- * mtime or ctime changed; never waits: the answer is from the file as it
- * is now. Returns APR_SUCCESS and a copy of the hash in p;
- * APR_NOTFOUND for an unknown user, and AUTHN_HMAC_LOCKED for a locked one
- * (authn_hmac_hash_locked), each with a copy of the file's typical hash
- * (NULL in a file without one); or the error that kept the file from being read
- * (the index is then dropped: nothing stale can be used). */
-apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
-                                        const char *user, const char **hash,
-                                        size_t *hash_len,
-                                        authn_hmac_badline_fn bad, void *baton,
-                                        apr_pool_t *p);
 
 /* What a lookup's answer was read from; told of every answer, a grant's
  * too: a deny of a known user's wrong password waits as an unknown user's
@@ -87,17 +71,26 @@ typedef struct {
 int authn_hmac_userfile_unsettled(const authn_hmac_reading_t *rd,
                                   apr_time_t at);
 
-/* As authn_hmac_userfile_lookup; on APR_SUCCESS, id is also the user's id
- * for scope under mac (authn_hmac_user_id) and digest the digest of scope,
- * user and hash (authn_hmac_cred_digest), worked out on the user's first
- * lookup in this reading of the file and kept with its entry: a hit then
- * makes one short MAC. What was kept for another MAC or scope is not
- * used. */
+/* Looks user up, first rebuilding the index if the file's dev, inode, size,
+ * mtime or ctime changed; never waits: the answer is from the file as it
+ * is now. Returns APR_SUCCESS and a copy of the hash in p;
+ * APR_NOTFOUND for an unknown user, and AUTHN_HMAC_LOCKED for a locked one
+ * (authn_hmac_hash_locked), each with a copy of the file's typical hash
+ * (NULL in a file without one); or the error that kept the file from being read
+ * (the index is then dropped: nothing stale can be used). Malformed lines
+ * are told to bad (see authn_hmac/index.h), once per reading.
+ * With mac, on APR_SUCCESS, id is also the user's id for scope under mac
+ * (authn_hmac_user_id) and digest the digest of scope, user and hash
+ * (authn_hmac_cred_digest), worked out on the user's first lookup in this
+ * reading of the file and kept with its entry: a hit then makes one short
+ * MAC. What was kept for another MAC or scope is not used. Without mac,
+ * scope, id and digest are not used. rd (may be NULL): what the answer was
+ * read from. */
 apr_status_t authn_hmac_userfile_lookup_id(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
     unsigned char id[AUTHN_HMAC_KEY_LEN],
-    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_log_fn bad,
     void *baton, apr_pool_t *p, authn_hmac_reading_t *rd);
 
 /* After a lookup whose reading rd is unsettled, at the deny (since,
@@ -111,7 +104,7 @@ apr_status_t authn_hmac_userfile_settle(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
     unsigned char id[AUTHN_HMAC_KEY_LEN],
-    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_badline_fn bad,
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_log_fn bad,
     void *baton, apr_pool_t *p, authn_hmac_reading_t *rd, apr_time_t since);
 
 /* After child_init, for a shared view: a thread of this process (one for

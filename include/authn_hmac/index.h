@@ -16,6 +16,7 @@
 #define AUTHN_HMAC_INDEX_H
 
 #include "authn_hmac/cred.h"
+#include "authn_hmac/util.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,9 +24,10 @@
 #include <apr_errno.h>
 #include <apr_pools.h>
 
-/* Called once per malformed line; never given the line itself. */
-typedef void (*authn_hmac_badline_fn)(void *baton, unsigned lineno,
-                                      const char *why);
+/* A malformed line is told to an authn_hmac_log_fn (util.h) at warning,
+ * by its number and what is wrong, never its content:
+ * AUTHN_HMAC_INDEX_LINE "<why>". */
+#define AUTHN_HMAC_INDEX_LINE "line %u "
 
 #define AUTHN_HMAC_INDEX_BLOCK 1024u
 /* The longest entry (user and hash) an index keeps; a longer line is
@@ -79,24 +81,22 @@ apr_status_t authn_hmac_index_begin(authn_hmac_index_builder_t **b, void *area,
  * with last, what remains is the last line. Returns the bytes taken: the
  * rest begins the next piece. */
 size_t authn_hmac_index_feed(authn_hmac_index_builder_t *b, char *text,
-                             size_t len, int last, authn_hmac_badline_fn bad,
+                             size_t len, int last, authn_hmac_log_fn bad,
                              void *baton);
+
+/* Indexes text (len bytes, modified in place) as the beginning of one
+ * logical line longer than it, whose rest is not read: a line too long,
+ * whose user (if it names one) is locked, never given a hash cut short. */
+void authn_hmac_index_feed_cut(authn_hmac_index_builder_t *b, char *text,
+                               size_t len, authn_hmac_log_fn bad, void *baton);
 
 /* Finishes the index, tagged under mac unless mac is NULL; *used is what it
  * took of area. APR_EOF if the text held more than it was said to (the
  * lines past it are not in the index). */
 apr_status_t authn_hmac_index_end(authn_hmac_index_builder_t *b,
                                   const authn_hmac_mac_t *mac,
-                                  authn_hmac_badline_fn bad, void *baton,
+                                  authn_hmac_log_fn bad, void *baton,
                                   size_t *used);
-
-/* All of it at once: begin, feed and end. */
-apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
-                                    size_t len, const void *meta,
-                                    size_t meta_len,
-                                    const authn_hmac_mac_t *mac,
-                                    authn_hmac_badline_fn bad, void *baton,
-                                    size_t *used, apr_pool_t *p);
 
 /* Opens the index in area (size bytes): APR_SUCCESS, or APR_EGENERAL for
  * one whose header does not hold together. With mac, only a tagged index

@@ -5,6 +5,7 @@
 #define AUTHN_HMAC_REDIS_TESTING_H
 
 #include "authn_hmac/redis.h"
+#include "authn_hmac/sentinel.h"
 
 /* A plain connection over a connected socket, which it owns (connections
  * are otherwise made by the pool and the discovery). */
@@ -20,5 +21,9 @@ authn_hmac_redis_rc authn_hmac_redis_tls_connect(authn_hmac_redis_tls_t *t,
                                                  struct ssl_st **out,
                                                  int *resumed, const char **why,
                                                  apr_pool_t *p);
+
+/* The shared part a discovery thread was started with. */
+authn_hmac_sentinel_shared_t *
+authn_hmac_sentinel_shared(authn_hmac_sentinel_t *s);
 
 #endif /* AUTHN_HMAC_REDIS_TESTING_H */

@@ -6,6 +6,7 @@
 #define AUTHN_HMAC_SENTINEL_H
 
 #include "authn_hmac/redis.h"
+#include "authn_hmac/util.h"
 
 #define AUTHN_HMAC_SENTINEL_MAX      8 /* Sentinels in the directive */
 #define AUTHN_HMAC_SENTINEL_HOST_MAX AUTHN_HMAC_REDIS_HOST_MAX
@@ -117,15 +118,13 @@ authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
 
 /* Starts this process's discovery thread (it asks only when due, and when
  * it holds the claim), stopped with p. log gets what operators are told. */
-apr_status_t authn_hmac_sentinel_start(
-    authn_hmac_sentinel_t **out, const authn_hmac_sentinel_conf_t *sc,
-    const authn_hmac_redis_conf_t *redis, authn_hmac_sentinel_shared_t *sh,
-    authn_hmac_redis_health_t *health,
-    void (*log)(void *baton, int level, const char *msg), void *baton,
-    apr_pool_t *p);
-
-authn_hmac_sentinel_shared_t *
-authn_hmac_sentinel_shared(authn_hmac_sentinel_t *s);
+apr_status_t authn_hmac_sentinel_start(authn_hmac_sentinel_t **out,
+                                       const authn_hmac_sentinel_conf_t *sc,
+                                       const authn_hmac_redis_conf_t *redis,
+                                       authn_hmac_sentinel_shared_t *sh,
+                                       authn_hmac_redis_health_t *health,
+                                       authn_hmac_log_fn log, void *baton,
+                                       apr_pool_t *p);
 
 /* The published address, if its generation is not *gen (then *gen is
  * updated, and 1 returned; -1 when none is known yet). peer gets the name

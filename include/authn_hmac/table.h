@@ -84,12 +84,6 @@ authn_hmac_negative_store(authn_hmac_table_t *t,
                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                           apr_time_t now, apr_time_t expires);
 
-/* For tests: leaves key's slot as a writer that died halfway through
- * writing it would (its sequence odd, its contents torn). */
-void authn_hmac_table_tear(authn_hmac_table_t *t,
-                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                           const unsigned char uid[AUTHN_HMAC_KEY_LEN]);
-
 void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
                             uint64_t delta);
 

@@ -1,12 +1,42 @@
 /* authn_hmac/testing.h: TEST ONLY. What the unit tests and the fuzzers use
  * and the shipped library does not have: these functions are in
- * libauthnhmac_test.la (the user-file layer built with AUTHN_HMAC_TESTING,
- * and src/testing/), which only tests and fuzzers link, never the module. */
+ * libauthnhmac_test.la (the user-file layer and the cache, src/table.c,
+ * built with AUTHN_HMAC_TESTING, and src/testing/), which only tests and
+ * fuzzers link, never the module. */
 #ifndef AUTHN_HMAC_TESTING_H
 #define AUTHN_HMAC_TESTING_H
 
+#include "authn_hmac/cred.h"
 #include "authn_hmac/htpasswd.h"
 #include "authn_hmac/index.h"
+#include "authn_hmac/table.h"
+
+/* --------------------------------------------------- a credential's keys */
+
+/* authn_hmac_cred_mac of the credential's digest (authn_hmac_cred_digest). */
+apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
+                                    const char *scope, size_t scope_len,
+                                    const char *user, size_t user_len,
+                                    const char *password, size_t password_len,
+                                    const char *hash, size_t hash_len,
+                                    unsigned char key[AUTHN_HMAC_KEY_LEN]);
+
+/* authn_hmac_cred_negative of the credential's digest. */
+void authn_hmac_negative_key(const authn_hmac_mac_t *mac, const char *scope,
+                             size_t scope_len, const char *user,
+                             size_t user_len, const char *password,
+                             size_t password_len, const char *hash,
+                             size_t hash_len,
+                             unsigned char nkey[AUTHN_HMAC_KEY_LEN]);
+
+/* ---------------------------------------------------------- the cache */
+
+/* Leaves key's slot as a writer that died halfway through writing it would
+ * (its sequence odd, its contents torn). In src/table.c, built with
+ * AUTHN_HMAC_TESTING. */
+void authn_hmac_table_tear(authn_hmac_table_t *t,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           const unsigned char uid[AUTHN_HMAC_KEY_LEN]);
 
 /* ------------------------------------------ the whole-buffer parser */
 
@@ -17,8 +47,17 @@ typedef struct authn_hmac_htpasswd authn_hmac_htpasswd_t;
  * comments are skipped silently; for a user listed twice the first line
  * wins, as in mod_authn_file. */
 apr_status_t authn_hmac_htpasswd_parse(authn_hmac_htpasswd_t **out, char *buf,
-                                       size_t len, authn_hmac_badline_fn bad,
+                                       size_t len, authn_hmac_log_fn bad,
                                        void *baton, apr_pool_t *p);
+
+/* An index of the whole of buf at once: begin, feed and end
+ * (authn_hmac/index.h). */
+apr_status_t authn_hmac_index_build(void *area, size_t cap, char *buf,
+                                    size_t len, const void *meta,
+                                    size_t meta_len,
+                                    const authn_hmac_mac_t *mac,
+                                    authn_hmac_log_fn bad, void *baton,
+                                    size_t *used, apr_pool_t *p);
 
 /* The stored hash for user, or NULL. O(1) in the number of users. */
 const char *authn_hmac_htpasswd_get(const authn_hmac_htpasswd_t *idx,
@@ -34,6 +73,20 @@ const char *authn_hmac_htpasswd_typical(const authn_hmac_htpasswd_t *idx,
 unsigned authn_hmac_htpasswd_bad_lines(const authn_hmac_htpasswd_t *idx);
 
 /* ------------------------------------------------------------ a view */
+
+/* authn_hmac_userfile_lookup_id without a MAC: the hash alone. */
+apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
+                                        const char *user, const char **hash,
+                                        size_t *hash_len, authn_hmac_log_fn bad,
+                                        void *baton, apr_pool_t *p);
+
+/* A lookup as a request that ends in a deny makes it (see
+ * authn_hmac_check_user): a deny from an unsettled reading is asked again
+ * of the quiet file, a second at most; mac NULL: no id or digest. */
+apr_status_t authn_hmac_userfile_lookup_settled(
+    authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
+    const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
+    unsigned char *id, unsigned char *digest, apr_pool_t *p);
 
 /* How many times this process has read the file. */
 unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);

@@ -8,6 +8,7 @@
 #ifndef AUTHN_HMAC_UTIL_H
 #define AUTHN_HMAC_UTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -169,10 +170,28 @@ authn_hmac_format_t authn_hmac_status_query(const char *args);
 const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
                                      authn_hmac_format_t f, apr_pool_t *p);
 
-/* Log levels of the core's messages (the engine's, Sentinel's): syslog's,
- * as httpd's APLOG_*. */
+/* ----------------------------------------------------------------- logs */
+
+/* Log levels of the core's messages: syslog's, as httpd's APLOG_*. */
 #define AUTHN_HMAC_LOG_WARNING 4
 #define AUTHN_HMAC_LOG_NOTICE  5
 #define AUTHN_HMAC_LOG_DEBUG   7
+
+/* What the core tells operators, at a level above: the engine's, the
+ * Sentinel thread's, a user file's malformed lines and sharing. The core
+ * never puts a password, a hash or a line of a file in msg. */
+typedef void (*authn_hmac_log_fn)(void *baton, int level, const char *msg);
+
+/* The longest message, with its NUL: what httpd writes of a line of its
+ * error log at most (MAX_STRING_LEN). */
+#define AUTHN_HMAC_LOG_MAX 8192
+
+/* Formats a message (apr_snprintf's formats, %pm too) and gives it to log;
+ * nothing without log. */
+void authn_hmac_logf(authn_hmac_log_fn log, void *baton, int level,
+                     const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void authn_hmac_vlogf(authn_hmac_log_fn log, void *baton, int level,
+                      const char *fmt, va_list ap);
 
 #endif /* AUTHN_HMAC_UTIL_H */

@@ -23,12 +23,12 @@
  * holds: every value still needs its tag (made with the pepper), so a
  * rogue Sentinel that names a rogue Redis can deny service, never grant. */
 #include "conn.h"
+#include "sentinel_int.h"
 #include "authn_hmac/sentinel.h"
 #include "authn_hmac/util.h"
 
 #include <arpa/inet.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -44,19 +44,6 @@
 #define MIN_GAP       apr_time_from_msec(500) /* between two discoveries */
 #define PERIOD        apr_time_from_sec(5)    /* a look while all is well */
 #define MAX_RESOLVED  4
-
-struct authn_hmac_sentinel {
-    const authn_hmac_sentinel_conf_t *sc;
-    const authn_hmac_redis_conf_t *redis;
-    authn_hmac_sentinel_shared_t *sh;
-    authn_hmac_redis_health_t *health;
-    void (*log)(void *baton, int level, const char *msg);
-    void *baton;
-    pthread_t thread;
-    pthread_mutex_t lock; /* of stop */
-    pthread_cond_t wake;
-    int stop, started;
-};
 
 /* ------------------------------------------------------- configuration */
 
@@ -392,21 +379,6 @@ authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
 
 /* ----------------------------------------------------------- the thread */
 
-static void say(authn_hmac_sentinel_t *s, int level, apr_pool_t *p,
-                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static void say(authn_hmac_sentinel_t *s, int level, apr_pool_t *p,
-                const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!s->log)
-        return;
-    va_start(ap, fmt);
-    s->log(s->baton, level, apr_pvsprintf(p, fmt, ap));
-    va_end(ap);
-}
-
 /* One look, by the claim's holder. */
 static void look(authn_hmac_sentinel_t *s, int64_t claim, apr_pool_t *p)
 {
@@ -425,7 +397,8 @@ static void look(authn_hmac_sentinel_t *s, int64_t claim, apr_pool_t *p)
     if (rc != AUTHN_HMAC_REDIS_OK) {
         if (authn_hmac_sentinel_finish(s->sh, claim, NULL, NULL, 0, now) == 0 &&
             !was_failing)
-            say(s, AUTHN_HMAC_LOG_WARNING, p,
+            authn_hmac_logf(
+                s->log, s->baton, AUTHN_HMAC_LOG_WARNING,
                 "AHMAC0023: no Sentinel named a primary of '%s' that says "
                 "it is one (%s); using shared memory and bcrypt, and asking "
                 "again",
@@ -439,7 +412,8 @@ static void look(authn_hmac_sentinel_t *s, int64_t claim, apr_pool_t *p)
     __atomic_store_n(&s->health->failures, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&s->health->opens, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&s->health->breaker_until, 0, __ATOMIC_RELEASE);
-    say(s, AUTHN_HMAC_LOG_NOTICE, p,
+    authn_hmac_logf(
+        s->log, s->baton, AUTHN_HMAC_LOG_NOTICE,
         "AHMAC0024: the primary of '%s' is %s%s:%d%s, as the Sentinels say "
         "and its ROLE confirms",
         s->sc->master, old_gen ? "now " : "", host, port,
@@ -504,12 +478,13 @@ static apr_status_t stop(void *data)
     return APR_SUCCESS;
 }
 
-apr_status_t authn_hmac_sentinel_start(
-    authn_hmac_sentinel_t **out, const authn_hmac_sentinel_conf_t *sc,
-    const authn_hmac_redis_conf_t *redis, authn_hmac_sentinel_shared_t *sh,
-    authn_hmac_redis_health_t *health,
-    void (*log)(void *baton, int level, const char *msg), void *baton,
-    apr_pool_t *p)
+apr_status_t authn_hmac_sentinel_start(authn_hmac_sentinel_t **out,
+                                       const authn_hmac_sentinel_conf_t *sc,
+                                       const authn_hmac_redis_conf_t *redis,
+                                       authn_hmac_sentinel_shared_t *sh,
+                                       authn_hmac_redis_health_t *health,
+                                       authn_hmac_log_fn log, void *baton,
+                                       apr_pool_t *p)
 {
     authn_hmac_sentinel_t *s = apr_pcalloc(p, sizeof(*s));
     pthread_attr_t attr;
@@ -535,12 +510,6 @@ apr_status_t authn_hmac_sentinel_start(
     s->started = 1;
     apr_pool_cleanup_register(p, s, stop, apr_pool_cleanup_null);
     return APR_SUCCESS;
-}
-
-authn_hmac_sentinel_shared_t *
-authn_hmac_sentinel_shared(authn_hmac_sentinel_t *s)
-{
-    return s->sh;
 }
 
 int authn_hmac_sentinel_addr(authn_hmac_sentinel_t *s, uint64_t *gen,

@@ -1,6 +1,7 @@
 /* testing.c: the seams of authn_hmac/redis_testing.h, for the unit tests
  * only (built into libauthnhmac_test.la, not into the module). */
 #include "conn.h"
+#include "sentinel_int.h"
 #include "tls.h"
 #include "authn_hmac/redis_testing.h"
 
@@ -21,4 +22,10 @@ authn_hmac_redis_rc authn_hmac_redis_tls_connect(authn_hmac_redis_tls_t *t,
 
     *out = rc == AUTHN_HMAC_REDIS_OK ? s.ctx : NULL;
     return rc;
+}
+
+authn_hmac_sentinel_shared_t *
+authn_hmac_sentinel_shared(authn_hmac_sentinel_t *s)
+{
+    return s->sh;
 }

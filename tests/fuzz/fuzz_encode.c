@@ -4,6 +4,7 @@
  * and the MAC made from its digest must be the MAC of the whole. */
 #include "authn_hmac/cred.h"
 #include "authn_hmac/secret.h"
+#include "authn_hmac/testing.h"
 
 #include <stdlib.h>
 #include <string.h>

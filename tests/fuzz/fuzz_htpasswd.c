@@ -2,15 +2,20 @@
 #include "authn_hmac/htpasswd.h"
 #include "authn_hmac/testing.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void ignore(void *baton, unsigned lineno, const char *why)
+static void ignore(void *baton, int level, const char *msg)
 {
+    unsigned lineno;
+    int at = 0;
+
     (void)baton;
-    (void)lineno;
-    if (!why || !*why)
-        abort(); /* every bad line must say why */
+    (void)level;
+    if (sscanf(msg, AUTHN_HMAC_INDEX_LINE "%n", &lineno, &at) != 1 || !at ||
+        !msg[at])
+        abort(); /* every bad line must say which and why */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -7,6 +7,7 @@
 #include "authn_hmac/redis.h"
 #include "authn_hmac/cred.h"
 #include "authn_hmac/secret.h"
+#include "authn_hmac/testing.h"
 
 #include <stdlib.h>
 #include <string.h>

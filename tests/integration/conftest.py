@@ -1,4 +1,10 @@
-"""Fixtures: a real httpd per MPM with the module built from this tree."""
+"""Fixtures: a real httpd per MPM with the module built from this tree.
+
+AUTHN_HMAC_MPMS names the MPMs to run under (default "event prefork
+worker"). The whole suite runs under the first; under the others, only
+the tests marked `mpm` (what depends on the MPM: processes against
+threads, restarts, the busy 503 path, state shared among children). A
+test or fixture parametrized by MPM names runs only those in the list."""
 import os
 import sys
 
@@ -8,7 +14,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from harness import VALGRIND, Httpd, hmac_location, htpasswd  # noqa: E402
 
-MPMS = os.environ.get("AUTHN_HMAC_MPMS", "prefork worker event").split()
+ALL_MPMS = ("event", "prefork", "worker")
+MPMS = (os.environ.get("AUTHN_HMAC_MPMS") or " ".join(ALL_MPMS)).split()
 if VALGRIND:
     # httpd -X: no restarts, no other accounts, and timings 20-50x slower.
     # Prefork: one process, one thread, and a plain exit path.
@@ -16,7 +23,27 @@ if VALGRIND:
     collect_ignore = ["test_lifecycle.py"]
 
 
+def item_mpm(item):
+    """The MPM an item runs under, when a parameter names one."""
+    spec = getattr(item, "callspec", None)
+    for value in (spec.params.values() if spec else ()):
+        if isinstance(value, str) and value in ALL_MPMS:
+            return value
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        mpm = item_mpm(item)
+        if mpm is not None and (mpm not in MPMS or (
+                mpm != MPMS[0] and not item.get_closest_marker("mpm"))):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
     if not VALGRIND:
         return
     skip = pytest.mark.skip(reason="timing- or load-bound: not run under valgrind")
@@ -27,6 +54,10 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: timing- or load-bound; skipped under valgrind")
+    config.addinivalue_line("markers", "mpm: depends on the MPM; runs under every MPM of "
+                                       "AUTHN_HMAC_MPMS, other tests under the first only")
+    config.addinivalue_line("markers", "plain: runs on the plain build only (skipped under "
+                                       "the sanitizers and valgrind); CI runs it with -m plain")
 
 # /a/ and /b/ use two different htpasswd files (two scopes); /short/ uses
 # the file of /a/ with a 2-second TTL; /idle/ with a 3-second TTL, and

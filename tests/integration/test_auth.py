@@ -40,6 +40,7 @@ def test_everything_else_gives_401(server):
     assert s("/a/index.html", "alice", PW) == 200
 
 
+@pytest.mark.mpm
 def test_second_request_is_a_hit(server):
     htpasswd(server.path("a.htpasswd"), "hannah", "hit me")
     before = server.status()
@@ -59,6 +60,7 @@ def test_notes_name_what_happened(server):
     assert server.notes("no-such-user") == ["unknown-user"]
 
 
+@pytest.mark.mpm
 def test_failed_verification_is_never_cached_as_a_grant(server):
     """A refused credential is refused again: the first time by bcrypt, then
     from the negative cache, and never from the positive one."""
@@ -71,6 +73,7 @@ def test_failed_verification_is_never_cached_as_a_grant(server):
     assert server.notes("alice")[-3:] == ["denied", "negative-hit", "negative-hit"]
 
 
+@pytest.mark.mpm
 @pytest.mark.slow
 def test_repeated_wrong_password_runs_bcrypt_once(server):
     htpasswd(server.path("a.htpasswd"), "rex", "rex's real password")
@@ -96,6 +99,7 @@ def test_negative_ttl_zero_verifies_every_wrong_password(server):
     assert d["verifications"] == 2 and d["negative_hits"] == 0
 
 
+@pytest.mark.mpm
 def test_password_change_takes_effect_on_next_request(server):
     f = server.path("a.htpasswd")
     htpasswd(f, "carol", "old secret")
@@ -107,6 +111,7 @@ def test_password_change_takes_effect_on_next_request(server):
     assert server.status_code("/a/index.html", "carol", "old secret") == 401
 
 
+@pytest.mark.mpm
 def test_removed_user_is_refused_on_next_request(server):
     f = server.path("a.htpasswd")
     htpasswd(f, "dave", "dave's secret")
@@ -218,6 +223,7 @@ def test_malformed_lines_warn_by_number_without_content(server):
     assert "this-line-is-secret-garbage" not in log
 
 
+@pytest.mark.mpm
 @pytest.mark.slow
 def test_cost12_hits_skip_bcrypt_under_ab(server):
     htpasswd(server.path("a.htpasswd"), "erin", "ab load pass", cost=12)
@@ -233,6 +239,7 @@ def test_cost12_hits_skip_bcrypt_under_ab(server):
     assert d["hits"] + d["misses"] == 2000
 
 
+@pytest.mark.mpm
 def test_counters_sum_over_all_children(server):
     before = server.status()
     for _ in range(30):
@@ -282,6 +289,7 @@ def burst(server, path, user, passwords):
     return codes
 
 
+@pytest.mark.mpm
 @pytest.mark.slow
 def test_cold_burst_runs_one_verification(server):
     """64 first requests for one credential at once (cost 12): all 200, and
@@ -297,6 +305,7 @@ def test_cold_burst_runs_one_verification(server):
     assert notes.count("verified") == 1 and set(notes) <= {"verified", "coalesced", "hit"}
 
 
+@pytest.mark.mpm
 @pytest.mark.slow
 def test_burst_mixing_right_and_wrong_passwords(server):
     """Right and wrong passwords for one user at once: exactly the right

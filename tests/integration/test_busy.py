@@ -59,6 +59,7 @@ def logged(srv, paths):
     return lines
 
 
+@pytest.mark.mpm
 @pytest.mark.slow
 @pytest.mark.parametrize("mpm", ["prefork", "event"])
 def test_busy_answer_uses_error_document_503(mpm):

@@ -50,6 +50,7 @@ pytestmark = [
                        reason="no dpkg-buildpackage (tools/deps --test installs dpkg-dev)"),
     pytest.mark.skipif(bool(S.get("preload")),
                        reason="the package is built and tested from the plain build's run"),
+    pytest.mark.plain,
     # Not a memory test: skipped under valgrind (make check-valgrind).
     pytest.mark.slow,
 ]

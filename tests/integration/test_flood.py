@@ -16,6 +16,7 @@ BACKLOG = 4
 
 
 @pytest.mark.slow
+@pytest.mark.mpm
 @pytest.mark.parametrize("mpm", ["prefork", "event"])
 def test_flood_of_wrong_passwords(mpm):
     srv = make_server(mpm, global_conf="AuthHMACMaxVerifications %d\n"
@@ -93,16 +94,20 @@ def hits(srv, path, auth, seconds):
 
 
 @pytest.mark.slow
+@pytest.mark.mpm
 @pytest.mark.parametrize("mpm", ["worker", "event"])
 def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
     """A 52-core server's queue (64 verifications, 192 waiting) held full by
     258 connections of distinct wrong passwords: a cached user's hits, which
-    refresh the entry about once a second (AuthHMACCacheTTL 2), keep at least
-    60% of their pace alone (here: 62-85%; 0-58% before). Before, every entry and every waiter reaped all
-    256 places under the writers' mutex (a kill() and a /proc read each), a
-    refresh waited for that mutex, and 192 waiters woke every 5 ms: hits
-    stalled for seconds (found by review: 47 s). Threaded MPMs only: prefork
-    would need 260 processes."""
+    refresh the entry about once a second (AuthHMACCacheTTL 2), are all
+    answered from the cache (200, no bcrypt), the entry is refreshed, and no
+    hit waits anywhere near the stalls this is about. Before, every entry and
+    every waiter reaped all 256 places under the writers' mutex (a kill() and
+    a /proc read each), a refresh waited for that mutex, and 192 waiters
+    woke every 5 ms: hits stalled for seconds (found by review: 47 s). The
+    hits' pace beside the flood is a figure of tools/bench --queue; the
+    queue's unit tests catch the stalls deterministically. Threaded MPMs
+    only: prefork would need 260 processes."""
     if mpm not in MPMS:
         pytest.skip("AUTHN_HMAC_MPMS")
     # NB: every process has more threads than the queue has places: a kept-
@@ -128,12 +133,12 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
     try:
         srv.start()
         assert srv.status_code("/short/index.html", "alice", "correct horse") == 200
-        alone = hits(srv, "/short/index.html", auth, 5)
         flood = subprocess.Popen(queue_clients.command("flood", srv.port, "/a/index.html",
                                                        "mallory", LARGE_FLOOD),
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         full = 0
-        for _ in range(120):
+        # NB: a generous deadline (120 s) for the flood to fill the queue.
+        for _ in range(240):
             st = srv.status()
             full = max(full, st["verifying"] + st["verify_waiting"])
             if full >= LARGE_CAP + LARGE_BACKLOG - 16:
@@ -141,18 +146,12 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
             # NB: a hit every half second keeps the 2-second entry alive.
             assert srv.status_code("/short/index.html", "alice", "correct horse") == 200
             time.sleep(0.5)
+        sent = len(srv.notes("alice"))
         before = srv.status()
         during = hits(srv, "/short/index.html", auth, 15)
         after = srv.status()
-        first = None
-        if len(during) / 15 < 0.6 * len(alone) / 5:
-            # NB: a second window, the queue still full, only when the first
-            # fell short: a busy machine's scheduler alone slowed a whole
-            # window once (CI: 48%, p50 7 ms, max 0.2 s); the stalls this is
-            # about fell short in every window (0-58%, and seconds-long).
-            first = (len(during) / 15, sorted(t for t, _ in during)[len(during) // 2])
-            during = hits(srv, "/short/index.html", auth, 15)
-            after = srv.status()
+        srv.sent["alice"] = sent + len(during)
+        notes = srv.notes("alice")[sent:]
         flood.stdin.close()
         codes = json.loads(flood.stdout.readline() or "{}").get("codes", {})
     finally:
@@ -166,20 +165,21 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
     problems = srv.log_problems()
     srv.cleanup()
     ms = sorted(t * 1000 for t, _ in during)
-    pace, pace_alone = len(during) / 15, len(alone) / 5
-    print("%s: queue %d of %d; cached user %.0f hits/s alone, %.0f during the flood "
+    print("%s: queue %d of %d; cached user %d hits in 15 s during the flood "
           "(p50 %.1f ms, p99 %.1f ms, max %.0f ms); refreshes %d; flood %s" % (
-              mpm, full, LARGE_CAP + LARGE_BACKLOG, pace_alone, pace, ms[len(ms) // 2],
+              mpm, full, LARGE_CAP + LARGE_BACKLOG, len(during), ms[len(ms) // 2],
               ms[len(ms) * 99 // 100], ms[-1], after["refreshes"] - before["refreshes"],
               codes))
-    if first:
-        print("  the first window fell short: %.0f hits/s, p50 %.1f ms" % (first[0],
-                                                                        first[1] * 1000))
     assert full >= LARGE_CAP + LARGE_BACKLOG - 16, full
     assert after["busy"] > before["busy"] or after["queued"] > before["queued"], (before, after)
-    assert all(st == 200 for _, st in alone + during), [
-        (round(t * 1000), st) for t, st in alone + during if st != 200]
+    assert during and all(st == 200 for _, st in during), [
+        (round(t * 1000), st) for t, st in during if st != 200]
+    # Each from the cache: no bcrypt, no busy answer.
+    assert len(notes) == len(during) and set(notes) == {"hit"}, sorted(set(notes))
     # The hits refreshed the entry while the flood went on: no bcrypt.
     assert after["refreshes"] - before["refreshes"] >= 3, (before, after)
-    assert pace >= 0.6 * pace_alone, (pace, pace_alone, ms[-5:], first)
+    # NB: a deadline, not a pace: 5 s is 25 times the slowest hit a loaded
+    # CI machine showed (0.2 s), and the stalls this is about were seconds
+    # long, up to 47 s.
+    assert ms[-1] < 5000, ms[-5:]
     assert not problems, problems

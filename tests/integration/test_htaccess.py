@@ -52,6 +52,7 @@ def srv(request):
     yield from serve(s)
 
 
+@pytest.mark.mpm
 def test_htaccess_auth_caches_and_revokes(srv):
     url = "/wiki/main/index.html"
     assert srv.status_code(url) == 401
@@ -69,6 +70,7 @@ def test_htaccess_auth_caches_and_revokes(srv):
     assert srv.status_code(url, "wendy", "wendy's new pass") == 200
 
 
+@pytest.mark.mpm
 @pytest.mark.slow
 def test_htaccess_under_concurrent_requests(srv):
     htpasswd(srv.path("users"), "walt", "walt's wiki pass")

@@ -365,6 +365,7 @@ def revoked_at_close(srv, uf, v, **how):
     assert srv.status_code("/i/index.html", "flipper", FLIP[v]) == 200
 
 
+@pytest.mark.mpm
 @pytest.mark.slow
 @pytest.mark.parametrize("mpm", ["event", "prefork"])
 def test_slow_in_place_write_gives_no_false_401(mpm):
@@ -409,6 +410,7 @@ def test_slow_in_place_write_gives_no_false_401(mpm):
     assert not problems, problems
 
 
+@pytest.mark.mpm
 @pytest.mark.slow
 @pytest.mark.parametrize("mpm", ["event", "prefork"])
 def test_writer_that_holds_the_file_open_long_is_not_waited_for(mpm):

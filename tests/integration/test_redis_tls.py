@@ -97,6 +97,7 @@ def new_user(farm, n):
     return user, pw
 
 
+@pytest.mark.mpm
 @pytest.mark.parametrize("mpm", MPMS)
 def test_two_servers_share_results_over_tls_with_an_acl_user(farm, mpm):
     """A Redis that speaks only TLS, its default user off: a credential
@@ -135,6 +136,7 @@ def test_two_servers_share_results_over_tls_with_an_acl_user(farm, mpm):
         redis.cleanup()
 
 
+@pytest.mark.mpm
 @pytest.mark.parametrize("mpm", MPMS)
 def test_a_reconnect_resumes_the_tls_session(farm, mpm):
     """Connections dropped by Redis (CLIENT KILL, as a restart of the

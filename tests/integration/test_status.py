@@ -86,6 +86,7 @@ def number(s):
     return float(s) if "." in s else int(s)
 
 
+@pytest.mark.mpm
 def test_prometheus_matches_json(srv):
     traffic(srv)
     js = srv.status()
@@ -120,6 +121,7 @@ def test_prometheus_matches_json(srv):
     assert types["entries"] == "gauge"
 
 
+@pytest.mark.mpm
 def test_server_status_auto_and_page_match_json(srv):
     traffic(srv)
     js = srv.status()
@@ -200,6 +202,7 @@ def buckets(fam):
     return bs, one[fam.name + "_sum"], one[fam.name + "_count"]
 
 
+@pytest.mark.mpm
 def test_prometheus_conventions(redis_srv):
     """Prometheus's naming conventions, checked by its own client's parser:
     counters in _total, base units only, HELP and TYPE for every family,

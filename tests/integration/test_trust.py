@@ -419,6 +419,7 @@ def dump_holds(path, needles):
     return seen
 
 
+@pytest.mark.plain
 @pytest.mark.skipif(VALGRIND is not None, reason="gcore of a child; not under valgrind")
 @pytest.mark.skipif(bool(S.get("preload")),
                     reason="gcore of a child; a sanitized child maps terabytes of shadow memory")

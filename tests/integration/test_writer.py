@@ -84,6 +84,7 @@ def codes(srv, user, password, n=4):
     return [srv.status_code("/w/index.html", user, password) for _ in range(n)]
 
 
+@pytest.mark.mpm
 @pytest.mark.parametrize("mpm", ["event", "prefork"])
 def test_real_htpasswd_in_place(mpm):
     if mpm not in MPMS:

@@ -2,6 +2,7 @@
 #include "authn_hmac/cred.h"
 #include "authn_hmac/redis.h"
 #include "authn_hmac/secret.h"
+#include "authn_hmac/testing.h"
 #include "unit.h"
 
 #include <stdio.h>

@@ -4,6 +4,7 @@
 #include "authn_hmac/redis_testing.h"
 #include "authn_hmac/cred.h"
 #include "authn_hmac/secret.h"
+#include "authn_hmac/testing.h"
 #include "authn_hmac/util.h"
 #include "unit.h"
 

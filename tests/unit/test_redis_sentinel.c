@@ -2,6 +2,7 @@
  * get-master-addr-by-name and ROLE, and the primary the processes share
  * (no server needed). */
 #include "authn_hmac/redis.h"
+#include "authn_hmac/redis_testing.h"
 #include "authn_hmac/sentinel.h"
 #include "authn_hmac/table.h"
 #include "unit.h"

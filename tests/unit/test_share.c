@@ -26,9 +26,10 @@ static char *dir, *idx_dir;
 static int warnings;
 static char last_warning[512];
 
-static void note_warning(void *baton, const char *msg)
+static void note_warning(void *baton, int level, const char *msg)
 {
     (void)baton;
+    CHECK(level == AUTHN_HMAC_LOG_WARNING);
     warnings++;
     snprintf(last_warning, sizeof(last_warning), "%s", msg);
 }

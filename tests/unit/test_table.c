@@ -1,5 +1,6 @@
 /* Unit tests: the shared-memory table. */
 #include "authn_hmac/table.h"
+#include "authn_hmac/testing.h"
 #include "authn_hmac/cred.h"
 #include "authn_hmac/util.h"
 #include "shared_table.h"

@@ -85,24 +85,12 @@ static int alice_is(authn_hmac_userfile_t *uf, const char *want, apr_pool_t *p)
            strcmp(hash, want) == 0;
 }
 
-/* A lookup as a request that ends in a deny makes it (see
- * authn_hmac_check_user): a deny from an unsettled reading is asked again
- * of the quiet file, a second at most from the start. */
 static apr_status_t settled_lookup(authn_hmac_userfile_t *uf, const char *user,
                                    const char **hash, size_t *len,
                                    apr_pool_t *p)
 {
-    apr_time_t since = authn_hmac_monotonic();
-    authn_hmac_reading_t rd;
-    apr_status_t rv = authn_hmac_userfile_lookup_id(
-        uf, user, NULL, NULL, 0, hash, len, NULL, NULL, NULL, NULL, p, &rd);
-
-    if ((rv == APR_NOTFOUND || rv == AUTHN_HMAC_LOCKED) &&
-        authn_hmac_userfile_unsettled(&rd, since))
-        rv = authn_hmac_userfile_settle(uf, user, NULL, NULL, 0, hash, len,
-                                        NULL, NULL, NULL, NULL, p, &rd,
-                                        authn_hmac_monotonic());
-    return rv;
+    return authn_hmac_userfile_lookup_settled(uf, user, NULL, NULL, 0, hash,
+                                              len, NULL, NULL, p);
 }
 
 typedef struct {
