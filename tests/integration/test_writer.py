@@ -162,6 +162,7 @@ def test_real_htpasswd_in_place(mpm):
     assert not problems, problems
 
 
+@pytest.mark.mpm
 @pytest.mark.parametrize("mpm", ["event", "prefork"])
 def test_new_password_sent_while_htpasswd_sets_it(mpm):
     """A user sends the new password continuously while `htpasswd -b` sets
