@@ -147,8 +147,8 @@ static void policy_of(const hmac_dir_conf *c, authn_hmac_policy_t *pol)
     pol->hide_unknown = c->hide_unknown != 0;
 }
 
-/* The provider: finds the user's stored hash, and lets the engine (src/
- * engine.c) do the rest. */
+/* The provider: the engine (src/engine.c) finds the user's stored hash
+ * and does the rest; here its outcome becomes an authn_status. */
 static authn_status check_password(request_rec *r, const char *user,
                                    const char *password)
 {
@@ -157,9 +157,6 @@ static authn_status check_password(request_rec *r, const char *user,
     authn_hmac_cred_t cred;
     authn_hmac_policy_t pol;
     authn_hmac_outcome o;
-    const char *hash = NULL;
-    size_t hash_len = 0;
-    unsigned char uid[AUTHN_HMAC_KEY_LEN], digest[AUTHN_HMAC_DIGEST_LEN];
     apr_status_t rv;
 
     if (!c->uf || !hmac_conf.table) {
@@ -171,9 +168,16 @@ static authn_status check_password(request_rec *r, const char *user,
                                           : "");
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
-    rv = authn_hmac_userfile_lookup_id(c->uf, user, hmac_conf.mac, c->scope,
-                                       c->scope_len, &hash, &hash_len, uid,
-                                       digest, log_bad_line, r, r->pool);
+    cred.scope = c->scope;
+    cred.scope_len = c->scope_len;
+    cred.user = user;
+    cred.user_len = strlen(user);
+    cred.password = password;
+    cred.password_len = strlen(password);
+    cred.client = r->useragent_ip;
+    policy_of(c, &pol);
+    o = authn_hmac_check_user(&hmac_child.engine, &pol, c->uf, &cred,
+                              log_bad_line, r, r->pool, &rv);
     if (rv == APR_ENOSPC) {
         authn_hmac_table_count(hmac_conf.table, AUTHN_HMAC_C_ERRORS, 1);
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
@@ -184,28 +188,12 @@ static authn_status check_password(request_rec *r, const char *user,
                       c->scope);
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
-    if (rv != APR_SUCCESS && rv != APR_NOTFOUND && rv != AUTHN_HMAC_LOCKED) {
+    if (rv != APR_SUCCESS) {
         authn_hmac_table_count(hmac_conf.table, AUTHN_HMAC_C_ERRORS, 1);
         ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r,
                       "AHMAC0002: could not open password file: %s", c->scope);
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
-    cred.scope = c->scope;
-    cred.scope_len = c->scope_len;
-    cred.user = user;
-    cred.user_len = strlen(user);
-    cred.password = password;
-    cred.password_len = strlen(password);
-    cred.hash = rv == APR_SUCCESS ? hash : NULL;
-    cred.hash_len = rv == APR_SUCCESS ? hash_len : 0;
-    cred.dummy_hash = rv == APR_SUCCESS ? NULL : hash;
-    cred.dummy_hash_len = rv == APR_SUCCESS ? 0 : hash_len;
-    cred.locked = rv == AUTHN_HMAC_LOCKED;
-    cred.client = r->useragent_ip;
-    cred.uid = rv == APR_SUCCESS ? uid : NULL;
-    cred.digest = rv == APR_SUCCESS ? digest : NULL;
-    policy_of(c, &pol);
-    o = authn_hmac_check(&hmac_child.engine, &pol, &cred, r, r->pool);
     if (o == AUTHN_HMAC_BUSY) {
         log_busy(r);
         busy_document(r);

@@ -30,7 +30,11 @@
  * the farm claim's result and wipes the keys, whatever tier answered.
  * An unknown user, or a locked line, takes the same path against a dummy
  * hash that no password matches (authn_hmac_dummy_hash), and is refused
- * (see authn_hmac_check at the end).
+ * (see run() at the end). authn_hmac_check_user looks the user up in the
+ * htpasswd file first, and applies the writer rule: a deny from a reading
+ * of a file changed or read less than a second ago waits for the file to
+ * be quiet, and is checked again if the quiet file changed the user's
+ * answer; the same wait for every deny, none for a grant.
  * Each Redis operation waits at most the configured timeout, and a
  * request's first Redis failure ends its use of Redis (but for clearing its
  * farm marker).
@@ -664,8 +668,6 @@ static int coalesced(req_t *q, int got)
 {
     got = got && !q->never;
     count(q->e, AUTHN_HMAC_C_COALESCED, 1);
-    if (!got && !q->never)
-        count(q->e, AUTHN_HMAC_C_DENIED, 1);
     q->o = got ? AUTHN_HMAC_COALESCED : AUTHN_HMAC_DENIED;
     return got;
 }
@@ -761,8 +763,6 @@ static int from_verifier(req_t *q)
         q->o = AUTHN_HMAC_VERIFIED;
         return 1;
     }
-    if (!q->never)
-        count(e, AUTHN_HMAC_C_DENIED, 1);
     /* NB: only a mismatch is remembered, and shared with waiters: the
      * same input gives it again. Any other failure (out of memory) may
      * not: the waiters verify by themselves. */
@@ -848,10 +848,11 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
     return finish(&q);
 }
 
-authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
-                                    const authn_hmac_policy_t *pol,
-                                    const authn_hmac_cred_t *c, void *baton,
-                                    apr_pool_t *p)
+/* One pass down the tiers; the outcome is counted by tally(). */
+static authn_hmac_outcome run(const authn_hmac_engine_t *e,
+                              const authn_hmac_policy_t *pol,
+                              const authn_hmac_cred_t *c, void *baton,
+                              apr_pool_t *p)
 {
     authn_hmac_outcome refused, o;
     char dummy[AUTHN_HMAC_DUMMY_MAX];
@@ -868,14 +869,135 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
      * another (the dummy is no user's hash). */
     refused =
         c->hash || c->locked ? AUTHN_HMAC_DENIED : AUTHN_HMAC_UNKNOWN_USER;
-    count(e,
-          refused == AUTHN_HMAC_DENIED ? AUTHN_HMAC_C_DENIED
-                                       : AUTHN_HMAC_C_UNKNOWN_USER,
-          1);
     if (!pol->hide_unknown || !c->dummy_hash ||
         !(len = authn_hmac_dummy_hash(e->mac, c->dummy_hash, c->dummy_hash_len,
                                       dummy)))
         return refused;
     o = check(e, pol, c, dummy, len, 1, baton, p);
     return o == AUTHN_HMAC_BUSY ? o : refused;
+}
+
+/* Counts a request's outcome (its final one): a password refused, or an
+ * unknown user (an unknown or locked user's, even when busy). */
+static void tally(const authn_hmac_engine_t *e, const authn_hmac_cred_t *c,
+                  authn_hmac_outcome o)
+{
+    if (c->hash && !authn_hmac_hash_locked(c->hash, c->hash_len)) {
+        if (o == AUTHN_HMAC_DENIED)
+            count(e, AUTHN_HMAC_C_DENIED, 1);
+        return;
+    }
+    count(e,
+          c->hash || c->locked ? AUTHN_HMAC_C_DENIED
+                               : AUTHN_HMAC_C_UNKNOWN_USER,
+          1);
+}
+
+authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
+                                    const authn_hmac_policy_t *pol,
+                                    const authn_hmac_cred_t *c, void *baton,
+                                    apr_pool_t *p)
+{
+    authn_hmac_outcome o = run(e, pol, c, baton, p);
+
+    tally(e, c, o);
+    return o;
+}
+
+/* ------------------------------------------ from the htpasswd file */
+
+/* A user's answer from the file. */
+typedef struct {
+    apr_status_t rv; /* APR_SUCCESS, APR_NOTFOUND, AUTHN_HMAC_LOCKED */
+    const char *hash;
+    size_t hash_len;
+    unsigned char uid[AUTHN_HMAC_KEY_LEN];
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN];
+} found_t;
+
+static int denied(authn_hmac_outcome o)
+{
+    return o == AUTHN_HMAC_DENIED || o == AUTHN_HMAC_NEGATIVE_HIT ||
+           o == AUTHN_HMAC_UNKNOWN_USER;
+}
+
+/* The credential, with the user's answer f. */
+static void with(authn_hmac_cred_t *c, const found_t *f)
+{
+    int known = f->rv == APR_SUCCESS;
+
+    c->hash = known ? f->hash : NULL;
+    c->hash_len = known ? f->hash_len : 0;
+    c->dummy_hash = known ? NULL : f->hash;
+    c->dummy_hash_len = known ? 0 : f->hash_len;
+    c->locked = f->rv == AUTHN_HMAC_LOCKED;
+    c->uid = known ? f->uid : NULL;
+    c->digest = known ? f->digest : NULL;
+}
+
+/* Whether the user's answer changed: came, went, or another hash. */
+static int changed(const found_t *a, const found_t *b)
+{
+    return a->rv != b->rv ||
+           (a->rv == APR_SUCCESS &&
+            (a->hash_len != b->hash_len || strcmp(a->hash, b->hash) != 0));
+}
+
+/* The monotonic clock to a tick (a few ms, earlier: a reading is then
+ * taken for younger than it is), at a few ns where a precise one takes
+ * more: the hit path takes it. */
+static apr_time_t coarse_monotonic(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (apr_time_t)ts.tv_sec * APR_USEC_PER_SEC +
+           (apr_time_t)(ts.tv_nsec / 1000);
+}
+
+static int found(apr_status_t rv)
+{
+    return rv == APR_SUCCESS || rv == APR_NOTFOUND || rv == AUTHN_HMAC_LOCKED;
+}
+
+authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
+                                         const authn_hmac_policy_t *pol,
+                                         authn_hmac_userfile_t *uf,
+                                         authn_hmac_cred_t *c,
+                                         authn_hmac_log_fn bad, void *baton,
+                                         apr_pool_t *p, apr_status_t *rv)
+{
+    apr_time_t since = coarse_monotonic();
+    authn_hmac_reading_t rd;
+    authn_hmac_outcome o;
+    found_t first, then;
+
+    first.rv = authn_hmac_userfile_lookup_id(
+        uf, c->user, e->mac, c->scope, c->scope_len, &first.hash,
+        &first.hash_len, first.uid, first.digest, bad, baton, p, &rd);
+    *rv = found(first.rv) ? APR_SUCCESS : first.rv;
+    if (*rv != APR_SUCCESS)
+        return AUTHN_HMAC_ERROR;
+    with(c, &first);
+    o = run(e, pol, c, baton, p);
+    /* The writer rule: a deny from a reading that a writer may have left
+     * half done is asked again of the quiet file, and checked again only
+     * if that changed the user's answer. NB: the wait is the same for
+     * every deny (a wrong password, an unknown or a locked user). */
+    if (denied(o) && authn_hmac_userfile_unsettled(&rd, since)) {
+        then.rv = authn_hmac_userfile_settle(
+            uf, c->user, e->mac, c->scope, c->scope_len, &then.hash,
+            &then.hash_len, then.uid, then.digest, bad, baton, p, &rd,
+            authn_hmac_monotonic());
+        if (found(then.rv) && changed(&first, &then)) {
+            with(c, &then);
+            o = run(e, pol, c, baton, p);
+        }
+        else
+            with(c, &first);
+    }
+    tally(e, c, o);
+    c->uid = NULL; /* this function's */
+    c->digest = NULL;
+    return o;
 }

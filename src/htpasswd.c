@@ -130,8 +130,6 @@ static stripe_t *enter(authn_hmac_userfile_t *uf, uint64_t *e)
 /* What answer() returns for an entry of a shared version that does not
  * verify (altered since it was written). */
 #define CORRUPT (APR_OS_START_USERERR + 2)
-/* What answer() returns for a line the reading may have cut (see there). */
-#define MAYBE_CUT (APR_OS_START_USERERR + 3)
 
 static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -432,12 +430,8 @@ typedef struct {
     size_t *hash_len;
     unsigned char *id;
     unsigned char *digest;
-    int final; /* a deny is final: a line maybe cut is answered as read */
-    /* Of the generation that answered: */
-    int unsettled;      /* racy, or read less than SETTLE_MAX ago */
-    apr_time_t changed; /* when the file it was read from changed */
-    apr_time_t read_at; /* when it was read (monotonic) */
-    apr_off_t size;     /* its size */
+    int final; /* from a quiet file: a line maybe cut is answered as read */
+    authn_hmac_reading_t rd; /* of the generation that answered */
 } ask_t;
 
 static int memo_for(const memo_t *m, const ask_t *a, size_t ul)
@@ -488,29 +482,34 @@ static void user_id(generation_t *g, const authn_hmac_index_entry_t *e,
         ;
 }
 
-/* A deny is asked again once the file is quiet (see settle()) where the
- * generation was read within SETTLE_MAX of a change (racy) or less than
- * SETTLE_MAX ago: a file that htpasswd truncates shows its new size a
- * moment before its new time. */
+/* A deny from a generation read within SETTLE_MAX of a change (racy) or
+ * less than SETTLE_MAX ago is unsettled (see authn_hmac_userfile_settle):
+ * a file that htpasswd truncates shows its new size a moment before its
+ * new time. */
 
-/* Whether a deny from g is unsettled; notes in a what g was read from. */
-static int unsettled(const generation_t *g, ask_t *a)
+int authn_hmac_userfile_unsettled(const authn_hmac_reading_t *rd, apr_time_t at)
 {
-    a->changed = authn_hmac_uf_changed(&g->st);
-    a->size = g->st.size;
-    a->read_at = g->read_at;
-    a->unsettled = __atomic_load_n(&g->racy, __ATOMIC_SEQ_CST) ||
-                   authn_hmac_monotonic() - g->read_at < SETTLE_MAX;
-    return a->unsettled;
+    return rd->racy || at - rd->read_at < SETTLE_MAX;
+}
+
+/* Notes in a what g was read from. NB: no clock read here: the hit path
+ * takes none. */
+static void note(const generation_t *g, ask_t *a)
+{
+    a->rd.changed = authn_hmac_uf_changed(&g->st);
+    a->rd.size = g->st.size;
+    a->rd.read_at = g->read_at;
+    a->rd.racy = __atomic_load_n(&g->racy, __ATOMIC_SEQ_CST);
 }
 
 /* The user's hash (a copy in p) and id; or the file's typical hash and
  * APR_NOTFOUND (no such user) or AUTHN_HMAC_LOCKED (a locked line); or
- * CORRUPT for a shared version altered since it was written; or MAYBE_CUT
- * for the user of a last line without its newline in a racy reading (a
- * writer may not have written the rest yet), unless a->final. NB: an
+ * CORRUPT for a shared version altered since it was written. The user of
+ * a last line without its newline in an unsettled reading (a writer may
+ * not have written the rest yet) is not found, unless a->final. NB: an
  * unknown user's typical hash is read and checked as a known user's entry
- * is, so that both cost the same. */
+ * is, so that both cost the same; and every answer tells what it was read
+ * from, so that every deny waits the same. */
 static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
 {
     unsigned char copy[AUTHN_HMAC_INDEX_COPY];
@@ -520,23 +519,17 @@ static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
     uint64_t off = authn_hmac_index_find(&g->v, a->user, ul, &ord), t;
     const memo_t *m;
 
-    a->unsettled = 0;
+    note(g, a);
     /* NB: a torn reading may splice one version's user to another's hash
      * (htpasswd -D shifts the lines after the one removed): it answers a
-     * deny for every user alike, asked again once the file is quiet. */
-    if (g->torn && !a->final) {
-        (void)unsettled(g, a);
-        a->unsettled = 1;
-        *a->hash = NULL;
-        *a->hash_len = 0;
-        return MAYBE_CUT;
-    }
-    if (g->tail && !a->final && strcmp(g->tail, a->user) == 0 &&
-        unsettled(g, a)) {
-        *a->hash = NULL;
-        *a->hash_len = 0;
-        return MAYBE_CUT;
-    }
+     * deny for every user alike (not found), checked again once the file
+     * is quiet (a torn reading is racy). So does the user of a last line
+     * maybe cut. */
+    if (!a->final &&
+        (g->torn ||
+         (off && g->tail && strcmp(g->tail, a->user) == 0 &&
+          authn_hmac_userfile_unsettled(&a->rd, authn_hmac_monotonic()))))
+        off = 0;
     if (off && !g->torn && a->mac && g->memos && ord < g->v.entries &&
         (m = __atomic_load_n(&g->memos[ord], __ATOMIC_ACQUIRE)) != NULL &&
         memo_for(m, a, ul)) {
@@ -568,7 +561,6 @@ static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
         *a->hash = apr_pstrmemdup(p, e.hash, e.hash_len);
         *a->hash_len = e.hash_len;
     }
-    (void)unsettled(g, a);
     return off ? AUTHN_HMAC_LOCKED : APR_NOTFOUND;
 }
 
@@ -685,11 +677,6 @@ static apr_status_t look(authn_hmac_userfile_t *uf, ask_t *a,
 #define QUIET      apr_time_from_msec(50)
 #define QUIET_POLL 5000 /* us */
 
-static int denies(apr_status_t rv)
-{
-    return rv == APR_NOTFOUND || rv == AUTHN_HMAC_LOCKED || rv == MAYBE_CUT;
-}
-
 /* Whether the file that a's answer was read from is quiet: read QUIET ago
  * at least (the look that follows finds it unchanged since), unchanged
  * since QUIET at least, and no writer at work: as the watcher sees it, for
@@ -697,66 +684,67 @@ static int denies(apr_status_t rv)
  * less than SETTLE_MAX ago, a writer may be at work unseen. */
 static int quiet(authn_hmac_userfile_t *uf, const ask_t *a)
 {
-    apr_time_t age = apr_time_now() - a->changed;
+    apr_time_t age = apr_time_now() - a->rd.changed;
 
-    if (authn_hmac_monotonic() - a->read_at < QUIET || age < QUIET)
+    if (authn_hmac_monotonic() - a->rd.read_at < QUIET || age < QUIET)
         return 0;
     if (authn_hmac_uf_watched(uf) &&
         authn_hmac_watch_quiet(__atomic_load_n(&uf->wd, __ATOMIC_RELAXED),
-                               a->changed))
+                               a->rd.changed))
         return 1;
     return !authn_hmac_uf_watched(uf) || age >= SETTLE_MAX;
 }
 
 /* The writer rule. A reading of a file that a writer rewrites in place
  * holds what the file held then (htpasswd truncates it, then writes it
- * whole): a user may be missing, or the last line cut. A deny from a
- * reading of a file that changed less than SETTLE_MAX ago, or read less
- * than that ago, is asked again once the file is quiet (a grant on the
- * way ends it), SETTLE_MAX at most from now: the answer from the quiet
- * file, or past that, is final. There is no version of before: what is
- * not in the file is never granted, and a completed write is in force on
- * the very next lookup. */
+ * whole): a user may be missing, or the last line cut. A request that
+ * ends in a deny from a reading of a file that changed less than
+ * SETTLE_MAX ago, or read less than that ago, waits here for the file to
+ * be quiet, SETTLE_MAX at most from since, and looks again: the answer
+ * from the quiet file, or past that, is final. The wait is the same
+ * whatever the user and the answers on the way (a known user's wrong
+ * password waits as an unknown user does). There is no version of before:
+ * what is not in the file is never granted, and a completed write is in
+ * force on the very next lookup. */
 static apr_status_t settle(authn_hmac_userfile_t *uf, ask_t *a,
                            authn_hmac_log_fn bad, void *baton, apr_pool_t *p,
-                           apr_status_t rv)
+                           apr_time_t since)
 {
-    apr_time_t start = authn_hmac_monotonic(), seen, read_at;
-    apr_off_t size;
+    authn_hmac_reading_t seen;
+    apr_status_t rv;
     int last;
 
-    while (denies(rv) && a->unsettled) {
-        last = authn_hmac_monotonic() - start >= SETTLE_MAX;
+    for (;;) {
+        last = authn_hmac_monotonic() - since >= SETTLE_MAX;
         if (!last && !quiet(uf, a)) {
             usleep(QUIET_POLL);
-            rv = look(uf, a, bad, baton, p);
+            (void)look(uf, a, bad, baton, p);
             continue;
         }
         /* NB: final only if it is the reading found quiet (a writer may
          * have begun since). */
-        seen = a->changed;
-        size = a->size;
-        read_at = a->read_at;
+        seen = a->rd;
         a->final = 1;
         rv = look(uf, a, bad, baton, p);
         a->final = 0;
-        if (last ||
-            (a->changed == seen && a->size == size && a->read_at == read_at))
-            break;
+        if (last || (a->rd.changed == seen.changed && a->rd.size == seen.size &&
+                     a->rd.read_at == seen.read_at))
+            return rv;
     }
-    return rv;
 }
 
 static apr_status_t lookup(authn_hmac_userfile_t *uf, ask_t *a,
-                           authn_hmac_log_fn bad, void *baton, apr_pool_t *p)
+                           authn_hmac_log_fn bad, void *baton, apr_pool_t *p,
+                           authn_hmac_reading_t *rd)
 {
     apr_status_t rv;
 
     if (!uf->lock)
         return APR_EINIT; /* child_init did not run or failed */
+    memset(&a->rd, 0, sizeof(a->rd));
     rv = look(uf, a, bad, baton, p);
-    if (denies(rv) && a->unsettled)
-        rv = settle(uf, a, bad, baton, p, rv);
+    if (rd)
+        *rd = a->rd;
     return rv;
 }
 
@@ -765,10 +753,28 @@ apr_status_t authn_hmac_userfile_lookup_id(
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
     unsigned char id[AUTHN_HMAC_KEY_LEN],
     unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_log_fn bad,
-    void *baton, apr_pool_t *p)
+    void *baton, apr_pool_t *p, authn_hmac_reading_t *rd)
 {
-    ask_t a = {user,   mac, scope, scope_len, hash, hash_len, id,
-               digest, 0,   0,     0,         0,    0};
+    ask_t a = {user,     mac, scope,  scope_len, hash,
+               hash_len, id,  digest, 0,         {0, 0, 0, 0}};
 
-    return lookup(uf, &a, bad, baton, p);
+    return lookup(uf, &a, bad, baton, p, rd);
+}
+
+apr_status_t authn_hmac_userfile_settle(
+    authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
+    const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
+    unsigned char id[AUTHN_HMAC_KEY_LEN],
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_log_fn bad,
+    void *baton, apr_pool_t *p, authn_hmac_reading_t *rd, apr_time_t since)
+{
+    ask_t a = {user, mac, scope, scope_len, hash, hash_len, id, digest, 0, *rd};
+    apr_status_t rv;
+
+    if (!uf->lock)
+        return APR_EINIT;
+    __atomic_add_fetch(&uf->settles, 1, __ATOMIC_RELAXED);
+    rv = settle(uf, &a, bad, baton, p, since);
+    *rd = a.rd;
+    return rv;
 }

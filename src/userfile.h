@@ -103,6 +103,7 @@ struct authn_hmac_userfile {
     uint64_t epoch;
     stripe_t *stripes; /* STRIPES, each on a line of its own */
     unsigned reads;    /* times the file was read; under lock */
+    unsigned settles;  /* waits for the file to be quiet; atomic */
     uint64_t watch;    /* the watcher instance that watches it, or 0 */
     apr_off_t max_size;
     authn_hmac_budget_t *budget; /* holds current's size, or NULL */

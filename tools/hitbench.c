@@ -127,32 +127,31 @@ static void *run(void *arg)
                 table, key[n], uid[n], now, apr_time_from_sec(300),
                 apr_time_from_sec(28800), NULL, NULL);
             break;
-        case USERFILE:
-        case PATH: {
+        case USERFILE: {
             const char *h = NULL;
+            authn_hmac_reading_t rd;
             size_t hl = 0;
-            authn_hmac_cred_t c;
 
             /* As the module looks up: the user's id and the digest come
              * with the hash. */
-            hits += authn_hmac_userfile_lookup_id(uf, nm, mac, scope,
-                                                  strlen(scope), &h, &hl, u, d,
-                                                  NULL, NULL, p) == APR_SUCCESS;
-            if (what == USERFILE)
-                break;
+            hits += authn_hmac_userfile_lookup_id(
+                        uf, nm, mac, scope, strlen(scope), &h, &hl, u, d, NULL,
+                        NULL, p, &rd) == APR_SUCCESS;
+            break;
+        }
+        case PATH: { /* as the module runs it: the lookup, then the tiers */
+            authn_hmac_cred_t c;
+            apr_status_t rv;
+
             memset(&c, 0, sizeof(c));
-            c.uid = u;
-            c.digest = d;
             c.scope = scope;
             c.scope_len = strlen(scope);
             c.user = nm;
             c.user_len = nl;
             c.password = "correct horse battery";
             c.password_len = 21;
-            c.hash = h;
-            c.hash_len = hl;
-            hits +=
-                authn_hmac_check(&engine, &pol, &c, NULL, p) == AUTHN_HMAC_HIT;
+            hits += authn_hmac_check_user(&engine, &pol, uf, &c, NULL, NULL, p,
+                                          &rv) == AUTHN_HMAC_HIT;
             break;
         }
         }

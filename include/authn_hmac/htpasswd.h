@@ -53,8 +53,27 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf);
  * is one). */
 #define AUTHN_HMAC_LOCKED (APR_OS_START_USERERR + 1)
 
+/* What a lookup's answer was read from; told of every answer, a grant's
+ * too: a deny of a known user's wrong password waits as an unknown user's
+ * does (see authn_hmac_userfile_unsettled). */
+typedef struct {
+    int racy;           /* read less than a second after the change */
+    apr_time_t changed; /* when the file changed (real time) */
+    apr_time_t read_at; /* when it was read (monotonic) */
+    apr_off_t size;
+} authn_hmac_reading_t;
+
+/* Whether a deny from rd's reading, asked for at (monotonic, taken before
+ * the lookup), may come of a writer's half-written file: the file changed,
+ * or was read, less than a second before. The request that ends in such a
+ * deny waits for the file to be quiet and looks again
+ * (authn_hmac_userfile_settle). */
+int authn_hmac_userfile_unsettled(const authn_hmac_reading_t *rd,
+                                  apr_time_t at);
+
 /* Looks user up, first rebuilding the index if the file's dev, inode, size,
- * mtime or ctime changed. Returns APR_SUCCESS and a copy of the hash in p;
+ * mtime or ctime changed; never waits: the answer is from the file as it
+ * is now. Returns APR_SUCCESS and a copy of the hash in p;
  * APR_NOTFOUND for an unknown user, and AUTHN_HMAC_LOCKED for a locked one
  * (authn_hmac_hash_locked), each with a copy of the file's typical hash
  * (NULL in a file without one); or the error that kept the file from being read
@@ -65,13 +84,28 @@ int authn_hmac_userfile_watch(authn_hmac_userfile_t *uf);
  * (authn_hmac_cred_digest), worked out on the user's first lookup in this
  * reading of the file and kept with its entry: a hit then makes one short
  * MAC. What was kept for another MAC or scope is not used. Without mac,
- * scope, id and digest are not used. */
+ * scope, id and digest are not used. rd (may be NULL): what the answer was
+ * read from. */
 apr_status_t authn_hmac_userfile_lookup_id(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
     unsigned char id[AUTHN_HMAC_KEY_LEN],
     unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_log_fn bad,
-    void *baton, apr_pool_t *p);
+    void *baton, apr_pool_t *p, authn_hmac_reading_t *rd);
+
+/* After a lookup whose reading rd is unsettled, at the deny (since,
+ * monotonic): waits until the file is quiet (read 50 ms ago and unchanged
+ * since, its change 50 ms old, no writer at work that inotify saw; a watch
+ * begun after the change waits for the change to be a second old), until
+ * a second after since at most, then answers as authn_hmac_userfile_
+ * lookup_id from the quiet file (rd: its reading). The wait does not
+ * depend on the user or the answer: every deny pays the same. */
+apr_status_t authn_hmac_userfile_settle(
+    authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
+    const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
+    unsigned char id[AUTHN_HMAC_KEY_LEN],
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN], authn_hmac_log_fn bad,
+    void *baton, apr_pool_t *p, authn_hmac_reading_t *rd, apr_time_t since);
 
 /* After child_init, for a shared view: a thread of this process (one for
  * all views) lets go, within a second, of a version the server has

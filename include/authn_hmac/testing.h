@@ -80,8 +80,20 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         size_t *hash_len, authn_hmac_log_fn bad,
                                         void *baton, apr_pool_t *p);
 
+/* A lookup as a request that ends in a deny makes it (see
+ * authn_hmac_check_user): a deny from an unsettled reading is asked again
+ * of the quiet file, a second at most; mac NULL: no id or digest. */
+apr_status_t authn_hmac_userfile_lookup_settled(
+    authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
+    const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
+    unsigned char *id, unsigned char *digest, apr_pool_t *p);
+
 /* How many times this process has read the file. */
 unsigned authn_hmac_userfile_reads(authn_hmac_userfile_t *uf);
+
+/* How many times a request waited for the file to be quiet
+ * (authn_hmac_userfile_settle). */
+unsigned authn_hmac_userfile_settles(authn_hmac_userfile_t *uf);
 
 /* How many versions this process built and shared, and took from another. */
 void authn_hmac_userfile_shared(authn_hmac_userfile_t *uf, unsigned *built,

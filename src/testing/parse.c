@@ -110,5 +110,30 @@ apr_status_t authn_hmac_userfile_lookup(authn_hmac_userfile_t *uf,
                                         void *baton, apr_pool_t *p)
 {
     return authn_hmac_userfile_lookup_id(uf, user, NULL, NULL, 0, hash,
-                                         hash_len, NULL, NULL, bad, baton, p);
+                                         hash_len, NULL, NULL, bad, baton, p,
+                                         NULL);
+}
+
+unsigned authn_hmac_userfile_settles(authn_hmac_userfile_t *uf)
+{
+    return __atomic_load_n(&uf->settles, __ATOMIC_RELAXED);
+}
+
+apr_status_t authn_hmac_userfile_lookup_settled(
+    authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
+    const char *scope, size_t scope_len, const char **hash, size_t *hash_len,
+    unsigned char *id, unsigned char *digest, apr_pool_t *p)
+{
+    apr_time_t since = authn_hmac_monotonic();
+    authn_hmac_reading_t rd;
+    apr_status_t rv =
+        authn_hmac_userfile_lookup_id(uf, user, mac, scope, scope_len, hash,
+                                      hash_len, id, digest, NULL, NULL, p, &rd);
+
+    if ((rv == APR_NOTFOUND || rv == AUTHN_HMAC_LOCKED) &&
+        authn_hmac_userfile_unsettled(&rd, since))
+        rv = authn_hmac_userfile_settle(uf, user, mac, scope, scope_len, hash,
+                                        hash_len, id, digest, NULL, NULL, p,
+                                        &rd, authn_hmac_monotonic());
+    return rv;
 }

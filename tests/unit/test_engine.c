@@ -19,6 +19,9 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <utime.h>
+
+#include <apr_strings.h>
 
 /* The fake verifier: "right" matches the hash "H-right", and so on. Its
  * calls are counted in shared memory, across processes, with how many ran
@@ -28,6 +31,19 @@ static int slow_ms;
 static char hash_seen[AUTHN_HMAC_DUMMY_MAX]; /* the last one given */
 static void *table_base;
 static apr_global_mutex_t *table_mutex;
+/* A writer at work during the verification: the next call writes
+ * rewrite_text to rewrite_path (then forgets it). */
+static const char *rewrite_path, *rewrite_text;
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    if (!f)
+        abort();
+    fputs(text, f);
+    fclose(f);
+}
 
 static apr_status_t fake_verify(const char *password, const char *hash)
 {
@@ -46,6 +62,10 @@ static apr_status_t fake_verify(const char *password, const char *hash)
                      __ATOMIC_RELAXED);
     __atomic_add_fetch(calls, 1, __ATOMIC_RELAXED);
     snprintf(hash_seen, sizeof(hash_seen), "%s", hash);
+    if (rewrite_text) {
+        write_file(rewrite_path, rewrite_text);
+        rewrite_text = NULL;
+    }
     if (slow_ms)
         usleep((useconds_t)slow_ms * 1000);
     __atomic_sub_fetch(running, 1, __ATOMIC_RELAXED);
@@ -839,6 +859,84 @@ static void test_a_reused_pid_does_not_keep_a_place(apr_pool_t *p)
     waitpid(again, NULL, 0);
 }
 
+/* The writer rule, from the htpasswd file (authn_hmac_check_user): a
+ * deny from an unsettled reading (the file changed or read less than a
+ * second ago) waits for the file to be quiet and is checked again only if
+ * the quiet file changed the user's answer; a settled deny is not; a
+ * grant never waits; and a known user's wrong password waits as an
+ * unknown user does (one wait, one verification each). Counted, not
+ * timed: the fake verifier's calls and the view's waits. */
+static authn_hmac_outcome from_file(const authn_hmac_engine_t *e,
+                                    authn_hmac_userfile_t *uf, const char *user,
+                                    const char *password, apr_pool_t *p)
+{
+    authn_hmac_policy_t pol;
+    authn_hmac_cred_t c = cred(user, password, NULL);
+    authn_hmac_outcome o;
+    apr_status_t rv = APR_EGENERAL;
+
+    pol.ttl = apr_time_from_sec(300);
+    pol.max_age = max_age_us;
+    pol.negative_ttl = 0;
+    pol.hide_unknown = 1;
+    o = authn_hmac_check_user(e, &pol, uf, &c, NULL, NULL, p, &rv);
+    CHECK(rv == APR_SUCCESS);
+    return o;
+}
+
+static void test_deny_from_an_unsettled_reading_is_checked_again(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
+    authn_hmac_userfile_t *uf;
+    unsigned waits;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_file(path, "alice:H-old\nbob:H-bob\n");
+    uf = authn_hmac_userfile_make(path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    /* htpasswd -b alice new, done while the first pass verified: the
+     * mismatch with the old hash is checked again with the new one. */
+    rewrite_path = path;
+    rewrite_text = "alice:H-new\nbob:H-bob\n";
+    CHECK(from_file(&e, uf, "alice", "new", p) == AUTHN_HMAC_VERIFIED);
+    CHECK(*calls == 2 && authn_hmac_userfile_settles(uf) == 1);
+    CHECK(counted(&e, AUTHN_HMAC_C_DENIED) == 0); /* the final outcome */
+    CHECK(counted(&e, AUTHN_HMAC_C_VERIFICATIONS) == 2);
+    /* A user added meanwhile: unknown at first, then verified. */
+    rewrite_text = "alice:H-new\nbob:H-bob\ncarol:H-c\n";
+    CHECK(from_file(&e, uf, "carol", "c", p) == AUTHN_HMAC_VERIFIED);
+    CHECK(*calls == 4 && authn_hmac_userfile_settles(uf) == 2);
+    CHECK(counted(&e, AUTHN_HMAC_C_UNKNOWN_USER) == 0);
+    /* The same unsettled reading (read less than a second ago): a wrong
+     * password and an unknown user each wait once and verify once (the
+     * quiet file changed neither); a grant does not wait. */
+    waits = authn_hmac_userfile_settles(uf);
+    CHECK(from_file(&e, uf, "bob", "wrong", p) == AUTHN_HMAC_DENIED);
+    CHECK(*calls == 5 && authn_hmac_userfile_settles(uf) == waits + 1);
+    CHECK(from_file(&e, uf, "ghost", "wrong", p) == AUTHN_HMAC_UNKNOWN_USER);
+    CHECK(*calls == 6 && authn_hmac_userfile_settles(uf) == waits + 2);
+    CHECK(from_file(&e, uf, "bob", "bob", p) == AUTHN_HMAC_VERIFIED);
+    CHECK(*calls == 7 && authn_hmac_userfile_settles(uf) == waits + 2);
+    CHECK(counted(&e, AUTHN_HMAC_C_DENIED) == 1 &&
+          counted(&e, AUTHN_HMAC_C_UNKNOWN_USER) == 1);
+    /* Settled (read, and changed, more than a second ago): a deny stands
+     * at once, the wrong password's as the unknown user's. */
+    sleep(1);
+    usleep(200 * 1000);
+    CHECK(from_file(&e, uf, "bob", "wrong2", p) == AUTHN_HMAC_DENIED);
+    CHECK(from_file(&e, uf, "ghost", "wrong2", p) == AUTHN_HMAC_UNKNOWN_USER);
+    CHECK(*calls == 9 && authn_hmac_userfile_settles(uf) == waits + 2);
+    /* A touch makes the reading unsettled again: each deny waits once. */
+    CHECK(utime(path, NULL) == 0);
+    CHECK(from_file(&e, uf, "bob", "wrong3", p) == AUTHN_HMAC_DENIED);
+    CHECK(from_file(&e, uf, "ghost", "wrong3", p) == AUTHN_HMAC_UNKNOWN_USER);
+    CHECK(*calls == 11 && authn_hmac_userfile_settles(uf) == waits + 4);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -865,5 +963,6 @@ int main(void)
     RUN(test_unknown_users_are_not_told_by_busy, p);
     RUN(test_two_clients_cannot_hold_the_queue, p);
     RUN(test_a_reused_pid_does_not_keep_a_place, p);
+    RUN(test_deny_from_an_unsettled_reading_is_checked_again, p);
     return unit_end();
 }

@@ -72,8 +72,9 @@ static int hash_is(authn_hmac_userfile_t *uf, const char *user,
     const char *hash = NULL;
     size_t len = 0;
     unsigned char id[AUTHN_HMAC_KEY_LEN], digest[AUTHN_HMAC_DIGEST_LEN];
-    apr_status_t rv = authn_hmac_userfile_lookup_id(
-        uf, user, mac, "scope", 5, &hash, &len, id, digest, NULL, NULL, p);
+    apr_status_t rv =
+        authn_hmac_userfile_lookup_id(uf, user, mac, "scope", 5, &hash, &len,
+                                      id, digest, NULL, NULL, p, NULL);
 
     if (!want)
         return rv == APR_NOTFOUND;

@@ -85,6 +85,14 @@ static int alice_is(authn_hmac_userfile_t *uf, const char *want, apr_pool_t *p)
            strcmp(hash, want) == 0;
 }
 
+static apr_status_t settled_lookup(authn_hmac_userfile_t *uf, const char *user,
+                                   const char **hash, size_t *len,
+                                   apr_pool_t *p)
+{
+    return authn_hmac_userfile_lookup_settled(uf, user, NULL, NULL, 0, hash,
+                                              len, NULL, NULL, p);
+}
+
 typedef struct {
     authn_hmac_userfile_t *uf;
     int ok;
@@ -457,10 +465,10 @@ static authn_hmac_userfile_t *watched_view(const char *text, char **dir,
 }
 
 /* A writer that holds the file open (htpasswd copying its new version
- * over the old one): a lookup answers from what the file holds; a user
- * the prefix written so far lacks is asked again once the writer closes
- * the file (no false deny), a second at most from the change; once it
- * closes the file, the new version is in force. */
+ * over the old one): a lookup answers from what the file holds, at once;
+ * a deny for a user the prefix written so far lacks is asked again once
+ * the writer closes the file (no false deny), a second at most from the
+ * change; once it closes the file, the new version is in force. */
 typedef struct {
     authn_hmac_userfile_t *uf;
     const char *user;
@@ -479,8 +487,7 @@ static void *ask_user(void *arg)
 
     if (apr_pool_create_unmanaged(&p) != APR_SUCCESS)
         abort();
-    k->rv =
-        authn_hmac_userfile_lookup(k->uf, k->user, &hash, &len, NULL, NULL, p);
+    k->rv = settled_lookup(k->uf, k->user, &hash, &len, p);
     k->took = authn_hmac_monotonic() - t0;
     snprintf(k->hash, sizeof(k->hash), "%s", hash ? hash : "");
     apr_pool_destroy(p);
@@ -489,6 +496,8 @@ static void *ask_user(void *arg)
 
 static void test_writer_holding_the_file(apr_pool_t *p)
 {
+    authn_hmac_reading_t rd;
+    apr_time_t t0;
     authn_hmac_userfile_t *uf;
     asker_t k;
     const char *hash;
@@ -507,7 +516,15 @@ static void test_writer_holding_the_file(apr_pool_t *p)
     CHECK(authn_hmac_userfile_lookup(uf, "bob", &hash, &len, NULL, NULL, p) ==
               APR_SUCCESS &&
           strcmp(hash, "BOB1") == 0); /* what the file holds */
-    /* alice, missing from the prefix, is asked again at the close. */
+    /* The lookup itself never waits: alice, missing from the prefix, is
+     * not found at once, from an unsettled reading... */
+    t0 = authn_hmac_monotonic();
+    CHECK(authn_hmac_userfile_lookup_id(uf, "alice", NULL, NULL, 0, &hash, &len,
+                                        NULL, NULL, NULL, NULL, p,
+                                        &rd) == APR_NOTFOUND &&
+          authn_hmac_userfile_unsettled(&rd, t0));
+    CHECK(authn_hmac_monotonic() - t0 < apr_time_from_msec(500));
+    /* ...and the deny is asked again at the close. */
     k.uf = uf;
     k.user = "alice";
     CHECK(pthread_create(&t, NULL, ask_user, &k) == 0);
@@ -877,8 +894,7 @@ static void test_unseen_change_and_a_clock_stepped_back(apr_pool_t *p)
         clock_step = -apr_time_from_sec(4);
         t0 = authn_hmac_monotonic();
         CHECK(alice_is(uf, "AAAA", p));
-        CHECK(authn_hmac_userfile_lookup(uf, "carol", &hash, &len, NULL, NULL,
-                                         p) == APR_NOTFOUND);
+        CHECK(settled_lookup(uf, "carol", &hash, &len, p) == APR_NOTFOUND);
         took = authn_hmac_monotonic() - t0;
         clock_step = 0;
         printf("     (waited %d ms)\n", (int)(took / 1000));
