@@ -163,6 +163,7 @@ def test_real_htpasswd_in_place(mpm):
     assert not problems, problems
 
 
+@pytest.mark.slow
 @pytest.mark.mpm
 @pytest.mark.parametrize("mpm", ["event", "prefork"])
 def test_new_password_sent_while_htpasswd_sets_it(mpm):
