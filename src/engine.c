@@ -978,6 +978,20 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
     *rv = found(first.rv) ? APR_SUCCESS : first.rv;
     if (*rv != APR_SUCCESS)
         return AUTHN_HMAC_ERROR;
+    /* NB: an answer the reading could not give (torn, or the user's line
+     * the last, maybe cut) is asked of the quiet file before any
+     * verification: checked after a first one against the dummy, it would
+     * cost a known user a second one that an unknown user's deny never
+     * makes. */
+    if (rd.unsure) {
+        then.rv = authn_hmac_userfile_settle(
+            uf, c->user, e->mac, c->scope, c->scope_len, &then.hash,
+            &then.hash_len, then.uid, then.digest, bad, baton, p, &rd,
+            authn_hmac_monotonic());
+        with(c, found(then.rv) ? &then : &first);
+        o = run(e, pol, c, baton, p);
+        goto done;
+    }
     with(c, &first);
     o = run(e, pol, c, baton, p);
     /* The writer rule: a deny from a reading that a writer may have left
@@ -996,6 +1010,7 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
         else
             with(c, &first);
     }
+done:
     tally(e, c, o);
     c->uid = NULL; /* this function's */
     c->digest = NULL;

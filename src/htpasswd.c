@@ -525,10 +525,12 @@ static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
      * deny for every user alike (not found), checked again once the file
      * is quiet (a torn reading is racy). So does the user of a last line
      * maybe cut. */
-    if (!a->final &&
+    a->rd.unsure =
+        !a->final &&
         (g->torn ||
          (off && g->tail && strcmp(g->tail, a->user) == 0 &&
-          authn_hmac_userfile_unsettled(&a->rd, authn_hmac_monotonic()))))
+          authn_hmac_userfile_unsettled(&a->rd, authn_hmac_monotonic())));
+    if (a->rd.unsure)
         off = 0;
     if (off && !g->torn && a->mac && g->memos && ord < g->v.entries &&
         (m = __atomic_load_n(&g->memos[ord], __ATOMIC_ACQUIRE)) != NULL &&
@@ -756,7 +758,7 @@ apr_status_t authn_hmac_userfile_lookup_id(
     void *baton, apr_pool_t *p, authn_hmac_reading_t *rd)
 {
     ask_t a = {user,     mac, scope,  scope_len, hash,
-               hash_len, id,  digest, 0,         {0, 0, 0, 0}};
+               hash_len, id,  digest, 0,         {0, 0, 0, 0, 0}};
 
     return lookup(uf, &a, bad, baton, p, rd);
 }

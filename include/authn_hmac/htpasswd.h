@@ -61,6 +61,7 @@ typedef struct {
     apr_time_t changed; /* when the file changed (real time) */
     apr_time_t read_at; /* when it was read (monotonic) */
     apr_off_t size;
+    int unsure; /* the user's line not taken (torn, or the last maybe cut) */
 } authn_hmac_reading_t;
 
 /* Whether a deny from rd's reading, asked for at (monotonic, taken before
