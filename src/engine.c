@@ -982,13 +982,15 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
      * the last, maybe cut) is asked of the quiet file before any
      * verification: checked after a first one against the dummy, it would
      * cost a known user a second one that an unknown user's deny never
-     * makes. */
+     * makes. A torn reading is unsure even past the bound (settle's last
+     * look): its answer is never taken, a torn index's locked line no
+     * more than its user's hash. */
     if (rd.unsure) {
         then.rv = authn_hmac_userfile_settle(
             uf, c->user, e->mac, c->scope, c->scope_len, &then.hash,
             &then.hash_len, then.uid, then.digest, bad, baton, p, &rd,
             authn_hmac_monotonic());
-        with(c, found(then.rv) ? &then : &first);
+        with(c, found(then.rv) && !rd.unsure ? &then : &first);
         o = run(e, pol, c, baton, p);
         goto done;
     }
@@ -1003,7 +1005,7 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
             uf, c->user, e->mac, c->scope, c->scope_len, &then.hash,
             &then.hash_len, then.uid, then.digest, bad, baton, p, &rd,
             authn_hmac_monotonic());
-        if (found(then.rv) && changed(&first, &then)) {
+        if (found(then.rv) && !rd.unsure && changed(&first, &then)) {
             with(c, &then);
             o = run(e, pol, c, baton, p);
         }

@@ -526,10 +526,9 @@ static apr_status_t answer(generation_t *g, ask_t *a, apr_pool_t *p)
      * is quiet (a torn reading is racy). So does the user of a last line
      * maybe cut. */
     a->rd.unsure =
-        !a->final &&
-        (g->torn ||
-         (off && g->tail && strcmp(g->tail, a->user) == 0 &&
-          authn_hmac_userfile_unsettled(&a->rd, authn_hmac_monotonic())));
+        g->torn ||
+        (!a->final && off && g->tail && strcmp(g->tail, a->user) == 0 &&
+         authn_hmac_userfile_unsettled(&a->rd, authn_hmac_monotonic()));
     if (a->rd.unsure)
         off = 0;
     if (off && !g->torn && a->mac && g->memos && ord < g->v.entries &&
