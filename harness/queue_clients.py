@@ -9,7 +9,9 @@ interpreter, and the cores, with the client that is timed.
                              {"codes": ..., "errors": ...} as JSON
     hits PORT PATH AUTH SECONDS GAP
                              one kept-alive connection, a GET every GAP s for
-                             SECONDS s; prints [[seconds, status], ...]
+                             SECONDS s, from a line on stdin (the caller
+                             starts it early: a busy machine starts Python
+                             slowly); prints [[seconds, status], ...]
 """
 import http.client
 import json
@@ -68,6 +70,7 @@ def main():
     if what == "flood":
         flood(int(args[0]), args[1], args[2], int(args[3]))
     else:
+        sys.stdin.readline()
         json.dump(hits(int(args[0]), args[1], args[2], float(args[3]), float(args[4])),
                   sys.stdout)
 

@@ -85,12 +85,18 @@ def test_flood_of_wrong_passwords(mpm):
 LARGE_CAP, LARGE_BACKLOG, LARGE_FLOOD = 64, 192, 258
 
 
-def hits(srv, path, auth, seconds):
+def hits_client(srv, path, auth, seconds):
     """The cached user's GETs, one every 20 ms on a kept-alive connection, for
-    seconds, from a process of its own: [(seconds, status)]."""
-    p = subprocess.run(queue_clients.command("hits", srv.port, path, auth, seconds, 0.02),
-                       capture_output=True, text=True, check=True)
-    return json.loads(p.stdout)
+    seconds, from a process of its own, started now and waiting for go():
+    go() returns [(seconds, status)]."""
+    p = subprocess.Popen(queue_clients.command("hits", srv.port, path, auth, seconds, 0.02),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def go():
+        out, _ = p.communicate("go\n")
+        assert p.returncode == 0, p.returncode
+        return json.loads(out)
+    return p, go
 
 
 @pytest.mark.slow
@@ -129,9 +135,13 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
     # httpd's grace time, which it then ends.
     srv.expect_log(r"AH0004[56]: child process \d+ still did not exit")
     auth = basic("alice", "correct horse")
-    flood = None
+    flood = client = None
     try:
         srv.start()
+        # NB: started before the flood, so that no process start (slow on a
+        # busy machine) comes between the last hit below and the first of
+        # these: the 2-second entry once expired in that gap.
+        client, go = hits_client(srv, "/short/index.html", auth, 15)
         assert srv.status_code("/short/index.html", "alice", "correct horse") == 200
         flood = subprocess.Popen(queue_clients.command("flood", srv.port, "/a/index.html",
                                                        "mallory", LARGE_FLOOD),
@@ -146,15 +156,20 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
             # NB: a hit every half second keeps the 2-second entry alive.
             assert srv.status_code("/short/index.html", "alice", "correct horse") == 200
             time.sleep(0.5)
-        sent = len(srv.notes("alice"))
+        sent = len(srv.notes("alice")) + 1
         before = srv.status()
-        during = hits(srv, "/short/index.html", auth, 15)
+        # NB: the entry fresh as the hits begin.
+        assert srv.status_code("/short/index.html", "alice", "correct horse") == 200
+        during = go()
         after = srv.status()
         srv.sent["alice"] = sent + len(during)
         notes = srv.notes("alice")[sent:]
         flood.stdin.close()
         codes = json.loads(flood.stdout.readline() or "{}").get("codes", {})
     finally:
+        if client and client.poll() is None:
+            client.kill()
+            client.wait()
         if flood:
             if not flood.stdin.closed:
                 flood.stdin.close()

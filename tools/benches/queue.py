@@ -61,7 +61,7 @@ def probe(srv, password, seconds):
     """The cached user's hits for seconds: [(seconds, status)]."""
     p = subprocess.run(queue_clients.command("hits", srv.port, "/hmac/" + FILE,
                                              basic(USER, password), seconds, QUEUE_GAP),
-                       capture_output=True, text=True, check=True)
+                       input="go\n", capture_output=True, text=True, check=True)
     return json.loads(p.stdout)
 
 
