@@ -299,15 +299,30 @@ def test_burst_over_two_servers_mixing_passwords(burst_farm):
     # releases the requests only once every server reads each of its
     # connections, and a hash of one cost more (about twice the time, well
     # within the waiters' wait: see burst_farm) is more room still.
-    htpasswd(shared.users, "mixy", "mixy right", cost=COST + 1)
-    before = (a.status(), b.status())
-    pws = ["mixy right", "mixy wrong", "mixy other"] * 8
-    codes = split_burst([a, b], "mixy", pws)
-    assert codes == [200 if p == "mixy right" else 401 for p in pws], codes
-    da, db = delta(a, before[0]), delta(b, before[1])
-    print("farm burst: %s; %s" % ({k: v for k, v in da.items() if v},
-                                  {k: v for k, v in db.items() if v}))
-    print("notes: %s; %s" % (a.notes("mixy"), b.notes("mixy")))
+    # NB: and a burst counts only where every request came in time: a
+    # "redis-hit" note is a server's runner that found the grant already
+    # stored, a "negative-hit" a request that came after its server's
+    # verification of that password had ended: late (a loaded CI machine
+    # stalled one server's threads for over half a second, and its wrong
+    # passwords, late too, were verified again). Such a burst proves nothing
+    # either way: it is run again, at most three times, with a user of its
+    # own.
+    for attempt in range(3):
+        user = "mixy%d" % attempt
+        pws = ["%s right" % user, "%s wrong" % user, "%s other" % user] * 8
+        htpasswd(shared.users, user, pws[0], cost=COST + 1)
+        before = (a.status(), b.status())
+        codes = split_burst([a, b], user, pws)
+        assert codes == [200 if p == pws[0] else 401 for p in pws], codes
+        da, db = delta(a, before[0]), delta(b, before[1])
+        notes = (a.notes(user), b.notes(user))
+        print("farm burst %d: %s; %s" % (attempt, {k: v for k, v in da.items() if v},
+                                        {k: v for k, v in db.items() if v}))
+        print("notes: %s; %s" % notes)
+        if not {"redis-hit", "negative-hit"} & set(notes[0] + notes[1]):
+            break
+    else:
+        pytest.fail("no burst of three came in time on both servers")
     assert da["verifications"] + db["verifications"] == 3, (da, db)
 
 
@@ -537,7 +552,9 @@ def test_outage_under_load_never_fails_a_request(shared):
         complete, failed, non2xx, out = result["ab"]
         assert set(srv.children()) == children  # none started or retired
         assert complete > 100, out
-        assert failed == 0 and non2xx == 0, out
+        assert failed == 0 and non2xx == 0, (
+            out + "\n".join(l for l in srv.access_log() if not l.startswith("alice 200 "))
+            + srv.error_log()[mark:][-4000:])
         st = srv.status()
         assert st["redis_errors"] + st["redis_timeouts"] >= 1
         assert st["redis_hits"] > 0 and st["verifications"] >= 2
