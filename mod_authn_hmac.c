@@ -41,8 +41,7 @@
 
 #include "mod_authn_hmac_private.h"
 
-#define MUTEX_TYPE  "authn-hmac-shm"
-#define VERIFY_NICE 19 /* verifications yield the CPU to requests */
+#define MUTEX_TYPE "authn-hmac-shm"
 
 hmac_child_t hmac_child;
 
@@ -256,11 +255,14 @@ static void share_userfiles(server_rec *s, apr_pool_t *pconf)
 }
 
 /* AuthHMACMaxVerifications and AuthHMACVerifyBacklog where they are not
- * set: the number of cores, and 4 waiting per verification. */
+ * set: half the cores (at least one), and 8 waiting per verification.
+ * Verifications run at the requests' own priority, so the cap is what
+ * leaves the other half of the cores to the pages while passwords flood
+ * in (libuv caps its slow work at half its pool too). */
 static void default_verifications(void)
 {
     if (hmac_conf.max_verifications == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        long n = sysconf(_SC_NPROCESSORS_ONLN) / 2;
 
         if (n < 1)
             n = 1;
@@ -268,8 +270,11 @@ static void default_verifications(void)
             n = AUTHN_HMAC_MAX_CAP;
         hmac_conf.max_verifications = (int)n;
     }
-    if (hmac_conf.backlog < 0)
-        hmac_conf.backlog = 4 * hmac_conf.max_verifications;
+    if (hmac_conf.backlog < 0) {
+        hmac_conf.backlog = 8 * hmac_conf.max_verifications;
+        if (hmac_conf.backlog > AUTHN_HMAC_QUEUE_SLOTS - AUTHN_HMAC_MAX_CAP)
+            hmac_conf.backlog = AUTHN_HMAC_QUEUE_SLOTS - AUTHN_HMAC_MAX_CAP;
+    }
 }
 
 static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
@@ -373,7 +378,7 @@ static void init_engine(void)
     hmac_child.engine.log = engine_log;
     hmac_child.engine.max_verifications = hmac_conf.max_verifications;
     hmac_child.engine.backlog = hmac_conf.backlog;
-    hmac_child.engine.nice = VERIFY_NICE;
+    hmac_child.engine.throttle = hmac_conf.throttle;
 }
 
 /* Each file of the server configuration: its index in this child,

@@ -44,6 +44,16 @@
 #define MAX_REDIS_TIMEOUT_MS     10000
 #define DEFAULT_REDIS_PREFIX     "authn_hmac:"
 
+/* The throttle's defaults: a user who forgot a password tries a few, an
+ * office behind one address a few each; a guesser gets 10 tries per user
+ * and 30 in all every 10 minutes instead of about 5,000 (docs). */
+#define DEFAULT_MAX_FAILURES        10
+#define DEFAULT_MAX_CLIENT_FAILURES 30
+#define DEFAULT_FAILURE_WINDOW      600
+#define DEFAULT_BAN_TIME            600
+#define MAX_FAILURES                100000
+#define MAX_THROTTLE_SECONDS        86400
+
 hmac_conf_t hmac_conf;
 
 /* ---------------------------------------------------------------- records */
@@ -56,6 +66,10 @@ void hmac_conf_reset(apr_pool_t *pconf)
     hmac_conf.redis.timeout_ms = DEFAULT_REDIS_TIMEOUT_MS;
     hmac_conf.redis.prefix = DEFAULT_REDIS_PREFIX;
     hmac_conf.backlog = -1;
+    hmac_conf.throttle.max_failures = DEFAULT_MAX_FAILURES;
+    hmac_conf.throttle.max_client_failures = DEFAULT_MAX_CLIENT_FAILURES;
+    hmac_conf.throttle.window = apr_time_from_sec(DEFAULT_FAILURE_WINDOW);
+    hmac_conf.throttle.ban = apr_time_from_sec(DEFAULT_BAN_TIME);
 }
 
 void *hmac_create_dir_conf(apr_pool_t *p, char *dir)
@@ -369,6 +383,15 @@ static int_spec backlog_spec = {
     &hmac_conf.backlog, 0, AUTHN_HMAC_QUEUE_SLOTS - AUTHN_HMAC_MAX_CAP,
     "verifications that may wait for a turn, from 0 to 192"};
 
+static int_spec max_failures_spec = {
+    &hmac_conf.throttle.max_failures, 0, MAX_FAILURES,
+    "distinct wrong passwords for one user from one client, from 1 to "
+    "100000; 0 turns this limit off"};
+static int_spec max_client_failures_spec = {
+    &hmac_conf.throttle.max_client_failures, 0, MAX_FAILURES,
+    "distinct wrong passwords from one client for all users, from 1 to "
+    "100000; 0 turns this limit off"};
+
 static const char *set_global_int(cmd_parms *cmd, void *dc, const char *arg)
 {
     const int_spec *spec = cmd->info;
@@ -385,6 +408,30 @@ static const char *set_global_int(cmd_parms *cmd, void *dc, const char *arg)
         return apr_psprintf(cmd->pool, "%s: '%s' is %s (%s)", cmd->cmd->name,
                             arg, err, spec->accepts);
     *spec->field = (int)v;
+    return NULL;
+}
+
+/* The throttle's window and ban time: seconds (s, m, h, d). */
+static const char *set_throttle_time(cmd_parms *cmd, void *dc, const char *arg)
+{
+    apr_interval_time_t *field = cmd->info;
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    uint64_t v = 0;
+
+    (void)dc;
+    if (err)
+        return err;
+    err = authn_hmac_parse_seconds(arg, &v, cmd->pool);
+    if (!err && v > MAX_THROTTLE_SECONDS)
+        err = "too long";
+    if (!err && v == 0)
+        err = "too short";
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            "%s: '%s' is %s (seconds from 1 to %d, with an "
+                            "optional unit s, m, h or d)",
+                            cmd->cmd->name, arg, err, MAX_THROTTLE_SECONDS);
+    *field = apr_time_from_sec((apr_time_t)v);
     return NULL;
 }
 
@@ -545,10 +592,25 @@ const command_rec hmac_cmds[] = {
                   "prefix of the Redis keys (default authn_hmac:)"),
     AP_INIT_TAKE1(D_MAXVER, set_global_int, &max_verifications_spec, RSRC_CONF,
                   "most password verifications (bcrypt) at once in the "
-                  "server (default: the number of cores)"),
+                  "server (default: half the cores)"),
     AP_INIT_TAKE1(D_BACKLOG, set_global_int, &backlog_spec, RSRC_CONF,
                   "verifications that may wait for a turn; beyond, 503 "
-                  "(default: 4 per " D_MAXVER ")"),
+                  "(default: 8 per " D_MAXVER ")"),
+    AP_INIT_TAKE1(D_MAXFAIL, set_global_int, &max_failures_spec, RSRC_CONF,
+                  "distinct wrong passwords for one user from one client "
+                  "within " D_FWINDOW " before a ban (default 10; 0: off)"),
+    AP_INIT_TAKE1(D_MAXCFAIL, set_global_int, &max_client_failures_spec,
+                  RSRC_CONF,
+                  "distinct wrong passwords from one client for all users "
+                  "within " D_FWINDOW " before a ban (default 30; 0: off)"),
+    AP_INIT_TAKE1(D_FWINDOW, set_throttle_time, &hmac_conf.throttle.window,
+                  RSRC_CONF,
+                  "the window in which wrong passwords are counted "
+                  "(default 10m)"),
+    AP_INIT_TAKE1(D_BANTIME, set_throttle_time, &hmac_conf.throttle.ban,
+                  RSRC_CONF,
+                  "how long a client that reached a limit is refused "
+                  "without a verification (default 10m)"),
     AP_INIT_TAKE1(D_RDB, set_global_int, &redis_db_spec, RSRC_CONF,
                   "Redis database number (default 0)"),
     AP_INIT_FLAG(D_TLS, set_tls, NULL, RSRC_CONF,

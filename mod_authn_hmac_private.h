@@ -58,6 +58,10 @@ APLOG_USE_MODULE(authn_hmac);
 #define D_SENT     "AuthHMACRedisSentinel"
 #define D_SMASTER  "AuthHMACRedisSentinelMaster"
 #define D_SAUTH    "AuthHMACRedisSentinelAuthFile"
+#define D_MAXFAIL  "AuthHMACMaxFailures"
+#define D_MAXCFAIL "AuthHMACMaxClientFailures"
+#define D_FWINDOW  "AuthHMACFailureWindow"
+#define D_BANTIME  "AuthHMACBanTime"
 
 /* A section's configuration (per directory). */
 typedef struct {
@@ -94,9 +98,10 @@ typedef struct {
     authn_hmac_sentinel_conf_t sentinel; /* the Sentinel directives */
     /* From AuthHMACRedisSentinelAuthFile. */
     authn_hmac_secret_t *sentinel_secret;
-    int max_verifications; /* 0: the number of cores */
-    int backlog;           /* -1: 4 per verification */
-    int server_status;     /* the counters in mod_status's server-status */
+    int max_verifications;               /* 0: half the cores */
+    int backlog;                         /* -1: 8 per verification */
+    authn_hmac_throttle_conf_t throttle; /* the throttle's four directives */
+    int server_status; /* the counters in mod_status's server-status */
     /* Made in post_config. */
     authn_hmac_mac_t *mac;
     apr_global_mutex_t *mutex;

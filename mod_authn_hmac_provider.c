@@ -51,14 +51,20 @@ static authn_status done(request_rec *r, const char *note, authn_status st)
     return st;
 }
 
-/* A 503 for want of a turn to verify, told to the admin at most once a
- * minute per process (the counter busy has them all). */
-static void log_busy(request_rec *r)
+/* A 503 for want of a turn to verify: a line for each, with its client
+ * and user (fail2ban's filter in conf/fail2ban matches it), and what to
+ * do about it at most once a minute per process (the counter busy has
+ * them all). */
+static void log_busy(request_rec *r, const char *user)
 {
     static apr_time_t last;
     apr_time_t now = authn_hmac_monotonic();
     apr_time_t seen = __atomic_load_n(&last, __ATOMIC_RELAXED);
 
+    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
+                  "AHMAC0030: user %s: no turn to verify the password: "
+                  "answered 503",
+                  user);
     if ((seen == 0 || now - seen >= apr_time_from_sec(60)) &&
         __atomic_compare_exchange_n(&last, &seen, now, 0, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED))
@@ -194,8 +200,14 @@ static authn_status check_password(request_rec *r, const char *user,
                       "AHMAC0002: could not open password file: %s", c->scope);
         return done(r, "error", AUTH_GENERAL_ERROR);
     }
+    if (o == AUTHN_HMAC_THROTTLED)
+        /* NB: refused as the user's wrong password or unknown name is, so
+         * that mod_auth_basic logs AH01617 or AH01618 (fail2ban). */
+        return done(r, authn_hmac_outcome_name(o),
+                    cred.hash || cred.locked ? AUTH_DENIED
+                                             : AUTH_USER_NOT_FOUND);
     if (o == AUTHN_HMAC_BUSY) {
-        log_busy(r);
+        log_busy(r, user);
         busy_document(r);
         busy_unname(r);
     }

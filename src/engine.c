@@ -51,14 +51,10 @@
 #include "authn_hmac/table.h"
 #include "authn_hmac/util.h"
 
-#include <pthread.h>
-#include <signal.h>
 #include <string.h>
 #include <time.h>
 
 #include <arpa/inet.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <apr_strings.h>
@@ -332,6 +328,46 @@ static void farm_result(redis_req *rq, const unsigned char *key,
     redis_end(rq, conn, rc, why);
 }
 
+/* The farm's bans for ids (throttle.h's mask); 0 without Redis. */
+static int farm_banned(redis_req *rq, const authn_hmac_throttle_ids_t *ids)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
+    authn_hmac_redis_rc rc;
+    const char *why = "";
+    int bans = 0;
+
+    if (!conn)
+        return 0;
+    rc = authn_hmac_redis_throttle_banned(conn, e->redis_conf, ids->pair,
+                                          ids->client, deadline, &bans, &why,
+                                          rq->p);
+    redis_end(rq, conn, rc, why);
+    return rc == AUTHN_HMAC_REDIS_OK ? bans : 0;
+}
+
+/* A new guess, counted in the farm: the bans it started there. */
+static int farm_guessed(redis_req *rq, const authn_hmac_throttle_ids_t *ids)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    const authn_hmac_throttle_conf_t *tc = &e->throttle;
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
+    authn_hmac_redis_rc rc;
+    const char *why = "";
+    int started = 0;
+
+    if (!conn)
+        return 0;
+    rc = authn_hmac_redis_throttle_fail(
+        conn, e->redis_conf, ids->pair, ids->client, tc->max_failures,
+        tc->max_client_failures, tc->window, tc->ban, deadline, &started, &why,
+        rq->p);
+    redis_end(rq, conn, rc, why);
+    return rc == AUTHN_HMAC_REDIS_OK ? started : 0;
+}
+
 /* A hit that wrote the entry's last use in shared memory writes it in
  * Redis too, so that the farm's other servers see the credential in use:
  * GET the user's entries, give this one its last use (now), SET. As rare
@@ -375,8 +411,8 @@ static void redis_refresh(const authn_hmac_engine_t *e, void *baton,
 const char *authn_hmac_outcome_name(authn_hmac_outcome o)
 {
     static const char *const names[] = {
-        "hit",          "redis-hit", "verified", "denied",   "negative-hit",
-        "unknown-user", "busy",      "error",    "coalesced"};
+        "hit",          "redis-hit", "verified", "denied",    "negative-hit",
+        "unknown-user", "busy",      "error",    "coalesced", "throttled"};
 
     return (unsigned)o < sizeof(names) / sizeof(names[0]) ? names[o] : "error";
 }
@@ -489,62 +525,6 @@ static int take_turn(const authn_hmac_engine_t *e, const authn_hmac_cred_t *c,
     return 1;
 }
 
-typedef struct {
-    authn_hmac_verify_fn fn;
-    const char *password, *hash;
-    int nice;
-    apr_status_t rv;
-} job_t;
-
-static void *verify_thread(void *arg)
-{
-    job_t *j = arg;
-
-    /* NB: on Linux each thread has its own nice value, set through its
-     * thread id; an unprivileged thread cannot lower it again. */
-    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), j->nice);
-#ifdef SCHED_IDLE
-    {
-        /* NB: and the idle class, where Linux has it: a request waking up
-         * always takes the CPU from it. */
-        struct sched_param sp;
-
-        memset(&sp, 0, sizeof(sp));
-        (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
-    }
-#endif
-    j->rv = j->fn(j->password, j->hash);
-    return NULL;
-}
-
-/* Runs the verifier in a thread of its own at the engine's nice value,
- * and waits for it; in the request's thread when no thread can be made
- * (it is still within the cap). */
-static apr_status_t verify(const authn_hmac_engine_t *e, const char *password,
-                           const char *hash)
-{
-    job_t j = {e->verify, password, hash, e->nice, APR_EGENERAL};
-    sigset_t all, old;
-    pthread_attr_t attr;
-    pthread_t th;
-    int rc;
-
-    if (e->nice <= 0 || pthread_attr_init(&attr) != 0)
-        return e->verify(password, hash);
-    (void)pthread_attr_setstacksize(&attr, (size_t)256 << 10);
-    /* NB: no signal is delivered to it: httpd's handlers expect its own
-     * threads. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    rc = pthread_create(&th, &attr, verify_thread, &j);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc != 0)
-        return e->verify(password, hash);
-    pthread_join(th, NULL);
-    return j.rv;
-}
-
 /* One credential's way down the tiers, against hash. never: hash is a
  * dummy (an unknown or locked user's), which no password matches; the way
  * is a known user's, Redis calls and all, but nothing on it grants or is
@@ -581,6 +561,9 @@ typedef struct {
     int result;
     apr_time_t learned;
     apr_interval_time_t took; /* the verification, on the monotonic clock */
+    int ran;                  /* this request ran the verifier */
+    int throttled;            /* ids made: the throttle looked */
+    authn_hmac_throttle_ids_t ids;
     authn_hmac_outcome o;
 } req_t;
 
@@ -663,6 +646,28 @@ static int from_redis(req_t *q, int again)
     return 1;
 }
 
+/* 4. The throttle: a client that guessed too many wrong passwords, for
+ * this user or for all, in this server or (with Redis) in the farm, is
+ * refused without a verification. Cached credentials were served above:
+ * a ban never locks out a user who is logged in. */
+static int from_throttle(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+    int bans;
+
+    if (!q->cache || !authn_hmac_throttle_on(&e->throttle))
+        return 0;
+    authn_hmac_throttle_ids(e->mac, q->c->client, q->uid, &q->ids);
+    q->throttled = 1;
+    bans = authn_hmac_throttle_banned(e->table, &q->ids, q->t0) |
+           farm_banned(&q->rq, &q->ids);
+    if (!bans)
+        return 0;
+    count(e, AUTHN_HMAC_C_THROTTLED, 1);
+    q->o = AUTHN_HMAC_THROTTLED;
+    return 1;
+}
+
 /* A coalesced answer: got 1 granted, 0 refused (never grants). */
 static int coalesced(req_t *q, int got)
 {
@@ -672,7 +677,7 @@ static int coalesced(req_t *q, int got)
     return got;
 }
 
-/* 4. Single flight in the server: the result of a concurrent request's
+/* 5. Single flight in the server: the result of a concurrent request's
  * verification of the same credential, in any process; else this request
  * runs it (a flight to end), or verifies alone (no room, or the runner
  * died or is late). */
@@ -695,7 +700,7 @@ static int from_flight(req_t *q)
     return 1;
 }
 
-/* 5. Single flight across the farm: this server runs it unless another
+/* 6. Single flight across the farm: this server runs it unless another
  * already does, whose result is then this one's (and is stored here, and
  * given to this server's flight). */
 static int from_farm(req_t *q)
@@ -723,7 +728,7 @@ static int from_farm(req_t *q)
     return 1;
 }
 
-/* 6. The verifier, in a turn of the server's queue: answers always. */
+/* 7. The verifier, in a turn of the server's queue: answers always. */
 static int from_verifier(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
@@ -737,12 +742,20 @@ static int from_verifier(req_t *q)
     }
     /* NB: the duration on the monotonic clock: a step of the wall clock
      * must not make the usual time, and so every wait, unbounded. */
+    /* NB: in the request's own thread, at the request's own priority: a
+     * request that waits for a verification (its own, a flight's or the
+     * farm's) never waits on a thread that runs below it. What keeps
+     * cached users served during a flood is the cap on verifications at
+     * once and the throttle, not a lower priority: in the idle class, a
+     * login beside busy pages of its own server took 18 s (stock
+     * mod_authn_file: 0.5 s). */
     m0 = authn_hmac_monotonic();
-    rv = verify(e, q->c->password, q->hash);
+    rv = e->verify(q->c->password, q->hash);
     m1 = authn_hmac_monotonic();
     authn_hmac_queue_leave(e->table, &turn);
     q->learned = apr_time_now();
     q->took = m1 - m0;
+    q->ran = 1;
     if (q->never) {
         count(e, AUTHN_HMAC_C_DUMMY_VERIFICATIONS, 1);
         /* NB: cannot be (see authn_hmac_dummy_hash); and never a grant. */
@@ -771,6 +784,42 @@ static int from_verifier(req_t *q)
     return 1;
 }
 
+/* A wrong password verified: counted by the throttle, here and in the
+ * farm, unless the client sent it lately; a ban it starts is told once,
+ * with the client (the log's) and the user. */
+static void guessed(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+    const authn_hmac_throttle_conf_t *tc = &e->throttle;
+    uint64_t fp;
+    int fresh, started;
+
+    memcpy(&fp, q->key, sizeof(fp));
+    started = authn_hmac_throttle_fail(e->table, tc, &q->ids, fp,
+                                       apr_time_now(), &fresh);
+    if (fresh)
+        started |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
+                                           farm_guessed(&q->rq, &q->ids),
+                                           apr_time_now());
+    fp = 0;
+    if (!started)
+        return;
+    count(e, AUTHN_HMAC_C_BANS, 1);
+    authn_hmac_logf(
+        e->log, q->baton, AUTHN_HMAC_LOG_WARNING,
+        "AHMAC0029: user %.*s: client refused for %" APR_TIME_T_FMT
+        " s without a verification: %s (AuthHMAC%s %d within %" APR_TIME_T_FMT
+        " s)",
+        (int)q->c->user_len, q->c->user, apr_time_sec(tc->ban),
+        started & AUTHN_HMAC_BAN_PAIR
+            ? "too many wrong passwords for this user"
+            : "too many wrong passwords for all users",
+        started & AUTHN_HMAC_BAN_PAIR ? "MaxFailures" : "MaxClientFailures",
+        started & AUTHN_HMAC_BAN_PAIR ? tc->max_failures
+                                      : tc->max_client_failures,
+        apr_time_sec(tc->window));
+}
+
 /* The one exit: stores what the request learned, ends its flight, writes
  * a verified credential to Redis, posts the farm claim's result, and wipes
  * the keys. */
@@ -797,6 +846,10 @@ static authn_hmac_outcome finish(req_t *q)
     if (q->farm == 1)
         farm_result(&q->rq, q->key, q->token,
                     q->result == 0 && !q->negative ? -1 : q->result);
+    /* NB: a wrong password this request verified is a guess (one that
+     * coalesced on another's verification is the same password). */
+    if (q->throttled && q->ran && q->result == 0)
+        guessed(q);
     explicit_bzero(q->key, sizeof(q->key));
     explicit_bzero(q->nkey, sizeof(q->nkey));
     if (q->o == AUTHN_HMAC_VERIFIED)
@@ -829,6 +882,8 @@ static void begin(req_t *q, const authn_hmac_engine_t *e,
     q->result = -1;
     q->learned = 0;
     q->took = 0;
+    q->ran = 0;
+    q->throttled = 0;
     q->o = AUTHN_HMAC_ERROR;
 }
 
@@ -843,7 +898,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
 
     begin(&q, e, pol, c, hash, hash_len, never, baton, p);
     if (!from_shm(&q) && !from_negative(&q) && !from_redis(&q, 0) &&
-        !from_flight(&q) && !from_farm(&q))
+        !from_throttle(&q) && !from_flight(&q) && !from_farm(&q))
         from_verifier(&q);
     return finish(&q);
 }
@@ -874,7 +929,7 @@ static authn_hmac_outcome run(const authn_hmac_engine_t *e,
                                       dummy)))
         return refused;
     o = check(e, pol, c, dummy, len, 1, baton, p);
-    return o == AUTHN_HMAC_BUSY ? o : refused;
+    return o == AUTHN_HMAC_BUSY || o == AUTHN_HMAC_THROTTLED ? o : refused;
 }
 
 /* Counts a request's outcome (its final one): a password refused, or an
@@ -918,7 +973,7 @@ typedef struct {
 static int denied(authn_hmac_outcome o)
 {
     return o == AUTHN_HMAC_DENIED || o == AUTHN_HMAC_NEGATIVE_HIT ||
-           o == AUTHN_HMAC_UNKNOWN_USER;
+           o == AUTHN_HMAC_UNKNOWN_USER || o == AUTHN_HMAC_THROTTLED;
 }
 
 /* The credential, with the user's answer f. */

@@ -42,10 +42,11 @@
  * are made of (7: the sets' user lines, encoding 3's digest; 8: a slot's
  * times are (verified, used), no longer (stored, expires); 9: the queue's
  * reap cursor, head and places' times; 10: the histograms; 11: the Redis
- * health's TLS handshake counts; 12: the Sentinel's shared primary) makes
+ * health's TLS handshake counts; 12: the Sentinel's shared primary; 13:
+ * the throttle's records) makes
  * a kept segment start afresh, across a graceful restart after an upgrade
  * too. */
-#define TABLE_MAGIC 0x61686d616374000cULL
+#define TABLE_MAGIC 0x61686d616374000dULL
 #define WAYS        8 /* slots per set */
 #define HIT_STRIPES 8
 
@@ -80,6 +81,8 @@ typedef struct {
  *   queue            AUTHN_HMAC_QUEUE_SLOTS places for verifications:
  *                    running (at most the cap) or waiting for a turn
  *                    (queue.c)
+ *   throttle         records of clients' wrong passwords and bans, 1/64
+ *                    of the segment (throttle.c)
  *   positive region  credentials verified: what grants (8 of 9 sets)
  *   negative region  wrong passwords seen recently: what denies without
  *                    bcrypt (1 of 9 sets; none in a table of one set)
@@ -102,7 +105,9 @@ typedef struct {
     uint64_t flights;         /* offset of the flights */
     uint64_t queue;           /* offset of the queue */
     authn_hmac_queue_hdr_t q; /* the queue's words (queue.c) */
-    char pad0[64 - (96 + REGIONS * sizeof(region_hdr_t)) % 64];
+    uint64_t throttle;        /* offset of the throttle's records */
+    uint64_t throttle_slots;  /* how many */
+    char pad0[64 - (112 + REGIONS * sizeof(region_hdr_t)) % 64];
     authn_hmac_redis_health_t redis;
     char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
     authn_hmac_sentinel_shared_t sentinel; /* the primary, with Sentinel */
@@ -138,10 +143,26 @@ typedef char
 typedef char hits_on_lines[offsetof(header_t, hits) % 64 == 0 ? 1 : -1];
 typedef char set_is_9_lines[sizeof(set_t) == (size_t)9 * 64 ? 1 : -1];
 
-/* NB: the flights and the queue, both fixed, after the header. */
+/* NB: the flights and the queue, both fixed, after the header; then the
+ * throttle's records, 1/64 of the segment (64 to 65536 of them: 1,024 in
+ * the default 4 MB). */
 #define FLIGHTS_SIZE                                                           \
     (AUTHN_HMAC_FLIGHTS * AUTHN_HMAC_FLIGHT_BYTES +                            \
      AUTHN_HMAC_QUEUE_SLOTS * AUTHN_HMAC_PLACE_BYTES)
+
+static uint64_t throttle_slots(size_t size)
+{
+    uint64_t n = size / (64 * AUTHN_HMAC_THROTTLE_BYTES);
+
+    return n < 64 ? 64 : n > 65536 ? 65536 : n;
+}
+
+/* What a segment of size holds besides the sets. */
+static size_t fixed_size(size_t size)
+{
+    return HEADER_SIZE + FLIGHTS_SIZE +
+           throttle_slots(size) * AUTHN_HMAC_THROTTLE_BYTES;
+}
 
 /* The header starts at the segment's first cache line boundary: apr_shm's
  * memory starts a few bytes into a page, and a slot across two lines would
@@ -155,12 +176,15 @@ static header_t *header_of(void *base)
 
 size_t authn_hmac_table_size(size_t budget)
 {
-    size_t set = sizeof(set_t), fixed = LINE + HEADER_SIZE + FLIGHTS_SIZE;
+    size_t set = sizeof(set_t), fixed;
 
-    /* NB: the header and the flights come out of the budget (at most 1 GiB:
-     * nothing here overflows). */
+    /* NB: the header, the flights, the queue and the throttle come out of
+     * the budget (at most 1 GiB: nothing here overflows). A smaller size
+     * never has more of the throttle's records (format works them out
+     * again from the size it is given). */
     if (budget > (size_t)1 << 40)
         budget = (size_t)1 << 40;
+    fixed = LINE + fixed_size(budget);
     if (budget == 0)
         return fixed;
     if (budget < fixed + set)
@@ -174,15 +198,17 @@ apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now)
     size_t skip = (size_t)((char *)h - (char *)base);
     uint64_t sets, neg;
 
-    if (size < skip + HEADER_SIZE + FLIGHTS_SIZE)
+    if (size < skip + fixed_size(size))
         return APR_EINVAL;
     memset(base, 0, size);
     h->flights = HEADER_SIZE;
     h->queue = HEADER_SIZE + AUTHN_HMAC_FLIGHTS * AUTHN_HMAC_FLIGHT_BYTES;
+    h->throttle = HEADER_SIZE + FLIGHTS_SIZE;
+    h->throttle_slots = throttle_slots(size);
     h->q.places[PLACE_FREE] = AUTHN_HMAC_QUEUE_SLOTS;
-    sets = (size - skip - HEADER_SIZE - FLIGHTS_SIZE) / sizeof(set_t);
+    sets = (size - skip - fixed_size(size)) / sizeof(set_t);
     neg = sets >= 2 ? (sets / 9 ? sets / 9 : 1) : 0;
-    h->region[POSITIVE].offset = HEADER_SIZE + FLIGHTS_SIZE;
+    h->region[POSITIVE].offset = fixed_size(size);
     h->region[POSITIVE].nsets = sets - neg;
     h->region[NEGATIVE].offset =
         h->region[POSITIVE].offset + (sets - neg) * sizeof(set_t);
@@ -215,6 +241,8 @@ authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p)
     t->parts.mutex = mutex;
     t->parts.flights = (char *)h + h->flights;
     t->parts.places = (char *)h + h->queue;
+    t->parts.throttle = (char *)h + h->throttle;
+    t->parts.throttle_slots = h->throttle_slots;
     t->parts.queue = &h->q;
     t->parts.verifying_max = &h->counter[AUTHN_HMAC_C_VERIFYING_MAX];
     return t;

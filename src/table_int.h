@@ -1,6 +1,7 @@
 /* table_int.h: what the shared segment (src/table.c) lends the parts that
- * keep their state in it beside the caches: single flight (src/flight.c)
- * and the verification queue (src/queue.c). No one else uses it. */
+ * keep their state in it beside the caches: single flight (src/flight.c),
+ * the verification queue (src/queue.c) and the throttle (src/throttle.c).
+ * No one else uses it. */
 #ifndef AUTHN_HMAC_TABLE_INT_H
 #define AUTHN_HMAC_TABLE_INT_H
 
@@ -13,10 +14,13 @@
 /* The sizes the segment's layout is made of (each file checks its own):
  * AUTHN_HMAC_FLIGHTS verifications in flight per server, of
  * AUTHN_HMAC_FLIGHT_BYTES each (src/flight.c); AUTHN_HMAC_QUEUE_SLOTS
- * places in the queue, of AUTHN_HMAC_PLACE_BYTES each (src/queue.c). */
-#define AUTHN_HMAC_FLIGHTS      64
-#define AUTHN_HMAC_FLIGHT_BYTES ((size_t)64)
-#define AUTHN_HMAC_PLACE_BYTES  ((size_t)48)
+ * places in the queue, of AUTHN_HMAC_PLACE_BYTES each (src/queue.c);
+ * records of the throttle, of AUTHN_HMAC_THROTTLE_BYTES each
+ * (src/throttle.c), as many as the segment's size makes. */
+#define AUTHN_HMAC_FLIGHTS        64
+#define AUTHN_HMAC_FLIGHT_BYTES   ((size_t)64)
+#define AUTHN_HMAC_PLACE_BYTES    ((size_t)48)
+#define AUTHN_HMAC_THROTTLE_BYTES ((size_t)64)
 
 /* Tries of a seqlock's reader; then a slot is a miss, a flight busy. */
 #define AUTHN_HMAC_READ_TRIES 64
@@ -39,6 +43,8 @@ typedef struct {
     apr_global_mutex_t *mutex; /* the writers'; NULL: one process */
     void *flights;             /* AUTHN_HMAC_FLIGHTS flights */
     void *places;              /* AUTHN_HMAC_QUEUE_SLOTS places */
+    void *throttle;            /* throttle_slots records */
+    uint64_t throttle_slots;
     authn_hmac_queue_hdr_t *queue;
     uint64_t *verifying_max; /* the counter: most places run at once */
 } authn_hmac_table_parts_t;

@@ -8,6 +8,7 @@
 #include "authn_hmac/queue.h" /* the bounds of max_verifications, backlog */
 #include "authn_hmac/redis.h"
 #include "authn_hmac/table.h"
+#include "authn_hmac/throttle.h"
 
 /* What became of a credential; the module's note says it by name. */
 typedef enum {
@@ -19,11 +20,12 @@ typedef enum {
     AUTHN_HMAC_UNKNOWN_USER, /* not in the htpasswd file */
     AUTHN_HMAC_BUSY,         /* too many verifications waiting */
     AUTHN_HMAC_ERROR,
-    AUTHN_HMAC_COALESCED /* granted by a concurrent request's verification */
+    AUTHN_HMAC_COALESCED, /* granted by a concurrent request's verification */
+    AUTHN_HMAC_THROTTLED  /* refused unverified: the client guessed too much */
 } authn_hmac_outcome;
 
 /* "hit", "redis-hit", "verified", "denied", "negative-hit", "unknown-user",
- * "busy", "error", "coalesced". */
+ * "busy", "error", "coalesced", "throttled". */
 const char *authn_hmac_outcome_name(authn_hmac_outcome o);
 
 /* Checks password against hash (C strings): APR_SUCCESS if it matches.
@@ -42,7 +44,7 @@ typedef struct {
     authn_hmac_log_fn log; /* its messages (util.h); may be NULL */
     int max_verifications; /* at once, in the server; 0: no queue */
     int backlog;           /* more that may wait for a turn */
-    int nice;              /* of the verifying threads; 0: the request's */
+    authn_hmac_throttle_conf_t throttle; /* zeroes: no throttle */
 } authn_hmac_engine_t;
 
 /* What a section asks for. */

@@ -79,7 +79,12 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
       "misses refused with 503: the verification queue was full")              \
     X(VERIFYING_MAX, G, "verifying_max",                                       \
       "the most verifications that ran at once (a high-water mark)")           \
-    X(REFRESHES, C, "refreshes", "hits that extended an entry's idle timeout")
+    X(REFRESHES, C, "refreshes", "hits that extended an entry's idle timeout") \
+    X(THROTTLED, C, "throttled",                                               \
+      "misses refused without a verification: the client had guessed too "     \
+      "many wrong passwords")                                                  \
+    X(BANS, C, "bans",                                                         \
+      "bans started on a client, for one user or for all (the throttle)")
 
 enum authn_hmac_counter {
 #define AUTHN_HMAC_COUNTER_ENUM(id, kind, name, help) AUTHN_HMAC_C_##id,

@@ -529,3 +529,109 @@ authn_hmac_redis_rc authn_hmac_redis_flight_poll(
     freeReplyObject(r);
     return rc;
 }
+
+/* ------------------------------------------ the throttle across a farm */
+
+/* prefix + kind ("t:" a count, "b:" a ban) + hex(id). */
+static const char *throttle_key(const authn_hmac_redis_conf_t *conf,
+                                const char *kind, const unsigned char *id,
+                                apr_pool_t *p)
+{
+    size_t pl = strlen(conf->prefix);
+    char *k = apr_palloc(p, pl + 2 + KEY_HEX + 1);
+
+    memcpy(k, conf->prefix, pl);
+    memcpy(k + pl, kind, 2);
+    *put_hex(k + pl + 2, id, AUTHN_HMAC_KEY_LEN) = '\0';
+    return k;
+}
+
+authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const unsigned char pair[AUTHN_HMAC_KEY_LEN],
+    const unsigned char client[AUTHN_HMAC_KEY_LEN], apr_time_t deadline,
+    int *bans, const char **why, apr_pool_t *p)
+{
+    const char *argv[3] = {"MGET", throttle_key(conf, "b:", pair, p),
+                           throttle_key(conf, "b:", client, p)};
+    size_t lens[3] = {4, strlen(argv[1]), strlen(argv[2])};
+    redisReply *r = NULL;
+    authn_hmac_redis_rc rc;
+    size_t i;
+
+    *bans = 0;
+    rc = authn_hmac_redis_command(c, 3, argv, lens, deadline, &r, why, p);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        *why = apr_psprintf(p, "MGET: unexpected answer (%s)",
+                            authn_hmac_redis_reply_error(r, p));
+        rc = AUTHN_HMAC_REDIS_ERROR;
+    }
+    /* NB: any value is a ban: a ban only refuses (whoever can write Redis
+     * can deny service anyway), and never costs a verification. */
+    for (i = 0; rc == AUTHN_HMAC_REDIS_OK && i < 2; i++)
+        if (r->element[i]->type != REDIS_REPLY_NIL)
+            *bans |= 1 << i;
+    freeReplyObject(r);
+    return rc;
+}
+
+/* A new wrong guess: the pair's and the client's counts go up (each
+ * expiring a window after its first guess), and a count at its limit (0:
+ * none) starts a ban, unless one is in force. Returns the bans it
+ * started, 1 the pair's and 2 the client's. */
+static const char throttle_fail[] =
+    "local started = 0 "
+    "for i = 1, 2 do "
+    "  local n = redis.call('INCR', KEYS[i]) "
+    "  if n == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end "
+    "  local limit = tonumber(ARGV[2 + i]) "
+    "  if limit > 0 and n >= limit and "
+    "     redis.call('SET', KEYS[2 + i], '1', 'NX', 'PX', ARGV[2]) then "
+    "    started = started + i "
+    "  end "
+    "end "
+    "return started";
+
+authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const unsigned char pair[AUTHN_HMAC_KEY_LEN],
+    const unsigned char client[AUTHN_HMAC_KEY_LEN], int max_failures,
+    int max_client_failures, apr_interval_time_t window,
+    apr_interval_time_t ban, apr_time_t deadline, int *started,
+    const char **why, apr_pool_t *p)
+{
+    const char *argv[11] = {
+        "EVAL",
+        throttle_fail,
+        "4",
+        throttle_key(conf, "t:", pair, p),
+        throttle_key(conf, "t:", client, p),
+        throttle_key(conf, "b:", pair, p),
+        throttle_key(conf, "b:", client, p),
+        apr_psprintf(p, "%" APR_INT64_T_FMT, window / 1000 + 1),
+        apr_psprintf(p, "%" APR_INT64_T_FMT, ban / 1000 + 1),
+        apr_psprintf(p, "%d", max_failures),
+        apr_psprintf(p, "%d", max_client_failures)};
+    size_t lens[11];
+    redisReply *r = NULL;
+    authn_hmac_redis_rc rc;
+    int i;
+
+    *started = 0;
+    for (i = 0; i < 11; i++)
+        lens[i] = strlen(argv[i]);
+    rc = authn_hmac_redis_command(c, 11, argv, lens, deadline, &r, why, p);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && r->integer <= 3)
+        *started = (int)r->integer;
+    else {
+        *why = apr_psprintf(p, "EVAL: unexpected answer (%s)",
+                            authn_hmac_redis_reply_error(r, p));
+        rc = AUTHN_HMAC_REDIS_ERROR;
+    }
+    freeReplyObject(r);
+    return rc;
+}

@@ -89,6 +89,27 @@ def test_bad_queue_settings_are_refused(srv, directive, value, accepts):
     assert directive in out and accepts in out, out
 
 
+@pytest.mark.parametrize("directive,value,accepts", [
+    ("AuthHMACMaxFailures", "-1", "from 1 to 100000; 0 turns this limit off"),
+    ("AuthHMACMaxFailures", "100001", "from 1 to 100000; 0 turns this limit off"),
+    ("AuthHMACMaxClientFailures", "lots", "from 1 to 100000; 0 turns this limit off"),
+    ("AuthHMACFailureWindow", "0", "seconds from 1 to 86400"),
+    ("AuthHMACFailureWindow", "soon", "seconds from 1 to 86400"),
+    ("AuthHMACBanTime", "2d", "seconds from 1 to 86400"),
+])
+def test_bad_throttle_settings_are_refused(srv, directive, value, accepts):
+    rc, out = configure(srv, '%s "%s"' % (directive, value))
+    assert rc != 0
+    assert directive in out and accepts in out, out
+
+
+def test_throttle_settings_are_server_wide(srv):
+    rc, out = configure(srv, "<VirtualHost 127.0.0.1:%d>\n AuthHMACMaxFailures 3\n"
+                             "</VirtualHost>" % srv.port)
+    assert rc != 0
+    assert "AuthHMACMaxFailures" in out and "VirtualHost" in out
+
+
 def test_queue_settings_are_server_wide(srv):
     rc, out = configure(srv, "<VirtualHost 127.0.0.1:%d>\n AuthHMACMaxVerifications 2\n"
                              "</VirtualHost>" % srv.port)

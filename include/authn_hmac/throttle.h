@@ -1,0 +1,66 @@
+/* authn_hmac/throttle.h: the throttle on guessing (src/throttle.c): a
+ * client that sent too many distinct wrong passwords for one user, or for
+ * all users together, is refused for a while without a verification. Its
+ * state lives in the shared segment (table.h), for every child of the
+ * server; a farm's is in Redis too (redis.h). */
+#ifndef AUTHN_HMAC_THROTTLE_H
+#define AUTHN_HMAC_THROTTLE_H
+
+#include "authn_hmac/cred.h"
+#include "authn_hmac/table.h"
+
+/* The limits (AuthHMACMaxFailures, AuthHMACMaxClientFailures,
+ * AuthHMACFailureWindow, AuthHMACBanTime). A limit of 0 is off. */
+typedef struct {
+    int max_failures;        /* for one user from one client */
+    int max_client_failures; /* from one client, for all users together */
+    apr_interval_time_t window;
+    apr_interval_time_t ban;
+} authn_hmac_throttle_conf_t;
+
+/* Whether either limit is on. */
+int authn_hmac_throttle_on(const authn_hmac_throttle_conf_t *conf);
+
+/* Who is counted: the (client, user) pair and the client, as MACs under
+ * the pepper (no address or name is kept). A client is its IPv4 address,
+ * or the /64 of its IPv6 address; uid is the user's id (cred.h). */
+typedef struct {
+    unsigned char pair[AUTHN_HMAC_KEY_LEN];
+    unsigned char client[AUTHN_HMAC_KEY_LEN];
+} authn_hmac_throttle_ids_t;
+
+void authn_hmac_throttle_ids(const authn_hmac_mac_t *mac, const char *client,
+                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                             authn_hmac_throttle_ids_t *ids);
+
+/* The bytes that make a client: 4 of an IPv4 address, the first 8 of an
+ * IPv6 one; else the text itself (at most 16 bytes of it). Returns n. */
+size_t authn_hmac_client_bytes(const char *client, unsigned char out[16]);
+
+/* Which bans: the pair's, the client's. */
+enum { AUTHN_HMAC_BAN_PAIR = 1, AUTHN_HMAC_BAN_CLIENT = 2 };
+
+/* The bans in force for ids at now (wall clock): a mask of the above. */
+int authn_hmac_throttle_banned(authn_hmac_table_t *t,
+                               const authn_hmac_throttle_ids_t *ids,
+                               apr_time_t now);
+
+/* A wrong password for the pair, fp its fingerprint (a word of the
+ * credential's MAC): a new guess unless the pair's last few wrong
+ * passwords hold it (a stale client repeating an old password is not
+ * guessing). A new guess counts for the pair and the client, within the
+ * window from the first; a count that reaches its limit starts a ban.
+ * Returns the bans this call started; *fresh whether it counted. */
+int authn_hmac_throttle_fail(authn_hmac_table_t *t,
+                             const authn_hmac_throttle_conf_t *conf,
+                             const authn_hmac_throttle_ids_t *ids, uint64_t fp,
+                             apr_time_t now, int *fresh);
+
+/* Bans learnt from the farm (which: the mask above), kept here too until
+ * now + conf->ban. Returns those not already in force here. */
+int authn_hmac_throttle_ban(authn_hmac_table_t *t,
+                            const authn_hmac_throttle_conf_t *conf,
+                            const authn_hmac_throttle_ids_t *ids, int which,
+                            apr_time_t now);
+
+#endif /* AUTHN_HMAC_THROTTLE_H */

@@ -1,0 +1,250 @@
+/* throttle.c: the throttle on guessing, in the shared segment.
+ *
+ * A client (an IPv4 address, or an IPv6 /64) that sends max_failures
+ * distinct wrong passwords for one user within the window, or
+ * max_client_failures for all users together (password spraying), is
+ * refused for the ban time without a verification. The engine asks before
+ * a verification, so a cached credential is served whatever the client's
+ * bans: a banned pair never locks out a user who is logged in, and
+ * another client is not affected.
+ *
+ * A record per pair and per client, in fixed slots of 64 bytes (1/64 of
+ * the segment: 1,024 in the default 4 MB): the first half of a MAC of who it
+ * counts (no address or name), the window's first guess, the ban's end, the
+ * count, and the fingerprints of the pair's last wrong passwords: a repeat of
+ * one of them (a stale client, a browser asking again) is not a new guess. A
+ * record is found among PROBES slots from its id; a new one takes a free slot
+ * there, else an idle one, else the one whose window or ban is oldest (a
+ * spray over more addresses than slots forgets the oldest). Everything is
+ * under the writers' mutex: only requests on their way to a verification
+ * come here.
+ */
+#include "authn_hmac/throttle.h"
+#include "table_int.h"
+
+#include <string.h>
+
+#include <arpa/inet.h>
+
+#define PROBES 8
+#define RECENT 3
+
+enum { KIND_PAIR = 1, KIND_CLIENT = 2 };
+
+typedef struct {
+    uint64_t id[2]; /* of the MAC; {0, 0}: free */
+    int64_t first;  /* apr_time_t: the window's first guess */
+    int64_t until;  /* apr_time_t: the ban's end; 0: none */
+    uint32_t count; /* guesses in the window */
+    uint32_t kind;
+    uint64_t recent[RECENT]; /* the pair's last wrong passwords */
+} slot_t;
+
+typedef char
+    slot_is_the_size_kept[sizeof(slot_t) == AUTHN_HMAC_THROTTLE_BYTES ? 1 : -1];
+
+int authn_hmac_throttle_on(const authn_hmac_throttle_conf_t *conf)
+{
+    return conf && (conf->max_failures > 0 || conf->max_client_failures > 0);
+}
+
+size_t authn_hmac_client_bytes(const char *client, unsigned char out[16])
+{
+    size_t n;
+
+    if (!client)
+        return 0;
+    if (inet_pton(AF_INET6, client, out) == 1)
+        return 8;
+    if (inet_pton(AF_INET, client, out) == 1)
+        return 4;
+    n = strnlen(client, 16);
+    memcpy(out, client, n);
+    return n;
+}
+
+void authn_hmac_throttle_ids(const authn_hmac_mac_t *mac, const char *client,
+                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                             authn_hmac_throttle_ids_t *ids)
+{
+    static const unsigned char none[AUTHN_HMAC_KEY_LEN];
+    char body[1 + 16];
+    size_t n = authn_hmac_client_bytes(client, (unsigned char *)body + 1);
+
+    /* NB: "T" and "C" as the bodies' first byte: a user entry's starts
+     * with its version, a farm marker's with "F". */
+    body[0] = 'T';
+    authn_hmac_value_tag(mac, uid, body, 1 + n, ids->pair);
+    body[0] = 'C';
+    authn_hmac_value_tag(mac, none, body, 1 + n, ids->client);
+}
+
+static int lock(const authn_hmac_table_parts_t *s)
+{
+    return !s->mutex || apr_global_mutex_lock(s->mutex) == APR_SUCCESS;
+}
+
+static void unlock(const authn_hmac_table_parts_t *s)
+{
+    if (s->mutex)
+        apr_global_mutex_unlock(s->mutex);
+}
+
+static void id_of(const unsigned char mac[AUTHN_HMAC_KEY_LEN], uint64_t id[2])
+{
+    memcpy(id, mac, 2 * sizeof(uint64_t));
+    if (!id[0] && !id[1])
+        id[1] = 1; /* never "free" */
+}
+
+/* A window over (and no ban): the record counts nothing any more. */
+static int idle(const slot_t *r, const authn_hmac_throttle_conf_t *conf,
+                apr_time_t now)
+{
+    return r->until <= now && (r->count == 0 || now - r->first >= conf->window);
+}
+
+/* Which of two slots a new record takes: a free one, else an idle one,
+ * else the one whose window or ban is oldest. */
+static int better(const slot_t *a, const slot_t *b,
+                  const authn_hmac_throttle_conf_t *conf, apr_time_t now)
+{
+    int fa = !a->id[0] && !a->id[1], fb = !b->id[0] && !b->id[1];
+    int ia = idle(a, conf, now), ib = idle(b, conf, now);
+    int64_t aa = a->until > a->first ? a->until : a->first;
+    int64_t ab = b->until > b->first ? b->until : b->first;
+
+    if (fa != fb)
+        return fa;
+    if (ia != ib)
+        return ia;
+    return aa < ab;
+}
+
+/* The record of id among its probes; with conf, made if missing. */
+static slot_t *find(const authn_hmac_table_parts_t *s, const uint64_t id[2],
+                    uint32_t kind, const authn_hmac_throttle_conf_t *conf,
+                    apr_time_t now)
+{
+    slot_t *slots = s->throttle, *take = NULL;
+    uint64_t n = s->throttle_slots, at = (id[0] ^ id[1]) % n;
+    int i;
+
+    for (i = 0; i < PROBES; i++) {
+        slot_t *r = &slots[(at + (uint64_t)i) % n];
+
+        if (r->id[0] == id[0] && r->id[1] == id[1] && r->kind == kind)
+            return r;
+        if (conf && (!take || better(r, take, conf, now)))
+            take = r;
+    }
+    if (take) {
+        memset(take, 0, sizeof(*take));
+        take->id[0] = id[0];
+        take->id[1] = id[1];
+        take->kind = kind;
+    }
+    return take;
+}
+
+int authn_hmac_throttle_banned(authn_hmac_table_t *t,
+                               const authn_hmac_throttle_ids_t *ids,
+                               apr_time_t now)
+{
+    const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
+    uint64_t pid[2], cid[2];
+    slot_t *r;
+    int bans = 0;
+
+    id_of(ids->pair, pid);
+    id_of(ids->client, cid);
+    if (!lock(s))
+        return 0;
+    if ((r = find(s, pid, KIND_PAIR, NULL, now)) && r->until > now)
+        bans |= AUTHN_HMAC_BAN_PAIR;
+    if ((r = find(s, cid, KIND_CLIENT, NULL, now)) && r->until > now)
+        bans |= AUTHN_HMAC_BAN_CLIENT;
+    unlock(s);
+    return bans;
+}
+
+/* One more guess on r; 1 if it starts a ban. */
+static int guess(slot_t *r, int limit, const authn_hmac_throttle_conf_t *conf,
+                 apr_time_t now)
+{
+    if (r->count == 0 || now - r->first >= conf->window) {
+        r->first = now;
+        r->count = 0;
+    }
+    if (r->count < UINT32_MAX)
+        r->count++;
+    if (limit <= 0 || (int64_t)r->count < limit || r->until > now)
+        return 0;
+    r->until = now + conf->ban;
+    return 1;
+}
+
+int authn_hmac_throttle_fail(authn_hmac_table_t *t,
+                             const authn_hmac_throttle_conf_t *conf,
+                             const authn_hmac_throttle_ids_t *ids, uint64_t fp,
+                             apr_time_t now, int *fresh)
+{
+    const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
+    uint64_t pid[2], cid[2];
+    slot_t *pair, *client;
+    int i, started = 0;
+
+    *fresh = 0;
+    if (!authn_hmac_throttle_on(conf))
+        return 0;
+    id_of(ids->pair, pid);
+    id_of(ids->client, cid);
+    fp = fp ? fp : 1; /* never 0, the empty fingerprint */
+    if (!lock(s))
+        return 0;
+    pair = find(s, pid, KIND_PAIR, conf, now);
+    for (i = 0; pair && i < RECENT; i++)
+        if (pair->recent[i] == fp && !idle(pair, conf, now))
+            break;
+    if (pair && i == RECENT) {
+        memmove(pair->recent + 1, pair->recent,
+                (RECENT - 1) * sizeof(pair->recent[0]));
+        pair->recent[0] = fp;
+        *fresh = 1;
+        if (guess(pair, conf->max_failures, conf, now))
+            started |= AUTHN_HMAC_BAN_PAIR;
+        client = find(s, cid, KIND_CLIENT, conf, now);
+        if (client && guess(client, conf->max_client_failures, conf, now))
+            started |= AUTHN_HMAC_BAN_CLIENT;
+    }
+    unlock(s);
+    return started;
+}
+
+int authn_hmac_throttle_ban(authn_hmac_table_t *t,
+                            const authn_hmac_throttle_conf_t *conf,
+                            const authn_hmac_throttle_ids_t *ids, int which,
+                            apr_time_t now)
+{
+    const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
+    uint64_t pid[2], cid[2];
+    slot_t *r;
+    int started = 0;
+
+    id_of(ids->pair, pid);
+    id_of(ids->client, cid);
+    if (!which || !lock(s))
+        return 0;
+    if ((which & AUTHN_HMAC_BAN_PAIR) &&
+        (r = find(s, pid, KIND_PAIR, conf, now)) && r->until <= now) {
+        r->until = now + conf->ban;
+        started |= AUTHN_HMAC_BAN_PAIR;
+    }
+    if ((which & AUTHN_HMAC_BAN_CLIENT) &&
+        (r = find(s, cid, KIND_CLIENT, conf, now)) && r->until <= now) {
+        r->until = now + conf->ban;
+        started |= AUTHN_HMAC_BAN_CLIENT;
+    }
+    unlock(s);
+    return started;
+}

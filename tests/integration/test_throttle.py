@@ -1,0 +1,175 @@
+"""The throttle on guessing: a client's distinct wrong passwords stop
+costing verifications at the limit, for one user and over all users, in a
+server and across a farm; refused attempts stay 401s that fail2ban's
+apache-auth filter counts, and the module's own lines match the filter it
+ships."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import make_server
+from harness import COST, FarmFiles, Redis, basic, get, htpasswd
+from harness.env import TOP_SRCDIR
+
+MAX, MAX_CLIENT = 5, 20
+THROTTLE = ("AuthHMACMaxFailures %d\nAuthHMACMaxClientFailures %d\n"
+            "AuthHMACFailureWindow 10m\nAuthHMACBanTime 10m\n" % (MAX, MAX_CLIENT))
+BAN = r"\[authn_hmac:warn\] \[pid [^]]*\] \[client %s:\d+\] AHMAC0029: user %s: "
+FILTER = os.path.join(TOP_SRCDIR, "conf", "fail2ban", "authn-hmac.conf")
+APACHE_AUTH = "/etc/fail2ban/filter.d/apache-auth.conf"
+
+
+def guesses(srv, user, n, source, tag):
+    """n distinct wrong passwords for user from source, on one kept-alive
+    connection: their status codes and the notes they got."""
+    codes, conn = [], None
+    for i in range(n):
+        r, conn = get(srv.port, "/a/index.html", basic(user, "%s guess %d" % (tag, i)),
+                      conn=conn, source=source)
+        codes.append(r.status)
+    if conn:
+        conn.close()
+    srv.sent[user] = srv.sent.get(user, 0) + n
+    return codes, srv.notes(user)[-n:]
+
+
+def one(srv, user, password, source):
+    r, conn = get(srv.port, "/a/index.html", basic(user, password), source=source)
+    if conn:
+        conn.close()
+    srv.sent[user] = srv.sent.get(user, 0) + 1
+    return r.status, srv.notes(user)[-1]
+
+
+def matched(filter_path, log_path):
+    """Lines of log_path that fail2ban-regex finds with filter_path."""
+    p = subprocess.run(["fail2ban-regex", log_path, filter_path],
+                       capture_output=True, text=True, check=True)
+    m = re.search(r"^Lines: \d+ lines, \d+ ignored, (\d+) matched", p.stdout, re.M)
+    assert m, p.stdout
+    return int(m.group(1))
+
+
+@pytest.mark.mpm
+@pytest.mark.parametrize("mpm", ["prefork", "event"])
+def test_guessing_stops_at_the_limit(mpm):
+    srv = make_server(mpm, global_conf=THROTTLE)
+    htpasswd(srv.path("a.htpasswd"), "bob", "bob's pass")
+    try:
+        srv.start()
+        # alice logged in before the attack: cached.
+        assert srv.status_code("/a/index.html", "alice", "correct horse") == 200
+        before = srv.status()
+        # 200 distinct wrong passwords for bob from 127.0.0.1: MAX cost a
+        # verification each, then every one is refused without one.
+        codes, notes = guesses(srv, "bob", 200, "127.0.0.1", "first")
+        assert codes == [401] * 200
+        assert notes == ["denied"] * MAX + ["throttled"] * (200 - MAX), notes
+        st = srv.status()
+        assert st["verifications"] - before["verifications"] == MAX, st
+        assert st["throttled"] - before["throttled"] == 200 - MAX, st
+        assert st["bans"] - before["bans"] == 1, st
+        # The banned client's cached user: served, no verification.
+        assert one(srv, "alice", "correct horse", "127.0.0.1") == (200, "hit")
+        # bob's right password: from another client, verified; from the
+        # banned one (not cached there: the cache holds it now) a hit too;
+        # a new right password of bob's (changed file) from the banned
+        # client is refused unverified.
+        assert one(srv, "bob", "bob's pass", "127.0.0.2") == (200, "verified")
+        assert one(srv, "bob", "bob's pass", "127.0.0.1") == (200, "hit")
+        htpasswd(srv.path("a.htpasswd"), "bob", "bob's new pass")
+        assert one(srv, "bob", "bob's new pass", "127.0.0.1") == (401, "throttled")
+        assert one(srv, "bob", "bob's new pass", "127.0.0.2") == (200, "verified")
+        # A stale client repeating one wrong password is not guessing.
+        stale = []
+        for _ in range(20):
+            stale.append(one(srv, "alice", "an old password", "127.0.0.4"))
+        assert stale == [(401, "denied")] + [(401, "negative-hit")] * 19, stale
+        # Spraying: one wrong password each for 200 users (unknown ones,
+        # behind the dummy) from 127.0.0.3 stops at the client's limit.
+        before = srv.status()
+        sprayed = [one(srv, "spray%d" % i, "spring2026", "127.0.0.3") for i in range(200)]
+        assert [c for c, _ in sprayed] == [401] * 200
+        assert [n for _, n in sprayed] == (["unknown-user"] * MAX_CLIENT
+                                           + ["throttled"] * (200 - MAX_CLIENT)), sprayed
+        st = srv.status()
+        assert st["dummy_verifications"] - before["dummy_verifications"] == MAX_CLIENT, st
+        assert st["bans"] - before["bans"] == 1, st
+        # Each ban told once, with its client and user.
+        log = srv.error_log()
+        assert len(re.findall(BAN % (r"127\.0\.0\.1", "bob"), log)) == 1, log
+        assert len(re.findall(BAN % (r"127\.0\.0\.3", r"spray\d+"), log)) == 1, log
+        assert len(re.findall(r"AHMAC0029", log)) == 2, log
+        srv.expect_log(r"AHMAC0029")
+        # fail2ban's apache-auth filter counts every refused attempt, the
+        # throttled ones too (mod_auth_basic's AH01617 and AH01618); the
+        # module's filter matches its ban lines.
+        refused = 200 + 1 + 20 + 200
+        assert matched(APACHE_AUTH, srv.path("logs", "error_log")) == refused
+        assert matched(FILTER, srv.path("logs", "error_log")) == 2
+        problems = srv.log_problems()
+        assert not problems, problems
+    finally:
+        srv.cleanup()
+
+
+def test_limits_off():
+    """0 turns both limits off: every distinct guess verifies."""
+    srv = make_server("event", global_conf="AuthHMACMaxFailures 0\n"
+                                           "AuthHMACMaxClientFailures 0\n")
+    try:
+        srv.start()
+        before = srv.status()
+        codes, notes = guesses(srv, "alice", 40, "127.0.0.1", "off")
+        assert codes == [401] * 40 and notes == ["denied"] * 40, notes
+        st = srv.status()
+        assert st["verifications"] - before["verifications"] == 40
+        assert st["throttled"] == 0 and st["bans"] == 0
+    finally:
+        srv.cleanup()
+
+
+@pytest.mark.slow
+def test_the_limit_counts_across_the_farm():
+    """Guesses spread over two servers that share Redis: the farm counts
+    them all, and both refuse at the limit."""
+    from test_redis import farm_server
+
+    shared, redis = FarmFiles(), Redis().start()
+    htpasswd(shared.users, "carol", "carol's pass", cost=COST)
+    a = farm_server(shared, redis, name="thrA", extra=THROTTLE).start()
+    b = farm_server(shared, redis, name="thrB", extra=THROTTLE).start()
+    try:
+        codes, notes = [], []
+        for i in range(20):
+            srv = (a, b)[i % 2]
+            r, conn = get(srv.port, "/w/", basic("carol", "farm guess %d" % i))
+            if conn:
+                conn.close()
+            srv.sent["carol"] = srv.sent.get("carol", 0) + 1
+            codes.append(r.status)
+            notes.append(srv.notes("carol")[-1])
+        assert codes == [401] * 20
+        assert notes == ["denied"] * MAX + ["throttled"] * (20 - MAX), notes
+        sa, sb = a.status(), b.status()
+        assert sa["verifications"] + sb["verifications"] == MAX, (sa, sb)
+        # The ban is told once, by the server whose guess started it.
+        for srv in (a, b):
+            srv.expect_log(r"AHMAC0029")
+        log = a.error_log() + b.error_log()
+        assert len(re.findall(BAN % (r"127\.0\.0\.1", "carol"), log)) == 1, log
+        # Another client is not affected, in either server.
+        for srv in (a, b):
+            r, conn = get(srv.port, "/w/", basic("carol", "carol's pass"), source="127.0.0.2")
+            srv.sent["carol"] += 1
+            assert r.status == 200
+        for srv in (a, b):
+            problems = srv.log_problems()
+            assert not problems, problems
+    finally:
+        a.cleanup()
+        b.cleanup()
+        redis.cleanup()
+        shared.cleanup()

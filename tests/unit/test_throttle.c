@@ -1,0 +1,219 @@
+/* Unit tests: the throttle on guessing (src/throttle.c). */
+#include "authn_hmac/secret.h"
+#include "authn_hmac/throttle.h"
+#include "shared_table.h"
+#include "unit.h"
+
+#include <string.h>
+
+#define SEC(n) apr_time_from_sec(n)
+#define T0     SEC(1000000)
+
+static const authn_hmac_mac_t *mac;
+
+static void ids_of(const char *client, const char *user,
+                   authn_hmac_throttle_ids_t *ids)
+{
+    unsigned char uid[AUTHN_HMAC_KEY_LEN];
+
+    authn_hmac_user_id(mac, "/scope", 6, user, strlen(user), uid);
+    authn_hmac_throttle_ids(mac, client, uid, ids);
+}
+
+static authn_hmac_throttle_conf_t conf(int max, int max_client)
+{
+    authn_hmac_throttle_conf_t c = {max, max_client, SEC(600), SEC(300)};
+
+    return c;
+}
+
+/* max distinct wrong passwords ban the pair for the ban time, not a
+ * moment before; the ban starts once; it ends on time. */
+static void test_pair_limit(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(5, 0);
+    authn_hmac_throttle_ids_t ids;
+    int i, fresh;
+
+    ids_of("192.0.2.1", "alice", &ids);
+    for (i = 1; i < 5; i++) {
+        CHECK(authn_hmac_throttle_fail(t, &c, &ids, (uint64_t)i * 1000,
+                                       T0 + SEC(i), &fresh) == 0);
+        CHECK(fresh);
+        CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(i)) == 0);
+    }
+    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 5000, T0 + SEC(5), &fresh) ==
+          AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(6)) ==
+          AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(5 + 299)) ==
+          AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(5 + 300)) == 0);
+    /* The client limit is off: the client alone is never banned. */
+    shared_done();
+}
+
+/* A repeat of one of the last wrong passwords is no new guess (a stale
+ * client does not lock its user out), however often it comes. */
+static void test_repeat_is_not_a_guess(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(3, 3);
+    authn_hmac_throttle_ids_t ids;
+    int i, fresh;
+
+    ids_of("192.0.2.1", "bob", &ids);
+    for (i = 0; i < 100; i++) {
+        CHECK(authn_hmac_throttle_fail(t, &c, &ids, i % 2 ? 42 : 43,
+                                       T0 + SEC(i), &fresh) == 0);
+        CHECK(fresh == (i < 2));
+    }
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(100)) == 0);
+    shared_done();
+}
+
+/* Guesses older than the window no longer count. */
+static void test_window(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(3, 0);
+    authn_hmac_throttle_ids_t ids;
+    int fresh;
+
+    ids_of("192.0.2.1", "carol", &ids);
+    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 1, T0, &fresh) == 0);
+    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 2, T0 + SEC(1), &fresh) == 0);
+    /* The window from the first guess is over: counting starts again. */
+    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 3, T0 + SEC(600), &fresh) == 0);
+    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 4, T0 + SEC(601), &fresh) == 0);
+    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 5, T0 + SEC(602), &fresh) ==
+          AUTHN_HMAC_BAN_PAIR);
+    shared_done();
+}
+
+/* Another client, and the same client's other users, are not banned by a
+ * pair's ban; an IPv6 client is its /64. */
+static void test_others_unaffected(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(2, 0);
+    authn_hmac_throttle_ids_t ids, other_client, other_user, same64, other64;
+    int fresh;
+
+    ids_of("2001:db8:1:2::1", "dave", &ids);
+    ids_of("2001:db8:1:2:ffff::9", "dave", &same64);
+    ids_of("2001:db8:1:3::1", "dave", &other64);
+    ids_of("192.0.2.7", "dave", &other_client);
+    ids_of("2001:db8:1:2::1", "erin", &other_user);
+    CHECK(memcmp(ids.pair, same64.pair, sizeof(ids.pair)) == 0);
+    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 1, T0, &fresh) == 0);
+    CHECK(authn_hmac_throttle_fail(t, &c, &same64, 2, T0, &fresh) ==
+          AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0) == AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_banned(t, &other64, T0) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &other_client, T0) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &other_user, T0) == 0);
+    shared_done();
+}
+
+/* Spraying: one client's guesses over many users reach the client's limit,
+ * which bans it for every user. */
+static void test_client_limit(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(5, 20);
+    authn_hmac_throttle_ids_t ids;
+    char user[16];
+    int i, fresh, started = 0;
+
+    for (i = 0; i < 20; i++) {
+        snprintf(user, sizeof(user), "user%d", i);
+        ids_of("198.51.100.4", user, &ids);
+        started = authn_hmac_throttle_fail(t, &c, &ids, 7, T0, &fresh);
+        CHECK(started == (i == 19 ? AUTHN_HMAC_BAN_CLIENT : 0));
+    }
+    ids_of("198.51.100.4", "someone else", &ids);
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0) == AUTHN_HMAC_BAN_CLIENT);
+    ids_of("198.51.100.5", "user0", &ids);
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0) == 0);
+    shared_done();
+}
+
+/* A ban learnt from the farm is kept here, and said new only once. */
+static void test_farm_ban(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(5, 20);
+    authn_hmac_throttle_ids_t ids;
+
+    ids_of("192.0.2.9", "frank", &ids);
+    CHECK(authn_hmac_throttle_ban(t, &c, &ids, AUTHN_HMAC_BAN_PAIR, T0) ==
+          AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_ban(t, &c, &ids, AUTHN_HMAC_BAN_PAIR, T0) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(299)) ==
+          AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(300)) == 0);
+    shared_done();
+}
+
+/* More clients than records: the oldest are forgotten, and the table
+ * never refuses a new one. */
+static void test_full(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(1, 0);
+    authn_hmac_throttle_ids_t ids;
+    char client[32];
+    int i, fresh;
+
+    for (i = 0; i < 5000; i++) {
+        snprintf(client, sizeof(client), "10.%d.%d.1", i / 256, i % 256);
+        ids_of(client, "gina", &ids);
+        CHECK(authn_hmac_throttle_fail(t, &c, &ids, 1, T0 + SEC(1) + i,
+                                       &fresh) == AUTHN_HMAC_BAN_PAIR);
+        CHECK(fresh);
+    }
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(2)) ==
+          AUTHN_HMAC_BAN_PAIR);
+    shared_done();
+}
+
+/* No limit on: nothing is counted. */
+static void test_off(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(0, 0);
+    authn_hmac_throttle_ids_t ids;
+    int i, fresh;
+
+    CHECK(!authn_hmac_throttle_on(&c));
+    ids_of("192.0.2.1", "hank", &ids);
+    for (i = 0; i < 50; i++)
+        CHECK(authn_hmac_throttle_fail(t, &c, &ids, (uint64_t)i, T0, &fresh) ==
+              0);
+    CHECK(authn_hmac_throttle_banned(t, &ids, T0) == 0);
+    shared_done();
+}
+
+int main(void)
+{
+    apr_pool_t *p = unit_start(), *kept;
+    authn_hmac_secret_t *pep = NULL;
+    authn_hmac_mac_t *m = NULL;
+
+    /* NB: a pool of its own: RUN clears p after each test. */
+    apr_pool_create(&kept, NULL);
+    CHECK(authn_hmac_secret_random(&pep, 32, kept) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&m, pep, kept) == APR_SUCCESS);
+    mac = m;
+    RUN(test_pair_limit, p);
+    RUN(test_repeat_is_not_a_guess, p);
+    RUN(test_window, p);
+    RUN(test_others_unaffected, p);
+    RUN(test_client_limit, p);
+    RUN(test_farm_ban, p);
+    RUN(test_full, p);
+    RUN(test_off, p);
+    return unit_end();
+}
