@@ -26,6 +26,7 @@
 #include "apr_md5.h"
 #include "apr_shm.h"
 
+#include <sched.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <bsd/string.h>
@@ -255,14 +256,20 @@ static void share_userfiles(server_rec *s, apr_pool_t *pconf)
 }
 
 /* AuthHMACMaxVerifications and AuthHMACVerifyBacklog where they are not
- * set: half the cores (at least one), and 8 waiting per verification.
+ * set: half the cores the server may use (at least one), and 8 waiting per
+ * verification.
  * Verifications run at the requests' own priority, so the cap is what
  * leaves the other half of the cores to the pages while passwords flood
  * in (libuv caps its slow work at half its pool too). */
 static void default_verifications(void)
 {
     if (hmac_conf.max_verifications == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN) / 2;
+        /* NB: the cores this server may run on (a cpuset, taskset), not
+         * all of the machine's. */
+        cpu_set_t set;
+        long n = sched_getaffinity(0, sizeof(set), &set) == 0
+                     ? CPU_COUNT(&set) / 2
+                     : sysconf(_SC_NPROCESSORS_ONLN) / 2;
 
         if (n < 1)
             n = 1;

@@ -3,6 +3,8 @@
  * A credential (scope, user, password, stored hash) goes through the tiers
  * in order, each a function that answers or passes on (see check()), and
  * comes out of one exit (finish) as an outcome:
+ *   0. from_ban: a client banned by the throttle, for this user or for
+ *      all, is refused before the caches are asked (throttled);
  *   1. from_shm, shared memory: the credential MAC among the user's
  *      entries (hit; AuthHMACCacheTTL is an idle timeout: a hit once half
  *      of it has passed extends the entry, in shared memory and Redis, up
@@ -13,21 +15,26 @@
  *   3. from_redis, when configured: the user's entry, whose tag must
  *      verify (redis-hit; a value that does not verify is a miss, counted
  *      and logged once);
- *   4. from_flight: concurrent misses of the same credential, in any
+ *   4. from_throttle: a client at its limit of wrong passwords (in the
+ *      server, or the farm's) is refused without a verification
+ *      (throttled); else its guess takes a place in the count, and a wrong
+ *      password it verifies is counted at the exit (src/throttle.c);
+ *   5. from_flight: concurrent misses of the same credential, in any
  *      process of the server, run the verifier once: the others wait for
  *      its result (coalesced), for at most twice the usual verification
  *      time, and verify by themselves if its runner died or is late;
- *   5. from_farm: across a farm, a marker in Redis makes one server verify
+ *   6. from_farm: across a farm, a marker in Redis makes one server verify
  *      a credential and the others wait for its result (at most 3 s, then
  *      they verify by themselves);
- *   6. from_verifier (apr_password_validate in the module): verified or
+ *   7. from_verifier (apr_password_validate in the module): verified or
  *      denied. A verification takes a turn in the server's queue (at most
  *      max_verifications run at once, backlog more wait; busy beyond that;
- *      one client cannot hold it against the others), and runs in a thread
- *      of its own at a lower CPU priority, so that hits keep the CPU.
+ *      one client cannot hold it against the others), and runs in the
+ *      request's own thread at its own priority.
  * finish() stores what the request learned (verified: shared memory and
  * Redis; a mismatch: the negative region), ends the flight it ran, posts
- * the farm claim's result and wipes the keys, whatever tier answered.
+ * the farm claim's result, counts a guess and wipes the keys, whatever
+ * tier answered.
  * An unknown user, or a locked line, takes the same path against a dummy
  * hash that no password matches (authn_hmac_dummy_hash), and is refused
  * (see run() at the end). authn_hmac_check_user looks the user up in the
@@ -54,7 +61,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <apr_strings.h>
@@ -347,8 +353,10 @@ static int farm_banned(redis_req *rq, const authn_hmac_throttle_ids_t *ids)
     return rc == AUTHN_HMAC_REDIS_OK ? bans : 0;
 }
 
-/* A new guess, counted in the farm: the bans it started there. */
-static int farm_guessed(redis_req *rq, const authn_hmac_throttle_ids_t *ids)
+/* A new guess (fp its fingerprint), counted in the farm: the bans it
+ * started there. */
+static int farm_guessed(redis_req *rq, const authn_hmac_throttle_ids_t *ids,
+                        uint64_t fp)
 {
     const authn_hmac_engine_t *e = rq->e;
     const authn_hmac_throttle_conf_t *tc = &e->throttle;
@@ -361,7 +369,7 @@ static int farm_guessed(redis_req *rq, const authn_hmac_throttle_ids_t *ids)
     if (!conn)
         return 0;
     rc = authn_hmac_redis_throttle_fail(
-        conn, e->redis_conf, ids->pair, ids->client, tc->max_failures,
+        conn, e->redis_conf, ids->pair, ids->client, fp, tc->max_failures,
         tc->max_client_failures, tc->window, tc->ban, deadline, &started, &why,
         rq->p);
     redis_end(rq, conn, rc, why);
@@ -477,22 +485,16 @@ int authn_hmac_retry_after(const authn_hmac_engine_t *e)
 }
 
 /* A client for the queue's fairness: its IPv4 address, or the /64 of its
- * IPv6 address (one host often holds a whole /64), hashed with FNV-1a; not
- * a secret, and a collision only makes two clients one. */
+ * IPv6 address (authn_hmac_client_bytes), hashed with FNV-1a; not a
+ * secret, and a collision only makes two clients one. */
 static uint64_t client_hash(const char *client)
 {
     uint64_t h = 14695981039346656037ULL;
     unsigned char a[16];
-    size_t i, n = 0;
+    size_t i, n = authn_hmac_client_bytes(client, a);
 
-    if (client && inet_pton(AF_INET6, client, a) == 1)
-        n = 8;
-    else if (client && inet_pton(AF_INET, client, a) == 1)
-        n = 4;
     for (i = 0; i < n; i++)
         h = (h ^ a[i]) * 1099511628211ULL;
-    for (; !n && client && *client; client++)
-        h = (h ^ (unsigned char)*client) * 1099511628211ULL;
     return h;
 }
 
@@ -562,10 +564,69 @@ typedef struct {
     apr_time_t learned;
     apr_interval_time_t took; /* the verification, on the monotonic clock */
     int ran;                  /* this request ran the verifier */
-    int throttled;            /* ids made: the throttle looked */
+    int ids_made;             /* the throttle's ids are made */
+    int entered;              /* this request's guess has a place */
     authn_hmac_throttle_ids_t ids;
     authn_hmac_outcome o;
 } req_t;
+
+/* The request's time, and with a cache its keys: the credential MAC and
+ * the user's id. */
+static void keys(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+    const authn_hmac_cred_t *c = q->c;
+
+    q->t0 = apr_time_now();
+    if (!q->cache)
+        return;
+    if (c->digest && !q->never)
+        memcpy(q->d, c->digest, sizeof(q->d));
+    else
+        authn_hmac_cred_digest(c->scope, c->scope_len, c->user, c->user_len,
+                               q->hash, q->hash_len, q->d);
+    authn_hmac_cred_mac(e->mac, q->d, c->password, c->password_len, q->key);
+    if (c->uid)
+        memcpy(q->uid, c->uid, sizeof(q->uid));
+    else
+        authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
+                           q->uid);
+}
+
+/* The throttle's ids of the request's client and user, made once. */
+static void throttle_ids(req_t *q)
+{
+    if (!q->ids_made)
+        authn_hmac_throttle_ids(q->e->mac, q->c->client, q->uid, &q->ids);
+    q->ids_made = 1;
+}
+
+/* A refusal by the throttle, for either tier that gives it. */
+static int throttled(req_t *q)
+{
+    count(q->e, AUTHN_HMAC_C_THROTTLED, 1);
+    q->o = AUTHN_HMAC_THROTTLED;
+    return 1;
+}
+
+/* 0. A ban in force on the client, for this user or for all: refused
+ * before the caches are asked. A banned client whose guesses were still
+ * checked against cached credentials would guess at the server's speed,
+ * not bcrypt's (a right guess a hit, a wrong one a quick refusal). The
+ * user at any other address is served. NB: the hit path only reads one
+ * word while no ban is in force anywhere. */
+static int from_ban(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+
+    if (!q->cache || !authn_hmac_throttle_on(&e->throttle) ||
+        !authn_hmac_throttle_any(e->table, q->t0))
+        return 0;
+    throttle_ids(q);
+    if (!authn_hmac_throttle_banned(e->table, &q->ids, q->t0))
+        return 0;
+    return throttled(q);
+}
 
 /* 1. Shared memory: the credential MAC among the user's entries. A miss
  * is counted here, and the miss path's Redis state made. */
@@ -573,22 +634,9 @@ static int from_shm(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
     const authn_hmac_policy_t *pol = q->pol;
-    const authn_hmac_cred_t *c = q->c;
     apr_time_t verified = 0, used = 0;
 
-    q->t0 = apr_time_now();
     if (q->cache) {
-        if (c->digest && !q->never)
-            memcpy(q->d, c->digest, sizeof(q->d));
-        else
-            authn_hmac_cred_digest(c->scope, c->scope_len, c->user, c->user_len,
-                                   q->hash, q->hash_len, q->d);
-        authn_hmac_cred_mac(e->mac, q->d, c->password, c->password_len, q->key);
-        if (c->uid)
-            memcpy(q->uid, c->uid, sizeof(q->uid));
-        else
-            authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user,
-                               c->user_len, q->uid);
         if (authn_hmac_table_lookup(e->table, q->key, q->uid, q->t0, pol->ttl,
                                     pol->max_age, &verified, &used) &&
             !q->never) {
@@ -646,26 +694,32 @@ static int from_redis(req_t *q, int again)
     return 1;
 }
 
-/* 4. The throttle: a client that guessed too many wrong passwords, for
- * this user or for all, in this server or (with Redis) in the farm, is
- * refused without a verification. Cached credentials were served above:
- * a ban never locks out a user who is logged in. */
+/* 4. The throttle: a client at its limit of wrong passwords, for this
+ * user or for all, in this server or (with Redis) in the farm, is refused
+ * without a verification; else its guess takes a place in the count
+ * (counted at the one exit), so that concurrent guesses never pass the
+ * limit. A ban the farm knows is kept here too (from_ban). */
 static int from_throttle(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
-    int bans;
+    const authn_hmac_throttle_conf_t *tc = &e->throttle;
+    int refused, bans, fresh;
 
-    if (!q->cache || !authn_hmac_throttle_on(&e->throttle))
+    if (!q->cache || !authn_hmac_throttle_on(tc))
         return 0;
-    authn_hmac_throttle_ids(e->mac, q->c->client, q->uid, &q->ids);
-    q->throttled = 1;
-    bans = authn_hmac_throttle_banned(e->table, &q->ids, q->t0) |
-           farm_banned(&q->rq, &q->ids);
-    if (!bans)
+    throttle_ids(q);
+    refused =
+        authn_hmac_throttle_enter(e->table, tc, &q->ids, q->t0, &q->entered);
+    bans = farm_banned(&q->rq, &q->ids);
+    if (bans)
+        (void)authn_hmac_throttle_ban(e->table, tc, &q->ids, bans, q->t0);
+    if (!refused && !bans)
         return 0;
-    count(e, AUTHN_HMAC_C_THROTTLED, 1);
-    q->o = AUTHN_HMAC_THROTTLED;
-    return 1;
+    if (q->entered)
+        (void)authn_hmac_throttle_leave(e->table, tc, &q->ids, 0, 0, q->t0,
+                                        &fresh);
+    q->entered = 0;
+    return throttled(q);
 }
 
 /* A coalesced answer: got 1 granted, 0 refused (never grants). */
@@ -784,10 +838,11 @@ static int from_verifier(req_t *q)
     return 1;
 }
 
-/* A wrong password verified: counted by the throttle, here and in the
- * farm, unless the client sent it lately; a ban it starts is told once,
- * with the client (the log's) and the user. */
-static void guessed(req_t *q)
+/* The end of a guess that took a place: failed, a wrong password it
+ * verified, is counted by the throttle, here and in the farm, unless the
+ * client sent it lately; a ban it starts is told once, with the client
+ * (the log's) and the user. */
+static void guessed(req_t *q, int failed)
 {
     const authn_hmac_engine_t *e = q->e;
     const authn_hmac_throttle_conf_t *tc = &e->throttle;
@@ -795,11 +850,12 @@ static void guessed(req_t *q)
     int fresh, started;
 
     memcpy(&fp, q->key, sizeof(fp));
-    started = authn_hmac_throttle_fail(e->table, tc, &q->ids, fp,
-                                       apr_time_now(), &fresh);
+    started = authn_hmac_throttle_leave(e->table, tc, &q->ids, fp, failed,
+                                        apr_time_now(), &fresh);
+    q->entered = 0;
     if (fresh)
         started |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
-                                           farm_guessed(&q->rq, &q->ids),
+                                           farm_guessed(&q->rq, &q->ids, fp),
                                            apr_time_now());
     fp = 0;
     if (!started)
@@ -811,9 +867,8 @@ static void guessed(req_t *q)
         " s without a verification: %s (AuthHMAC%s %d within %" APR_TIME_T_FMT
         " s)",
         (int)q->c->user_len, q->c->user, apr_time_sec(tc->ban),
-        started & AUTHN_HMAC_BAN_PAIR
-            ? "too many wrong passwords for this user"
-            : "too many wrong passwords for all users",
+        started & AUTHN_HMAC_BAN_PAIR ? "too many failures for this user"
+                                      : "too many failures for all users",
         started & AUTHN_HMAC_BAN_PAIR ? "MaxFailures" : "MaxClientFailures",
         started & AUTHN_HMAC_BAN_PAIR ? tc->max_failures
                                       : tc->max_client_failures,
@@ -848,8 +903,8 @@ static authn_hmac_outcome finish(req_t *q)
                     q->result == 0 && !q->negative ? -1 : q->result);
     /* NB: a wrong password this request verified is a guess (one that
      * coalesced on another's verification is the same password). */
-    if (q->throttled && q->ran && q->result == 0)
-        guessed(q);
+    if (q->entered)
+        guessed(q, q->ran && q->result == 0);
     explicit_bzero(q->key, sizeof(q->key));
     explicit_bzero(q->nkey, sizeof(q->nkey));
     if (q->o == AUTHN_HMAC_VERIFIED)
@@ -883,7 +938,8 @@ static void begin(req_t *q, const authn_hmac_engine_t *e,
     q->learned = 0;
     q->took = 0;
     q->ran = 0;
-    q->throttled = 0;
+    q->ids_made = 0;
+    q->entered = 0;
     q->o = AUTHN_HMAC_ERROR;
 }
 
@@ -897,8 +953,10 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
     req_t q;
 
     begin(&q, e, pol, c, hash, hash_len, never, baton, p);
-    if (!from_shm(&q) && !from_negative(&q) && !from_redis(&q, 0) &&
-        !from_throttle(&q) && !from_flight(&q) && !from_farm(&q))
+    keys(&q);
+    if (!from_ban(&q) && !from_shm(&q) && !from_negative(&q) &&
+        !from_redis(&q, 0) && !from_throttle(&q) && !from_flight(&q) &&
+        !from_farm(&q))
         from_verifier(&q);
     return finish(&q);
 }

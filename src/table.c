@@ -107,7 +107,8 @@ typedef struct {
     authn_hmac_queue_hdr_t q; /* the queue's words (queue.c) */
     uint64_t throttle;        /* offset of the throttle's records */
     uint64_t throttle_slots;  /* how many */
-    char pad0[64 - (112 + REGIONS * sizeof(region_hdr_t)) % 64];
+    int64_t throttle_until;   /* apr_time_t: no ban lasts past it */
+    char pad0[64 - (120 + REGIONS * sizeof(region_hdr_t)) % 64];
     authn_hmac_redis_health_t redis;
     char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
     authn_hmac_sentinel_shared_t sentinel; /* the primary, with Sentinel */
@@ -243,6 +244,7 @@ authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p)
     t->parts.places = (char *)h + h->queue;
     t->parts.throttle = (char *)h + h->throttle;
     t->parts.throttle_slots = h->throttle_slots;
+    t->parts.throttle_until = &h->throttle_until;
     t->parts.queue = &h->q;
     t->parts.verifying_max = &h->counter[AUTHN_HMAC_C_VERIFYING_MAX];
     return t;

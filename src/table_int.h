@@ -45,6 +45,7 @@ typedef struct {
     void *places;              /* AUTHN_HMAC_QUEUE_SLOTS places */
     void *throttle;            /* throttle_slots records */
     uint64_t throttle_slots;
+    int64_t *throttle_until; /* no ban lasts past it (read without lock) */
     authn_hmac_queue_hdr_t *queue;
     uint64_t *verifying_max; /* the counter: most places run at once */
 } authn_hmac_table_parts_t;

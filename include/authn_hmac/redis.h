@@ -344,15 +344,16 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
     const unsigned char client[AUTHN_HMAC_KEY_LEN], apr_time_t deadline,
     int *bans, const char **why, apr_pool_t *p);
 
-/* A new wrong guess of the pair, counted for the farm (one EVAL): each
- * count lives a window from its first guess, and one that reaches its
- * limit (0: none) starts a ban for ban, unless one is in force. *started
- * has the bans it started, as *bans above. */
+/* A new wrong guess of the pair, fp its fingerprint, counted for the
+ * farm (one EVAL): a guess the farm saw within the window is not counted
+ * again; each count lives a window from its first guess, and one that
+ * reaches its limit (0: none) starts a ban for ban, unless one is in
+ * force. *started has the bans it started, as *bans above. */
 authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const unsigned char pair[AUTHN_HMAC_KEY_LEN],
-    const unsigned char client[AUTHN_HMAC_KEY_LEN], int max_failures,
-    int max_client_failures, apr_interval_time_t window,
+    const unsigned char client[AUTHN_HMAC_KEY_LEN], uint64_t fp,
+    int max_failures, int max_client_failures, apr_interval_time_t window,
     apr_interval_time_t ban, apr_time_t deadline, int *started,
     const char **why, apr_pool_t *p);
 

@@ -40,21 +40,34 @@ size_t authn_hmac_client_bytes(const char *client, unsigned char out[16]);
 /* Which bans: the pair's, the client's. */
 enum { AUTHN_HMAC_BAN_PAIR = 1, AUTHN_HMAC_BAN_CLIENT = 2 };
 
+/* Whether any ban may be in force at now: one word, read without a lock
+ * (the hit path asks it first). */
+int authn_hmac_throttle_any(authn_hmac_table_t *t, apr_time_t now);
+
 /* The bans in force for ids at now (wall clock): a mask of the above. */
 int authn_hmac_throttle_banned(authn_hmac_table_t *t,
                                const authn_hmac_throttle_ids_t *ids,
                                apr_time_t now);
 
-/* A wrong password for the pair, fp its fingerprint (a word of the
- * credential's MAC): a new guess unless the pair's last few wrong
+/* Before a verification: the limits that refuse it (a mask of the above:
+ * a ban in force, or a count at its limit with the guesses under way);
+ * else 0, and the guess takes its place (*entered = 1), which leave()
+ * gives back. */
+int authn_hmac_throttle_enter(authn_hmac_table_t *t,
+                              const authn_hmac_throttle_conf_t *conf,
+                              const authn_hmac_throttle_ids_t *ids,
+                              apr_time_t now, int *entered);
+
+/* After it: failed, a wrong password, fp its fingerprint (a word of the
+ * credential's MAC), is a new guess unless the pair's last few wrong
  * passwords hold it (a stale client repeating an old password is not
  * guessing). A new guess counts for the pair and the client, within the
  * window from the first; a count that reaches its limit starts a ban.
  * Returns the bans this call started; *fresh whether it counted. */
-int authn_hmac_throttle_fail(authn_hmac_table_t *t,
-                             const authn_hmac_throttle_conf_t *conf,
-                             const authn_hmac_throttle_ids_t *ids, uint64_t fp,
-                             apr_time_t now, int *fresh);
+int authn_hmac_throttle_leave(authn_hmac_table_t *t,
+                              const authn_hmac_throttle_conf_t *conf,
+                              const authn_hmac_throttle_ids_t *ids, uint64_t fp,
+                              int failed, apr_time_t now, int *fresh);
 
 /* Bans learnt from the farm (which: the mask above), kept here too until
  * now + conf->ban. Returns those not already in force here. */

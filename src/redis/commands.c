@@ -577,11 +577,16 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
     return rc;
 }
 
-/* A new wrong guess: the pair's and the client's counts go up (each
- * expiring a window after its first guess), and a count at its limit (0:
- * none) starts a ban, unless one is in force. Returns the bans it
- * started, 1 the pair's and 2 the client's. */
+/* A new wrong guess: unless the farm saw this one of the pair's within
+ * the window (a stale client's password, sent to every server), the
+ * pair's and the client's counts go up (each expiring a window after its
+ * first guess), and a count at its limit (0: none) starts a ban, unless
+ * one is in force. Returns the bans it started, 1 the pair's and 2 the
+ * client's. */
 static const char throttle_fail[] =
+    "if not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[1]) then "
+    "  return 0 "
+    "end "
     "local started = 0 "
     "for i = 1, 2 do "
     "  local n = redis.call('INCR', KEYS[i]) "
@@ -597,32 +602,38 @@ static const char throttle_fail[] =
 authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const unsigned char pair[AUTHN_HMAC_KEY_LEN],
-    const unsigned char client[AUTHN_HMAC_KEY_LEN], int max_failures,
-    int max_client_failures, apr_interval_time_t window,
+    const unsigned char client[AUTHN_HMAC_KEY_LEN], uint64_t fp,
+    int max_failures, int max_client_failures, apr_interval_time_t window,
     apr_interval_time_t ban, apr_time_t deadline, int *started,
     const char **why, apr_pool_t *p)
 {
-    const char *argv[11] = {
+    char *g = apr_pstrcat(p, throttle_key(conf, "g:", pair, p),
+                          "0000000000000000", NULL);
+    const char *argv[12] = {
         "EVAL",
         throttle_fail,
-        "4",
+        "5",
         throttle_key(conf, "t:", pair, p),
         throttle_key(conf, "t:", client, p),
         throttle_key(conf, "b:", pair, p),
         throttle_key(conf, "b:", client, p),
+        g,
         apr_psprintf(p, "%" APR_INT64_T_FMT, window / 1000 + 1),
         apr_psprintf(p, "%" APR_INT64_T_FMT, ban / 1000 + 1),
         apr_psprintf(p, "%d", max_failures),
         apr_psprintf(p, "%d", max_client_failures)};
-    size_t lens[11];
+    size_t lens[12];
     redisReply *r = NULL;
     authn_hmac_redis_rc rc;
     int i;
 
+    /* NB: the guess's fingerprint (a word of its credential MAC) after the
+     * pair's id. */
+    put_hex64(g + strlen(g) - 16, fp);
     *started = 0;
-    for (i = 0; i < 11; i++)
+    for (i = 0; i < 12; i++)
         lens[i] = strlen(argv[i]);
-    rc = authn_hmac_redis_command(c, 11, argv, lens, deadline, &r, why, p);
+    rc = authn_hmac_redis_command(c, 12, argv, lens, deadline, &r, why, p);
     if (rc != AUTHN_HMAC_REDIS_OK)
         return rc;
     if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && r->integer <= 3)

@@ -23,7 +23,7 @@
 #define REPLY_MAX 512 /* bytes; the longest reply is ~270 */
 /* ROLE of a primary: ~30 bytes and ~50 per replica (conn_long_replies). */
 #define LONG_REPLY_MAX 8192
-#define MAX_ARGS       11 /* EVAL script 4, 4 keys, window ban 2 limits */
+#define MAX_ARGS       12 /* EVAL script 5, 5 keys, window ban 2 limits */
 
 /* ---------------------------------------------------- bounded replies */
 

@@ -78,6 +78,7 @@ def test_busy_answer_uses_error_document_503(mpm):
     ])
     srv.write_config()
     srv.expect_log(r"AHMAC0007")
+    srv.expect_log(r"AHMAC0030")  # each 503, with its client
     os.makedirs(srv.path("errors"))
     os.makedirs(srv.path("same"))
     for name, text in (("htdocs/index.html", "hello\n"), ("errors/busy.html", DOC),

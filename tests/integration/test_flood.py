@@ -2,6 +2,7 @@
 with Retry-After, one client cannot take the whole queue, and cached
 credentials are served throughout."""
 import json
+import os
 import re
 import subprocess
 import time
@@ -10,6 +11,18 @@ import pytest
 
 from conftest import MPMS, make_server
 from harness import Flood, basic, get, htpasswd, parse_ab, queue_clients
+from harness.env import TOP_SRCDIR
+
+BUSY_FILTER = os.path.join(TOP_SRCDIR, "conf", "fail2ban", "authn-hmac-busy.conf")
+
+
+def fail2ban_matched(filter_path, log_path):
+    """Lines of log_path that fail2ban-regex finds with filter_path."""
+    p = subprocess.run(["fail2ban-regex", log_path, filter_path],
+                       capture_output=True, text=True, check=True)
+    m = re.search(r"^Lines: \d+ lines, \d+ ignored, (\d+) matched", p.stdout, re.M)
+    assert m, p.stdout
+    return int(m.group(1))
 
 CAP = 2
 BACKLOG = 4
@@ -86,6 +99,13 @@ def test_flood_of_wrong_passwords(mpm):
                           r"AuthHMACVerifyBacklog %d\)" % (CAP, BACKLOG), srv.error_log())
         assert busy and len(busy) == len(set(busy)), busy
         srv.expect_log(r"AHMAC0007")
+        # Each 503 has a line with its client and user, which the shipped
+        # fail2ban filter for them matches.
+        srv.expect_log(r"AHMAC0030")
+        busy_lines = re.findall(r"\[client 127\.0\.0\.1:\d+\] AHMAC0030: user alice: "
+                                r"no turn to verify the password: answered 503", srv.error_log())
+        assert len(busy_lines) == flood.codes[503], (len(busy_lines), flood.codes)
+        assert fail2ban_matched(BUSY_FILTER, srv.path("logs", "error_log")) == len(busy_lines)
         problems = srv.log_problems()
         assert not problems, problems
     finally:
@@ -141,6 +161,7 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
     htpasswd(srv.path("a.htpasswd"), "mallory", "mallory's pass", cost=10)
     srv.secrets.add("correct horse")
     srv.expect_log(r"AHMAC0007")  # the admin is told the queue is full
+    srv.expect_log(r"AHMAC0030")  # and each 503, with its client
     # At the end: requests that wait in the queue hold their children past
     # httpd's grace time, which it then ends.
     srv.expect_log(r"AH0004[56]: child process \d+ still did not exit")

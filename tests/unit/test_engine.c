@@ -642,9 +642,11 @@ static void test_unknown_users_cost_a_verification(apr_pool_t *p)
 
 /* The throttle: a client's distinct wrong passwords for a user stop
  * costing verifications at the limit (throttled, counted, the ban logged
- * once); a cached credential is served to it still, another client is not
- * affected, a repeat of a wrong password is no new guess, and an unknown
- * or a locked user (behind the dummy) takes the same path. */
+ * once); the banned pair is refused before the caches (else its guesses
+ * would be checked at the cache's speed), another user of the client is
+ * served, another client is not affected, a repeat of a wrong password is
+ * no new guess, and an unknown or a locked user (behind the dummy) takes
+ * the same path. */
 static void test_throttle(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
@@ -659,6 +661,7 @@ static void test_throttle(apr_pool_t *p)
     client_addr = "192.0.2.10";
     CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
           AUTHN_HMAC_VERIFIED);
+    CHECK(check(&e, 300, "bob", "bobs", "H-bobs", p) == AUTHN_HMAC_VERIFIED);
     *calls = 0;
     CHECK(check(&e, 300, "alice", "guess1", "H-right", p) == AUTHN_HMAC_DENIED);
     for (i = 0; i < 5; i++) /* a stale client: the same wrong password */
@@ -675,10 +678,16 @@ static void test_throttle(apr_pool_t *p)
           AUTHN_HMAC_THROTTLED); /* an uncached right password, too */
     CHECK(*calls == 8);
     CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_THROTTLED) == 2);
-    /* Cached: served before the throttle looks. */
-    CHECK(check(&e, 300, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
-    /* Another client: its own count. */
+    /* The banned pair: refused before the caches, its cached credential
+     * too (no guess is checked against it); the client's other user is
+     * served from the cache. */
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
+          AUTHN_HMAC_THROTTLED);
+    CHECK(check(&e, 300, "bob", "bobs", "H-bobs", p) == AUTHN_HMAC_HIT);
+    CHECK(*calls == 8);
+    /* Another client: its own count, and the cache. */
     client_addr = "192.0.2.11";
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
     CHECK(check(&e, 300, "alice", "other", "H-other", p) ==
           AUTHN_HMAC_VERIFIED);
     CHECK(*calls == 9);

@@ -20,6 +20,20 @@ static void ids_of(const char *client, const char *user,
     authn_hmac_throttle_ids(mac, client, uid, ids);
 }
 
+/* A guess from enter to leave, as the engine makes it: a wrong password
+ * with fingerprint fp. */
+static int fail(authn_hmac_table_t *t, const authn_hmac_throttle_conf_t *c,
+                const authn_hmac_throttle_ids_t *ids, uint64_t fp,
+                apr_time_t now, int *fresh)
+{
+    int entered;
+
+    *fresh = 0;
+    if (authn_hmac_throttle_enter(t, c, ids, now, &entered) || !entered)
+        return -1; /* refused */
+    return authn_hmac_throttle_leave(t, c, ids, fp, 1, now, fresh);
+}
+
 static authn_hmac_throttle_conf_t conf(int max, int max_client)
 {
     authn_hmac_throttle_conf_t c = {max, max_client, SEC(600), SEC(300)};
@@ -38,13 +52,11 @@ static void test_pair_limit(apr_pool_t *p)
 
     ids_of("192.0.2.1", "alice", &ids);
     for (i = 1; i < 5; i++) {
-        CHECK(authn_hmac_throttle_fail(t, &c, &ids, (uint64_t)i * 1000,
-                                       T0 + SEC(i), &fresh) == 0);
+        CHECK(fail(t, &c, &ids, (uint64_t)i * 1000, T0 + SEC(i), &fresh) == 0);
         CHECK(fresh);
         CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(i)) == 0);
     }
-    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 5000, T0 + SEC(5), &fresh) ==
-          AUTHN_HMAC_BAN_PAIR);
+    CHECK(fail(t, &c, &ids, 5000, T0 + SEC(5), &fresh) == AUTHN_HMAC_BAN_PAIR);
     CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(6)) ==
           AUTHN_HMAC_BAN_PAIR);
     CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(5 + 299)) ==
@@ -65,8 +77,7 @@ static void test_repeat_is_not_a_guess(apr_pool_t *p)
 
     ids_of("192.0.2.1", "bob", &ids);
     for (i = 0; i < 100; i++) {
-        CHECK(authn_hmac_throttle_fail(t, &c, &ids, i % 2 ? 42 : 43,
-                                       T0 + SEC(i), &fresh) == 0);
+        CHECK(fail(t, &c, &ids, i % 2 ? 42 : 43, T0 + SEC(i), &fresh) == 0);
         CHECK(fresh == (i < 2));
     }
     CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(100)) == 0);
@@ -82,13 +93,12 @@ static void test_window(apr_pool_t *p)
     int fresh;
 
     ids_of("192.0.2.1", "carol", &ids);
-    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 1, T0, &fresh) == 0);
-    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 2, T0 + SEC(1), &fresh) == 0);
+    CHECK(fail(t, &c, &ids, 1, T0, &fresh) == 0);
+    CHECK(fail(t, &c, &ids, 2, T0 + SEC(1), &fresh) == 0);
     /* The window from the first guess is over: counting starts again. */
-    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 3, T0 + SEC(600), &fresh) == 0);
-    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 4, T0 + SEC(601), &fresh) == 0);
-    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 5, T0 + SEC(602), &fresh) ==
-          AUTHN_HMAC_BAN_PAIR);
+    CHECK(fail(t, &c, &ids, 3, T0 + SEC(600), &fresh) == 0);
+    CHECK(fail(t, &c, &ids, 4, T0 + SEC(601), &fresh) == 0);
+    CHECK(fail(t, &c, &ids, 5, T0 + SEC(602), &fresh) == AUTHN_HMAC_BAN_PAIR);
     shared_done();
 }
 
@@ -107,9 +117,8 @@ static void test_others_unaffected(apr_pool_t *p)
     ids_of("192.0.2.7", "dave", &other_client);
     ids_of("2001:db8:1:2::1", "erin", &other_user);
     CHECK(memcmp(ids.pair, same64.pair, sizeof(ids.pair)) == 0);
-    CHECK(authn_hmac_throttle_fail(t, &c, &ids, 1, T0, &fresh) == 0);
-    CHECK(authn_hmac_throttle_fail(t, &c, &same64, 2, T0, &fresh) ==
-          AUTHN_HMAC_BAN_PAIR);
+    CHECK(fail(t, &c, &ids, 1, T0, &fresh) == 0);
+    CHECK(fail(t, &c, &same64, 2, T0, &fresh) == AUTHN_HMAC_BAN_PAIR);
     CHECK(authn_hmac_throttle_banned(t, &ids, T0) == AUTHN_HMAC_BAN_PAIR);
     CHECK(authn_hmac_throttle_banned(t, &other64, T0) == 0);
     CHECK(authn_hmac_throttle_banned(t, &other_client, T0) == 0);
@@ -130,7 +139,7 @@ static void test_client_limit(apr_pool_t *p)
     for (i = 0; i < 20; i++) {
         snprintf(user, sizeof(user), "user%d", i);
         ids_of("198.51.100.4", user, &ids);
-        started = authn_hmac_throttle_fail(t, &c, &ids, 7, T0, &fresh);
+        started = fail(t, &c, &ids, 7, T0, &fresh);
         CHECK(started == (i == 19 ? AUTHN_HMAC_BAN_CLIENT : 0));
     }
     ids_of("198.51.100.4", "someone else", &ids);
@@ -170,8 +179,8 @@ static void test_full(apr_pool_t *p)
     for (i = 0; i < 5000; i++) {
         snprintf(client, sizeof(client), "10.%d.%d.1", i / 256, i % 256);
         ids_of(client, "gina", &ids);
-        CHECK(authn_hmac_throttle_fail(t, &c, &ids, 1, T0 + SEC(1) + i,
-                                       &fresh) == AUTHN_HMAC_BAN_PAIR);
+        CHECK(fail(t, &c, &ids, 1, T0 + SEC(1) + i, &fresh) ==
+              AUTHN_HMAC_BAN_PAIR);
         CHECK(fresh);
     }
     CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(2)) ==
@@ -179,21 +188,76 @@ static void test_full(apr_pool_t *p)
     shared_done();
 }
 
-/* No limit on: nothing is counted. */
+/* No limit on: nothing is counted, nothing refused. */
 static void test_off(apr_pool_t *p)
 {
     authn_hmac_table_t *t = shared_table(p);
     authn_hmac_throttle_conf_t c = conf(0, 0);
     authn_hmac_throttle_ids_t ids;
-    int i, fresh;
+    int i, entered;
 
     CHECK(!authn_hmac_throttle_on(&c));
     ids_of("192.0.2.1", "hank", &ids);
     for (i = 0; i < 50; i++)
-        CHECK(authn_hmac_throttle_fail(t, &c, &ids, (uint64_t)i, T0, &fresh) ==
-              0);
+        CHECK(authn_hmac_throttle_enter(t, &c, &ids, T0, &entered) == 0);
     CHECK(authn_hmac_throttle_banned(t, &ids, T0) == 0);
+    CHECK(!authn_hmac_throttle_any(t, T0));
     shared_done();
+}
+
+/* Guesses under way count: with a limit of 2, eight at once (entered, not
+ * yet left) let two through; the ban starts when they fail, and the word
+ * the hit path reads says so until it ends. */
+static void test_concurrent_guesses(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(2, 0);
+    authn_hmac_throttle_ids_t ids;
+    int i, entered, in = 0, fresh, started = 0;
+
+    ids_of("192.0.2.20", "ivy", &ids);
+    CHECK(!authn_hmac_throttle_any(t, T0));
+    for (i = 0; i < 8; i++) {
+        int refused = authn_hmac_throttle_enter(t, &c, &ids, T0, &entered);
+
+        CHECK(refused == (entered ? 0 : AUTHN_HMAC_BAN_PAIR));
+        in += entered;
+    }
+    CHECK(in == 2);
+    for (i = 0; i < in; i++)
+        started |= authn_hmac_throttle_leave(t, &c, &ids, (uint64_t)i + 7, 1,
+                                             T0, &fresh);
+    CHECK(started == AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_any(t, T0 + SEC(299)));
+    CHECK(!authn_hmac_throttle_any(t, T0 + SEC(300)));
+    /* A guess that was no failure (the right password) gives its place
+     * back uncounted. */
+    ids_of("192.0.2.21", "ivy", &ids);
+    CHECK(authn_hmac_throttle_enter(t, &c, &ids, T0, &entered) == 0 && entered);
+    CHECK(authn_hmac_throttle_leave(t, &c, &ids, 1, 0, T0, &fresh) == 0);
+    CHECK(!fresh);
+    CHECK(authn_hmac_throttle_enter(t, &c, &ids, T0, &entered) == 0 && entered);
+    CHECK(authn_hmac_throttle_enter(t, &c, &ids, T0, &entered) == 0 && entered);
+    CHECK(authn_hmac_throttle_enter(t, &c, &ids, T0, &entered) ==
+          AUTHN_HMAC_BAN_PAIR);
+    shared_done();
+}
+
+/* An IPv4 client inside IPv6 (IPv4-mapped, NAT64's 64:ff9b::/96) is that
+ * IPv4 client, not one /64 for all of them. */
+static void test_ipv4_inside_ipv6(apr_pool_t *p)
+{
+    authn_hmac_throttle_ids_t v4, mapped, nat64, other;
+
+    (void)p;
+    ids_of("192.0.2.1", "joe", &v4);
+    ids_of("::ffff:192.0.2.1", "joe", &mapped);
+    ids_of("64:ff9b::c000:201", "joe", &nat64);
+    ids_of("::ffff:192.0.2.2", "joe", &other);
+    CHECK(memcmp(v4.pair, mapped.pair, sizeof(v4.pair)) == 0);
+    CHECK(memcmp(v4.pair, nat64.pair, sizeof(v4.pair)) == 0);
+    CHECK(memcmp(v4.client, mapped.client, sizeof(v4.client)) == 0);
+    CHECK(memcmp(v4.pair, other.pair, sizeof(v4.pair)) != 0);
 }
 
 int main(void)
@@ -215,5 +279,7 @@ int main(void)
     RUN(test_farm_ban, p);
     RUN(test_full, p);
     RUN(test_off, p);
+    RUN(test_concurrent_guesses, p);
+    RUN(test_ipv4_inside_ipv6, p);
     return unit_end();
 }

@@ -51,8 +51,9 @@ def scenario(a, srv, password):
                 codes[k] = codes.get(k, 0) + v
             if chrt:
                 # The control: no flood, but a CPU burner per core in the
-                # idle class, where verifications run. What any such work
-                # costs the cached user on this machine, module or not.
+                # idle class (where verifications ran until 0.1). What any
+                # such work costs the cached user on this machine, module
+                # or not.
                 burners = [subprocess.Popen([chrt, "-i", "0", "sh", "-c", "while :; do :; done"])
                            for _ in range(os.cpu_count() or 1)]
                 try:
