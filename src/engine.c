@@ -570,15 +570,15 @@ typedef struct {
     authn_hmac_outcome o;
 } req_t;
 
-/* The request's time, and with a cache its keys: the credential MAC and
- * the user's id. */
+/* The request's time, and with a cache or the throttle its keys: the
+ * credential MAC and the user's id. */
 static void keys(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
     const authn_hmac_cred_t *c = q->c;
 
     q->t0 = apr_time_now();
-    if (!q->cache)
+    if (!q->cache && !authn_hmac_throttle_on(&e->throttle))
         return;
     if (c->digest && !q->never)
         memcpy(q->d, c->digest, sizeof(q->d));
@@ -609,21 +609,22 @@ static int throttled(req_t *q)
     return 1;
 }
 
-/* 0. A ban in force on the client, for this user or for all: refused
- * before the caches are asked. A banned client whose guesses were still
- * checked against cached credentials would guess at the server's speed,
- * not bcrypt's (a right guess a hit, a wrong one a quick refusal). The
- * user at any other address is served. NB: the hit path only reads one
- * word while no ban is in force anywhere. */
+/* 0. A ban in force on the client, for this user or for all, or a limit
+ * that a guess under way may reach: refused before the caches are asked.
+ * A banned client whose guesses were still checked against cached
+ * credentials would guess at the server's speed, not bcrypt's (a right
+ * guess a hit, a wrong one a quick refusal). The user at any other
+ * address is served. NB: the hit path only reads one word while no
+ * record refuses anywhere, and takes no lock when one does. */
 static int from_ban(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
 
-    if (!q->cache || !authn_hmac_throttle_on(&e->throttle) ||
+    if (!authn_hmac_throttle_on(&e->throttle) ||
         !authn_hmac_throttle_any(e->table, q->t0))
         return 0;
     throttle_ids(q);
-    if (!authn_hmac_throttle_banned(e->table, &q->ids, q->t0))
+    if (!authn_hmac_throttle_banned(e->table, &e->throttle, &q->ids, q->t0))
         return 0;
     return throttled(q);
 }
@@ -705,7 +706,7 @@ static int from_throttle(req_t *q)
     const authn_hmac_throttle_conf_t *tc = &e->throttle;
     int refused, bans, fresh;
 
-    if (!q->cache || !authn_hmac_throttle_on(tc))
+    if (!authn_hmac_throttle_on(tc))
         return 0;
     throttle_ids(q);
     refused =

@@ -43,8 +43,12 @@ typedef struct {
     uint16_t kind;
     uint16_t pending;        /* guesses under way (entered, not yet left) */
     uint64_t recent[RECENT]; /* the pair's last wrong passwords */
-    uint64_t unused;
+    int64_t last;            /* apr_time_t: the last guess that took a place */
 } slot_t;
+
+/* A guess under way longer than this is of a process that died: the
+ * longest wait for a turn is a minute, and a verification is seconds. */
+#define PENDING_MAX apr_time_from_sec(180)
 
 typedef char
     slot_is_the_size_kept[sizeof(slot_t) == AUTHN_HMAC_THROTTLE_BYTES ? 1 : -1];
@@ -112,35 +116,51 @@ static void id_of(const unsigned char mac[AUTHN_HMAC_KEY_LEN], uint64_t id[2])
         id[1] = 1; /* never "free" */
 }
 
-/* A window over (and no ban): the record counts nothing any more. */
+/* Guesses under way: none once the last took its place too long ago (its
+ * process died without giving it back). */
+static unsigned pending(const slot_t *r, apr_time_t now)
+{
+    return now - r->last < PENDING_MAX ? r->pending : 0;
+}
+
+/* A window over, no guess under way and no ban: the record counts
+ * nothing any more. */
 static int idle(const slot_t *r, const authn_hmac_throttle_conf_t *conf,
                 apr_time_t now)
 {
-    return r->until <= now && !r->pending &&
+    return r->until <= now && !pending(r, now) &&
            (r->count == 0 || now - r->first >= conf->window);
 }
 
+/* When the record was last of use: its window's start, its ban's end, its
+ * last guess. */
+static int64_t age(const slot_t *r)
+{
+    int64_t a = r->until > r->first ? r->until : r->first;
+
+    return r->last > a ? r->last : a;
+}
+
 /* Which of two slots a new record takes: a free one, else an idle one,
- * else the one whose window or ban is oldest. */
+ * else the one of least use lately. */
 static int better(const slot_t *a, const slot_t *b,
                   const authn_hmac_throttle_conf_t *conf, apr_time_t now)
 {
     int fa = !a->id[0] && !a->id[1], fb = !b->id[0] && !b->id[1];
     int ia = idle(a, conf, now), ib = idle(b, conf, now);
-    int64_t aa = a->until > a->first ? a->until : a->first;
-    int64_t ab = b->until > b->first ? b->until : b->first;
 
     if (fa != fb)
         return fa;
     if (ia != ib)
         return ia;
-    return aa < ab;
+    return age(a) < age(b);
 }
 
-/* The record of id among its probes; with conf, made if missing. */
+/* The record of id among its probes; with conf, made if missing (never
+ * in avoid, the other record of the same request). */
 static slot_t *find(const authn_hmac_table_parts_t *s, const uint64_t id[2],
                     uint16_t kind, const authn_hmac_throttle_conf_t *conf,
-                    apr_time_t now)
+                    apr_time_t now, const slot_t *avoid)
 {
     slot_t *slots = s->throttle, *take = NULL;
     uint64_t n = s->throttle_slots, at = (id[0] ^ id[1]) % n;
@@ -151,7 +171,7 @@ static slot_t *find(const authn_hmac_table_parts_t *s, const uint64_t id[2],
 
         if (r->id[0] == id[0] && r->id[1] == id[1] && r->kind == kind)
             return r;
-        if (conf && (!take || better(r, take, conf, now)))
+        if (conf && r != avoid && (!take || better(r, take, conf, now)))
             take = r;
     }
     if (take) {
@@ -159,6 +179,7 @@ static slot_t *find(const authn_hmac_table_parts_t *s, const uint64_t id[2],
         take->id[0] = id[0];
         take->id[1] = id[1];
         take->kind = kind;
+        take->last = now;
     }
     return take;
 }
@@ -170,51 +191,76 @@ int authn_hmac_throttle_any(authn_hmac_table_t *t, apr_time_t now)
     return __atomic_load_n(s->throttle_until, __ATOMIC_RELAXED) > now;
 }
 
-/* r banned till until (under the mutex); the segment's word follows. */
-static void ban(const authn_hmac_table_parts_t *s, slot_t *r, apr_time_t until)
+/* The guesses r counts now: none once its window is over. */
+static uint32_t counted(const slot_t *r, const authn_hmac_throttle_conf_t *conf,
+                        apr_time_t now)
 {
-    r->until = until;
-    if (__atomic_load_n(s->throttle_until, __ATOMIC_RELAXED) < until)
-        __atomic_store_n(s->throttle_until, until, __ATOMIC_RELAXED);
+    return now - r->first < conf->window ? r->count : 0;
+}
+
+/* Whether r refuses a guess: banned, or at its limit with the guesses
+ * under way (one more could start a ban: till it ends, its pair or client
+ * is refused as a banned one is, caches and all). */
+static int full(const slot_t *r, int limit,
+                const authn_hmac_throttle_conf_t *conf, apr_time_t now)
+{
+    return r->until > now ||
+           (limit > 0 &&
+            (int64_t)counted(r, conf, now) + pending(r, now) >= limit);
+}
+
+/* The record of id, read without the mutex (the hit path asks while a
+ * record refuses anywhere): each word is read whole; a record rewritten
+ * at that moment may answer one request as the one before it would. */
+static int refuses(const authn_hmac_table_parts_t *s, const uint64_t id[2],
+                   uint16_t kind, int limit,
+                   const authn_hmac_throttle_conf_t *conf, apr_time_t now)
+{
+    slot_t *slots = s->throttle;
+    uint64_t n = s->throttle_slots, at = (id[0] ^ id[1]) % n;
+    int i;
+
+    for (i = 0; i < PROBES; i++) {
+        slot_t *r = &slots[(at + (uint64_t)i) % n], c;
+
+        c.id[0] = __atomic_load_n(&r->id[0], __ATOMIC_ACQUIRE);
+        c.id[1] = __atomic_load_n(&r->id[1], __ATOMIC_ACQUIRE);
+        c.kind = __atomic_load_n(&r->kind, __ATOMIC_ACQUIRE);
+        if (c.id[0] != id[0] || c.id[1] != id[1] || c.kind != kind)
+            continue;
+        c.first = __atomic_load_n(&r->first, __ATOMIC_ACQUIRE);
+        c.until = __atomic_load_n(&r->until, __ATOMIC_ACQUIRE);
+        c.count = __atomic_load_n(&r->count, __ATOMIC_ACQUIRE);
+        c.pending = __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE);
+        c.last = __atomic_load_n(&r->last, __ATOMIC_ACQUIRE);
+        return full(&c, limit, conf, now);
+    }
+    return 0;
 }
 
 int authn_hmac_throttle_banned(authn_hmac_table_t *t,
+                               const authn_hmac_throttle_conf_t *conf,
                                const authn_hmac_throttle_ids_t *ids,
                                apr_time_t now)
 {
     const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
     uint64_t pid[2], cid[2];
-    slot_t *r;
     int bans = 0;
 
     id_of(ids->pair, pid);
     id_of(ids->client, cid);
-    if (!lock(s))
-        return 0;
-    if ((r = find(s, pid, KIND_PAIR, NULL, now)) && r->until > now)
+    if (refuses(s, pid, KIND_PAIR, conf->max_failures, conf, now))
         bans |= AUTHN_HMAC_BAN_PAIR;
-    if ((r = find(s, cid, KIND_CLIENT, NULL, now)) && r->until > now)
+    if (refuses(s, cid, KIND_CLIENT, conf->max_client_failures, conf, now))
         bans |= AUTHN_HMAC_BAN_CLIENT;
-    unlock(s);
     return bans;
 }
 
-/* The window from the first guess over: counting starts again. */
-static void window(slot_t *r, const authn_hmac_throttle_conf_t *conf,
-                   apr_time_t now)
+/* The segment's word says a record may refuse till until. */
+static void may_refuse(const authn_hmac_table_parts_t *s, apr_time_t until)
 {
-    if (r->count && now - r->first >= conf->window) {
-        r->count = 0;
-        r->pending = 0; /* NB: a guess of a process that died lets go */
-    }
-}
-
-/* Whether r refuses a new guess: banned, or at its limit with the guesses
- * under way. */
-static int full(const slot_t *r, int limit, apr_time_t now)
-{
-    return r->until > now ||
-           (limit > 0 && (int64_t)r->count + r->pending >= limit);
+    if (__atomic_load_n(s->throttle_until, __ATOMIC_RELAXED) < until)
+        __atomic_store_n(s->throttle_until, until, __ATOMIC_RELEASE);
 }
 
 int authn_hmac_throttle_enter(authn_hmac_table_t *t,
@@ -234,23 +280,23 @@ int authn_hmac_throttle_enter(authn_hmac_table_t *t,
     id_of(ids->client, cid);
     if (!lock(s))
         return 0;
-    pair = find(s, pid, KIND_PAIR, conf, now);
-    client = find(s, cid, KIND_CLIENT, conf, now);
-    if (pair) {
-        window(pair, conf, now);
-        if (full(pair, conf->max_failures, now))
-            refused |= AUTHN_HMAC_BAN_PAIR;
-    }
-    if (client) {
-        window(client, conf, now);
-        if (full(client, conf->max_client_failures, now))
-            refused |= AUTHN_HMAC_BAN_CLIENT;
-    }
-    if (!refused && pair && client && pair->pending < UINT16_MAX &&
-        client->pending < UINT16_MAX) {
-        pair->pending++;
-        client->pending++;
+    pair = find(s, pid, KIND_PAIR, conf, now, NULL);
+    client = find(s, cid, KIND_CLIENT, conf, now, pair);
+    if (pair && full(pair, conf->max_failures, conf, now))
+        refused |= AUTHN_HMAC_BAN_PAIR;
+    if (client && full(client, conf->max_client_failures, conf, now))
+        refused |= AUTHN_HMAC_BAN_CLIENT;
+    if (!refused && pair && client && pending(pair, now) < UINT16_MAX &&
+        pending(client, now) < UINT16_MAX) {
+        pair->pending = (uint16_t)(pending(pair, now) + 1);
+        client->pending = (uint16_t)(pending(client, now) + 1);
+        pair->last = client->last = now;
         *entered = 1;
+        /* NB: a record this guess makes full refuses, caches and all,
+         * till the guess ends (from_ban asks the word first). */
+        if (full(pair, conf->max_failures, conf, now) ||
+            full(client, conf->max_client_failures, conf, now))
+            may_refuse(s, now + PENDING_MAX);
     }
     unlock(s);
     return refused;
@@ -260,21 +306,26 @@ int authn_hmac_throttle_enter(authn_hmac_table_t *t,
 static int guess(const authn_hmac_table_parts_t *s, slot_t *r, int limit,
                  const authn_hmac_throttle_conf_t *conf, apr_time_t now)
 {
-    window(r, conf, now);
-    if (r->count == 0)
+    if (!counted(r, conf, now)) {
         r->first = now;
+        r->count = 0;
+    }
     if (r->count < UINT32_MAX)
         r->count++;
     if (limit <= 0 || (int64_t)r->count < limit || r->until > now)
         return 0;
-    ban(s, r, now + conf->ban);
+    /* NB: the count starts again: once the ban ends, the client has the
+     * allowance anyone has. */
+    r->until = now + conf->ban;
+    r->count = 0;
+    may_refuse(s, r->until);
     return 1;
 }
 
-static void leave_one(slot_t *r)
+static void leave_one(slot_t *r, apr_time_t now)
 {
-    if (r && r->pending)
-        r->pending--;
+    if (r)
+        r->pending = (uint16_t)(pending(r, now) ? r->pending - 1 : 0);
 }
 
 int authn_hmac_throttle_leave(authn_hmac_table_t *t,
@@ -295,13 +346,12 @@ int authn_hmac_throttle_leave(authn_hmac_table_t *t,
     fp = fp ? fp : 1; /* never 0, the empty fingerprint */
     if (!lock(s))
         return 0;
-    pair = find(s, pid, KIND_PAIR, conf, now);
-    client = find(s, cid, KIND_CLIENT, conf, now);
-    leave_one(pair);
-    leave_one(client);
+    pair = find(s, pid, KIND_PAIR, conf, now, NULL);
+    client = find(s, cid, KIND_CLIENT, conf, now, pair);
+    leave_one(pair, now);
+    leave_one(client, now);
     for (i = 0; failed && pair && i < RECENT; i++)
-        if (pair->recent[i] == fp && pair->count &&
-            now - pair->first < conf->window)
+        if (pair->recent[i] == fp && counted(pair, conf, now))
             break;
     if (failed && pair && i == RECENT) {
         memmove(pair->recent + 1, pair->recent,
@@ -332,13 +382,15 @@ int authn_hmac_throttle_ban(authn_hmac_table_t *t,
     if (!which || !lock(s))
         return 0;
     if ((which & AUTHN_HMAC_BAN_PAIR) &&
-        (r = find(s, pid, KIND_PAIR, conf, now)) && r->until <= now) {
-        ban(s, r, now + conf->ban);
+        (r = find(s, pid, KIND_PAIR, conf, now, NULL)) && r->until <= now) {
+        r->until = now + conf->ban;
+        may_refuse(s, r->until);
         started |= AUTHN_HMAC_BAN_PAIR;
     }
     if ((which & AUTHN_HMAC_BAN_CLIENT) &&
-        (r = find(s, cid, KIND_CLIENT, conf, now)) && r->until <= now) {
-        ban(s, r, now + conf->ban);
+        (r = find(s, cid, KIND_CLIENT, conf, now, NULL)) && r->until <= now) {
+        r->until = now + conf->ban;
+        may_refuse(s, r->until);
         started |= AUTHN_HMAC_BAN_CLIENT;
     }
     unlock(s);

@@ -44,8 +44,10 @@ enum { AUTHN_HMAC_BAN_PAIR = 1, AUTHN_HMAC_BAN_CLIENT = 2 };
  * (the hit path asks it first). */
 int authn_hmac_throttle_any(authn_hmac_table_t *t, apr_time_t now);
 
-/* The bans in force for ids at now (wall clock): a mask of the above. */
+/* The bans in force for ids at now (wall clock), and the limits one more
+ * guess under way could reach: a mask of the above. Takes no lock. */
 int authn_hmac_throttle_banned(authn_hmac_table_t *t,
+                               const authn_hmac_throttle_conf_t *conf,
                                const authn_hmac_throttle_ids_t *ids,
                                apr_time_t now);
 

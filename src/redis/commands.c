@@ -581,8 +581,8 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
  * the window (a stale client's password, sent to every server), the
  * pair's and the client's counts go up (each expiring a window after its
  * first guess), and a count at its limit (0: none) starts a ban, unless
- * one is in force. Returns the bans it started, 1 the pair's and 2 the
- * client's. */
+ * one is in force, and starts again. Returns the bans it started, 1 the pair's
+ * and 2 the client's. */
 static const char throttle_fail[] =
     "if not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[1]) then "
     "  return 0 "
@@ -594,6 +594,7 @@ static const char throttle_fail[] =
     "  local limit = tonumber(ARGV[2 + i]) "
     "  if limit > 0 and n >= limit and "
     "     redis.call('SET', KEYS[2 + i], '1', 'NX', 'PX', ARGV[2]) then "
+    "    redis.call('DEL', KEYS[i]) "
     "    started = started + i "
     "  end "
     "end "

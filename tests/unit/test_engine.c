@@ -709,6 +709,77 @@ static void test_throttle(apr_pool_t *p)
     client_addr = was;
 }
 
+/* A client at its limit with a guess under way (no ban yet: it starts
+ * when that guess fails) is refused before the caches too: else, for as
+ * long as that guess waits and runs, its other guesses would be checked
+ * against the cached credential, uncounted (found by review). */
+static void test_throttle_full_client_is_no_oracle(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    const char *was = client_addr;
+    unsigned char uid[AUTHN_HMAC_KEY_LEN];
+    authn_hmac_throttle_ids_t ids;
+    authn_hmac_outcome wrong = AUTHN_HMAC_ERROR, right;
+    int i, entered;
+
+    e.throttle.max_failures = 3;
+    e.throttle.max_client_failures = 0;
+    e.throttle.window = apr_time_from_sec(600);
+    e.throttle.ban = apr_time_from_sec(600);
+    client_addr = "192.0.2.50"; /* alice, at home */
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
+          AUTHN_HMAC_VERIFIED);
+    client_addr = "192.0.2.60"; /* the attacker */
+    CHECK(check(&e, 300, "alice", "g1", "H-right", p) == AUTHN_HMAC_DENIED);
+    CHECK(check(&e, 300, "alice", "g2", "H-right", p) == AUTHN_HMAC_DENIED);
+    authn_hmac_user_id(e.mac, "/etc/apache2/users", 18, "alice", 5, uid);
+    authn_hmac_throttle_ids(e.mac, client_addr, uid, &ids);
+    CHECK(authn_hmac_throttle_enter(e.table, &e.throttle, &ids, apr_time_now(),
+                                    &entered) == 0 &&
+          entered); /* g3, under way */
+    *calls = 0;
+    for (i = 0; i < 1000; i++) {
+        char pw[16];
+
+        snprintf(pw, sizeof(pw), "x%d", i);
+        wrong = check(&e, 300, "alice", pw, "H-right", p);
+    }
+    right = check(&e, 300, "alice", "right", "H-right", p);
+    CHECK(*calls == 0);
+    CHECK(wrong == AUTHN_HMAC_THROTTLED && right == AUTHN_HMAC_THROTTLED);
+    /* alice at home: served. */
+    client_addr = "192.0.2.50";
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    client_addr = was;
+}
+
+/* AuthHMACCacheTTL 0 (no caching) is throttled too: a section that caches
+ * nothing is no way around the limit. */
+static void test_throttle_without_a_cache(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    const char *was = client_addr;
+    int i;
+
+    e.throttle.max_failures = 3;
+    e.throttle.window = apr_time_from_sec(600);
+    e.throttle.ban = apr_time_from_sec(600);
+    client_addr = "192.0.2.70";
+    *calls = 0;
+    for (i = 0; i < 3; i++) {
+        char pw[16];
+
+        snprintf(pw, sizeof(pw), "n%d", i);
+        CHECK(check(&e, 0, "alice", pw, "H-right", p) == AUTHN_HMAC_DENIED);
+    }
+    CHECK(check(&e, 0, "alice", "n9", "H-right", p) == AUTHN_HMAC_THROTTLED);
+    CHECK(check(&e, 0, "alice", "right", "H-right", p) == AUTHN_HMAC_THROTTLED);
+    CHECK(*calls == 3);
+    client_addr = "192.0.2.71";
+    CHECK(check(&e, 0, "alice", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
+    client_addr = was;
+}
+
 /* At most max_verifications run at once, each in its request's own
  * thread at the request's own priority; backlog more wait their turn;
  * beyond, busy. */
@@ -1042,6 +1113,8 @@ int main(void)
     RUN(test_runner_dies_or_is_late, p);
     RUN(test_unknown_users_cost_a_verification, p);
     RUN(test_throttle, p);
+    RUN(test_throttle_full_client_is_no_oracle, p);
+    RUN(test_throttle_without_a_cache, p);
     RUN(test_queue, p);
     RUN(test_queue_fair_share, p);
     RUN(test_queue_waits_are_bounded, p);

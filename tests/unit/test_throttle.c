@@ -1,6 +1,7 @@
 /* Unit tests: the throttle on guessing (src/throttle.c). */
 #include "authn_hmac/secret.h"
 #include "authn_hmac/throttle.h"
+#include "../../src/table_int.h" /* the number of records */
 #include "shared_table.h"
 #include "unit.h"
 
@@ -54,14 +55,14 @@ static void test_pair_limit(apr_pool_t *p)
     for (i = 1; i < 5; i++) {
         CHECK(fail(t, &c, &ids, (uint64_t)i * 1000, T0 + SEC(i), &fresh) == 0);
         CHECK(fresh);
-        CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(i)) == 0);
+        CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(i)) == 0);
     }
     CHECK(fail(t, &c, &ids, 5000, T0 + SEC(5), &fresh) == AUTHN_HMAC_BAN_PAIR);
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(6)) ==
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(6)) ==
           AUTHN_HMAC_BAN_PAIR);
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(5 + 299)) ==
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(5 + 299)) ==
           AUTHN_HMAC_BAN_PAIR);
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(5 + 300)) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(5 + 300)) == 0);
     /* The client limit is off: the client alone is never banned. */
     shared_done();
 }
@@ -80,7 +81,7 @@ static void test_repeat_is_not_a_guess(apr_pool_t *p)
         CHECK(fail(t, &c, &ids, i % 2 ? 42 : 43, T0 + SEC(i), &fresh) == 0);
         CHECK(fresh == (i < 2));
     }
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(100)) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(100)) == 0);
     shared_done();
 }
 
@@ -119,10 +120,10 @@ static void test_others_unaffected(apr_pool_t *p)
     CHECK(memcmp(ids.pair, same64.pair, sizeof(ids.pair)) == 0);
     CHECK(fail(t, &c, &ids, 1, T0, &fresh) == 0);
     CHECK(fail(t, &c, &same64, 2, T0, &fresh) == AUTHN_HMAC_BAN_PAIR);
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0) == AUTHN_HMAC_BAN_PAIR);
-    CHECK(authn_hmac_throttle_banned(t, &other64, T0) == 0);
-    CHECK(authn_hmac_throttle_banned(t, &other_client, T0) == 0);
-    CHECK(authn_hmac_throttle_banned(t, &other_user, T0) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0) == AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_banned(t, &c, &other64, T0) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &other_client, T0) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &other_user, T0) == 0);
     shared_done();
 }
 
@@ -143,9 +144,9 @@ static void test_client_limit(apr_pool_t *p)
         CHECK(started == (i == 19 ? AUTHN_HMAC_BAN_CLIENT : 0));
     }
     ids_of("198.51.100.4", "someone else", &ids);
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0) == AUTHN_HMAC_BAN_CLIENT);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0) == AUTHN_HMAC_BAN_CLIENT);
     ids_of("198.51.100.5", "user0", &ids);
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0) == 0);
     shared_done();
 }
 
@@ -160,9 +161,9 @@ static void test_farm_ban(apr_pool_t *p)
     CHECK(authn_hmac_throttle_ban(t, &c, &ids, AUTHN_HMAC_BAN_PAIR, T0) ==
           AUTHN_HMAC_BAN_PAIR);
     CHECK(authn_hmac_throttle_ban(t, &c, &ids, AUTHN_HMAC_BAN_PAIR, T0) == 0);
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(299)) ==
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(299)) ==
           AUTHN_HMAC_BAN_PAIR);
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(300)) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(300)) == 0);
     shared_done();
 }
 
@@ -183,7 +184,7 @@ static void test_full(apr_pool_t *p)
               AUTHN_HMAC_BAN_PAIR);
         CHECK(fresh);
     }
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0 + SEC(2)) ==
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(2)) ==
           AUTHN_HMAC_BAN_PAIR);
     shared_done();
 }
@@ -200,7 +201,7 @@ static void test_off(apr_pool_t *p)
     ids_of("192.0.2.1", "hank", &ids);
     for (i = 0; i < 50; i++)
         CHECK(authn_hmac_throttle_enter(t, &c, &ids, T0, &entered) == 0);
-    CHECK(authn_hmac_throttle_banned(t, &ids, T0) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0) == 0);
     CHECK(!authn_hmac_throttle_any(t, T0));
     shared_done();
 }
@@ -260,6 +261,67 @@ static void test_ipv4_inside_ipv6(apr_pool_t *p)
     CHECK(memcmp(v4.pair, other.pair, sizeof(v4.pair)) != 0);
 }
 
+/* ids whose records start their probes where the test says (made up
+ * MACs: n slots, the pair's at ph, the client's at ch). */
+static void crafted(uint64_t n, uint64_t ph, uint64_t ch, uint64_t salt,
+                    authn_hmac_throttle_ids_t *ids)
+{
+    uint64_t w[2];
+
+    memset(ids, 0, sizeof(*ids));
+    w[0] = ph + n * salt;
+    w[1] = 0;
+    memcpy(ids->pair, w, sizeof(w));
+    w[0] = ch + n * (salt + 1000000);
+    memcpy(ids->client, w, sizeof(w));
+}
+
+/* A guess whose process died between enter and leave (a crash, a SIGKILL
+ * at a restart) lets go of its place in time, count or none: else an
+ * address that only ever sent right passwords would be refused for good
+ * (found by review). */
+static void test_a_dead_guess_lets_go(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(10, 2);
+    authn_hmac_throttle_ids_t a, b, x;
+    int entered;
+
+    ids_of("198.51.100.1", "u1", &a);
+    ids_of("198.51.100.1", "u2", &b);
+    ids_of("198.51.100.1", "u3", &x);
+    CHECK(authn_hmac_throttle_enter(t, &c, &a, T0, &entered) == 0 && entered);
+    CHECK(authn_hmac_throttle_enter(t, &c, &b, T0, &entered) == 0 && entered);
+    /* Meanwhile the client is at its limit with those two under way. */
+    CHECK(authn_hmac_throttle_enter(t, &c, &x, T0 + SEC(1), &entered) ==
+          AUTHN_HMAC_BAN_CLIENT);
+    /* Later, another user at the same address. */
+    CHECK(authn_hmac_throttle_enter(t, &c, &x, T0 + SEC(3600), &entered) == 0);
+    CHECK(entered);
+    shared_done();
+}
+
+/* With every slot holding a count, a request's pair and client records
+ * never share one slot (the client's find took the pair's new record: one
+ * wrong password counted twice for the client, found by review). */
+static void test_pair_and_client_never_share_a_slot(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    uint64_t n = authn_hmac_table_parts(t)->throttle_slots, i;
+    authn_hmac_throttle_conf_t fill = conf(1000, 1000), c2 = conf(3, 2);
+    authn_hmac_throttle_ids_t ids;
+    int fresh;
+
+    for (i = 0; i < n; i++) {
+        crafted(n, i, (i + n / 2) % n, i + 1, &ids);
+        CHECK(fail(t, &fill, &ids, 1, T0 + SEC(1), &fresh) == 0);
+    }
+    crafted(n, 5, 5, 7777777, &ids);
+    CHECK(fail(t, &c2, &ids, 100, T0 + SEC(2), &fresh) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c2, &ids, T0 + SEC(3)) == 0);
+    shared_done();
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start(), *kept;
@@ -281,5 +343,7 @@ int main(void)
     RUN(test_off, p);
     RUN(test_concurrent_guesses, p);
     RUN(test_ipv4_inside_ipv6, p);
+    RUN(test_a_dead_guess_lets_go, p);
+    RUN(test_pair_and_client_never_share_a_slot, p);
     return unit_end();
 }
