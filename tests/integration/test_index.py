@@ -297,7 +297,12 @@ class Clients(Workers):
 
 
 def write_server(mpm, name):
-    srv = index_server(name, mpm, "users")
+    # NB: prefork with processes to spare: each client thread holds one (a
+    # kept-alive connection, a lingering close), and beside busy loops a
+    # loaded machine held all 16 at once (AH00161 in the log, CI).
+    srv = index_server(name, mpm, "users", mpm_conf=(
+        "StartServers 16\nMinSpareServers 8\nMaxSpareServers 48\nServerLimit 48\n"
+        "MaxRequestWorkers 48" if mpm == "prefork" else None))
     try:
         uf = Userfile(srv.path("users"))
     except BaseException:
