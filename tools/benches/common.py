@@ -115,6 +115,10 @@ def parser():
                    help="redis-server binary for the Redis columns (default: %(default)s)")
     p.add_argument("--no-redis", action="store_true",
                    help="skip the Redis columns")
+    p.add_argument("--throttle", action="store_true",
+                   help="leave the module's throttle on guessing on, at its defaults "
+                   "(default: off, so that a flood from one address measures the "
+                   "verification cap, not the throttle)")
     p.add_argument("--no-pin", action="store_true",
                    help="do not run ab under taskset -c 1 (default: pin it when "
                    "nproc >= 2 and taskset is installed)")
@@ -335,6 +339,7 @@ def make_httpd(a, tmp, name, port=None, server_extra=""):
     return Httpd(mpm=a.mpm, name=name, port=port, directory=os.path.join(tmp, name),
                  modules=("authn_anon", "authn_socache", "socache_shmcb"),
                  mpm_conf=mpm_conf(a), log_level="warn", log_requests=False,
+                 throttle=getattr(a, "throttle", False),
                  global_conf="AddType application/octet-stream .bin\n"
                              "AuthnCacheSOCache shmcb\n" + server_extra)
 

@@ -97,7 +97,7 @@ def report(f):
               TARGET_FLOOD, f["failed"]))
     if f["idle"] is not None:
         print("- control, no flood but %d idle-class CPU burner(s) (`chrt -i 0`, "
-              "as verifications run): %s req/s, ratio **%s** (median of %s): what "
+              "where verifications ran until 0.1): %s req/s, ratio **%s** (median of %s): what "
               "idle-class work alone costs the cached user on this machine" % (
                   os.cpu_count() or 1, fmt(f["idle"], ".0f"),
                   fmt(statistics.median(f["idle_ratios"]) if f["idle_ratios"] else None,
