@@ -83,10 +83,11 @@ class Flood(Workers):
     every request, and honouring a 503's Retry-After as a browser would.
     codes counts the answers, retry_after holds the Retry-After values of
     the 503s, errors counts requests that got no answer. keepalive=False:
-    a new connection for every request."""
+    a new connection for every request; source: the address it comes from."""
 
-    def __init__(self, srv, path, user, n=32, keepalive=True):
+    def __init__(self, srv, path, user, n=32, keepalive=True, source="127.0.0.1"):
         self.srv, self.path, self.user, self.keepalive = srv, path, user, keepalive
+        self.source = source
         self.tag = secrets.token_hex(4)  # no password repeats from an earlier flood
         self.stop = threading.Event()
         self.codes, self.retry_after, self.errors = {}, set(), 0
@@ -100,7 +101,7 @@ class Flood(Workers):
             k += 1
             auth = basic(self.user, "flood %s %d %d" % (self.tag, i, k))
             try:
-                r, conn = get(self.srv.port, self.path, auth, conn=conn)
+                r, conn = get(self.srv.port, self.path, auth, conn=conn, source=self.source)
             except (OSError, http.client.HTTPException):
                 conn = None
                 with self.lock:
