@@ -112,7 +112,12 @@ def test_flood_of_wrong_passwords(mpm):
         srv.cleanup()
 
 
-LARGE_CAP, LARGE_BACKLOG, LARGE_FLOOD = 64, 192, 258
+# NB: a cap within the machine's cores (CI's: 2). Verifications run at the
+# requests' own priority: 64 at once on 2 cores took the CPU from the hits'
+# threads (a hit logged seconds late, its 2-second entry expired: CI), which
+# is the cap's job to prevent, not what this test is about (the queue's
+# bookkeeping under the writers' mutex, with its 192 waiters).
+LARGE_CAP, LARGE_BACKLOG, LARGE_FLOOD = 2, 192, 258
 
 
 def hits_client(srv, path, auth, seconds):
@@ -133,8 +138,8 @@ def hits_client(srv, path, auth, seconds):
 @pytest.mark.mpm
 @pytest.mark.parametrize("mpm", ["worker", "event"])
 def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
-    """A 52-core server's queue (64 verifications, 192 waiting) held full by
-    258 connections of distinct wrong passwords: a cached user's hits, which
+    """A large queue (2 verifications, 192 waiting) held full by 258
+    connections of distinct wrong passwords: a cached user's hits, which
     refresh the entry about once a second (AuthHMACCacheTTL 2), are all
     answered from the cache (200, no bcrypt), the entry is refreshed, and no
     hit waits anywhere near the stalls this is about. Before, every entry and
