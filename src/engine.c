@@ -858,7 +858,6 @@ static void guessed(req_t *q, int failed)
         started |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
                                            farm_guessed(&q->rq, &q->ids, fp),
                                            apr_time_now());
-    fp = 0;
     if (!started)
         return;
     count(e, AUTHN_HMAC_C_BANS, 1);

@@ -2,7 +2,6 @@
 with Retry-After, one client cannot take the whole queue, and cached
 credentials are served throughout."""
 import json
-import os
 import re
 import subprocess
 import time
@@ -11,18 +10,7 @@ import pytest
 
 from conftest import MPMS, make_server
 from harness import Flood, basic, get, htpasswd, parse_ab, queue_clients
-from harness.env import TOP_SRCDIR
-
-BUSY_FILTER = os.path.join(TOP_SRCDIR, "conf", "fail2ban", "authn-hmac-busy.conf")
-
-
-def fail2ban_matched(filter_path, log_path):
-    """Lines of log_path that fail2ban-regex finds with filter_path."""
-    p = subprocess.run(["fail2ban-regex", log_path, filter_path],
-                       capture_output=True, text=True, check=True)
-    m = re.search(r"^Lines: \d+ lines, \d+ ignored, (\d+) matched", p.stdout, re.M)
-    assert m, p.stdout
-    return int(m.group(1))
+from harness.fail2ban import BUSY as BUSY_FILTER, fail2ban_matched
 
 CAP = 2
 BACKLOG = 4

@@ -3,22 +3,18 @@ costing verifications at the limit, for one user and over all users, in a
 server and across a farm; refused attempts stay 401s that fail2ban's
 apache-auth filter counts, and the module's own lines match the filter it
 ships."""
-import os
 import re
-import subprocess
 
 import pytest
 
 from conftest import MPMS, make_server
 from harness import COST, FarmFiles, Redis, basic, get, htpasswd
-from harness.env import TOP_SRCDIR
+from harness.fail2ban import APACHE_AUTH, BANS as FILTER, fail2ban_matched as matched
 
 MAX, MAX_CLIENT = 5, 20
 THROTTLE = ("AuthHMACMaxFailures %d\nAuthHMACMaxClientFailures %d\n"
             "AuthHMACFailureWindow 10m\nAuthHMACBanTime 10m\n" % (MAX, MAX_CLIENT))
 BAN = r"\[authn_hmac:warn\] \[pid [^]]*\] \[client %s:\d+\] AHMAC0029: user %s: "
-FILTER = os.path.join(TOP_SRCDIR, "conf", "fail2ban", "authn-hmac.conf")
-APACHE_AUTH = "/etc/fail2ban/filter.d/apache-auth.conf"
 
 
 def guesses(srv, user, n, source, tag):
@@ -41,15 +37,6 @@ def one(srv, user, password, source):
         conn.close()
     srv.sent[user] = srv.sent.get(user, 0) + 1
     return r.status, srv.notes(user)[-1]
-
-
-def matched(filter_path, log_path):
-    """Lines of log_path that fail2ban-regex finds with filter_path."""
-    p = subprocess.run(["fail2ban-regex", log_path, filter_path],
-                       capture_output=True, text=True, check=True)
-    m = re.search(r"^Lines: \d+ lines, \d+ ignored, (\d+) matched", p.stdout, re.M)
-    assert m, p.stdout
-    return int(m.group(1))
 
 
 @pytest.mark.mpm
