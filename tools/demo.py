@@ -88,7 +88,9 @@ def page_load(port, prefix, connections=6):
 
 
 def main():
-    srv = Httpd(mpm="event", name="demo", port=PORT, directory=DIR)
+    # NB: the module as an admin gets it: the throttle at its defaults (the
+    # harness turns it off for the tests).
+    srv = Httpd(mpm="event", name="demo", port=PORT, directory=DIR, throttle=True)
     if sys.argv[1:] == ["stop"]:
         srv.stop()
         print("demo stopped")
