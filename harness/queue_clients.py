@@ -3,10 +3,13 @@ process of its own (python3 -m harness.queue_clients, from the tree's
 top): the flood's 258 threads would otherwise share an
 interpreter, and the cores, with the client that is timed.
 
-    flood PORT PATH USER N   N connections of wrong passwords (Flood), at
-                             nice 10 (on a real site the clients are other
-                             machines), until stdin closes; then prints
-                             {"codes": ..., "errors": ...} as JSON
+    flood PORT PATH USER N [KEEPALIVE SOURCE]
+                             N connections of wrong passwords (Flood; kept
+                             alive unless KEEPALIVE is 0; from SOURCE, by
+                             default 127.0.0.1), at nice 10 (on a real site
+                             the clients are other machines), until stdin
+                             closes; then prints {"codes": ..., "errors":
+                             ...} as JSON
     hits PORT PATH AUTH SECONDS GAP
                              one kept-alive connection, a GET every GAP s for
                              SECONDS s, from a line on stdin (the caller
@@ -42,7 +45,7 @@ def hits(port, path, auth, seconds, gap):
     return out
 
 
-def flood(port, path, user, n):
+def flood(port, path, user, n, keepalive=True, source="127.0.0.1"):
     from harness.client import Flood
 
     class Srv:
@@ -50,7 +53,7 @@ def flood(port, path, user, n):
     srv = Srv()
     srv.port, srv.sent = port, {}
     os.nice(10)
-    with Flood(srv, path, user, n=n) as fl:
+    with Flood(srv, path, user, n=n, keepalive=keepalive, source=source) as fl:
         sys.stdin.read()  # till the parent closes it
         fl.stop.set()
         with fl.lock:
@@ -68,7 +71,8 @@ def command(what, *args):
 def main():
     what, args = sys.argv[1], sys.argv[2:]
     if what == "flood":
-        flood(int(args[0]), args[1], args[2], int(args[3]))
+        flood(int(args[0]), args[1], args[2], int(args[3]), *(
+            [args[4] != "0"] + args[5:6] if len(args) > 4 else []))
     else:
         sys.stdin.readline()
         json.dump(hits(int(args[0]), args[1], args[2], float(args[3]), float(args[4])),
