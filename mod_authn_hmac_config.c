@@ -309,16 +309,20 @@ static const char *set_redis_auth(cmd_parms *cmd, void *dc, const char *arg)
     const char *path = ap_server_root_relative(cmd->pool, arg);
     authn_hmac_secret_t **secret =
         cmd->info ? &hmac_conf.sentinel_secret : &hmac_conf.redis_secret;
+    authn_hmac_redis_conf_t *conf =
+        cmd->info ? &hmac_conf.sentinel.conn : &hmac_conf.redis;
 
     (void)dc;
     if (err)
         return err;
+    /* NB: named in a refused AUTH, which looks the same from a Sentinel as
+     * from the primary. */
+    conf->auth_from = cmd->cmd->name;
     err = path ? authn_hmac_secret_read(secret, path, 1, AUTHN_HMAC_SECRET_MAX,
                                         cmd->pool)
                : apr_pstrcat(cmd->pool, "invalid path '", arg, "'", NULL);
     if (!err)
-        err = authn_hmac_redis_parse_auth(
-            *secret, cmd->info ? &hmac_conf.sentinel.conn : &hmac_conf.redis);
+        err = authn_hmac_redis_parse_auth(*secret, conf);
     if (err)
         return apr_psprintf(cmd->pool,
                             "%s: %s (one line, 'password' or 'username "
@@ -554,6 +558,12 @@ static const char *set_tls_key(cmd_parms *cmd, void *dc, const char *arg)
 
 /* ------------------------------------------------------ the command table */
 
+/* NB: httpd answers a directive given more than one word with its usage
+ * text alone ("AuthHMACCacheTTL 5 min"): it says what is accepted. */
+#define DURATION                                                               \
+    "a number of seconds, or one with a unit s, m, h or d and no space "       \
+    "(90, 5m, 8h)"
+
 const command_rec hmac_cmds[] = {
     AP_INIT_TAKE1(D_USERFILE, set_userfile, NULL,
                   RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
@@ -561,15 +571,15 @@ const command_rec hmac_cmds[] = {
     AP_INIT_TAKE1(D_TTL, set_ttl, &ttl_spec_cache,
                   RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
                   "idle timeout of a verified credential: how long it stays "
-                  "cached after its last use, in seconds (default 300)"),
+                  "cached after its last use: " DURATION " (default 300)"),
     AP_INIT_TAKE1(D_MAXAGE, set_ttl, &ttl_spec_max_age, RSRC_CONF | ACCESS_CONF,
                   "how long a verified credential may stay cached however "
-                  "often it is used, from its verification, in seconds "
-                  "(default 8h, at most 30d)"),
+                  "often it is used, from its verification: " DURATION
+                  " (default 8h, at most 30d)"),
     AP_INIT_TAKE1(D_NEGTTL, set_ttl, &ttl_spec_negative,
                   RSRC_CONF | ACCESS_CONF,
                   "how long a refused credential is refused again without "
-                  "bcrypt, in seconds (default 30)"),
+                  "bcrypt: " DURATION " (default 30)"),
     AP_INIT_FLAG(D_HIDE, ap_set_flag_slot,
                  (void *)APR_OFFSETOF(hmac_dir_conf, hide_unknown),
                  RSRC_CONF | ACCESS_CONF,
@@ -605,12 +615,12 @@ const command_rec hmac_cmds[] = {
                   "within " D_FWINDOW " before a ban (default 30; 0: off)"),
     AP_INIT_TAKE1(D_FWINDOW, set_throttle_time, &hmac_conf.throttle.window,
                   RSRC_CONF,
-                  "the window in which wrong passwords are counted "
-                  "(default 10m)"),
+                  "the window in which wrong passwords are counted: " DURATION
+                  " (default 10m)"),
     AP_INIT_TAKE1(D_BANTIME, set_throttle_time, &hmac_conf.throttle.ban,
                   RSRC_CONF,
                   "how long a client that reached a limit is refused "
-                  "without a verification (default 10m)"),
+                  "without a verification: " DURATION " (default 10m)"),
     AP_INIT_TAKE1(D_RDB, set_global_int, &redis_db_spec, RSRC_CONF,
                   "Redis database number (default 0)"),
     AP_INIT_FLAG(D_TLS, set_tls, NULL, RSRC_CONF,
@@ -764,7 +774,10 @@ int hmac_check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     if (hmac_conf.redis_name && !hmac_conf.pepper) {
         ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s,
                      "AHMAC0008: %s needs " D_PEPPER ": the servers sharing a "
-                     "Redis must share one pepper",
+                     "Redis must share one pepper (none is set: inside "
+                     "<IfFile>, as the shipped authn_hmac.conf has it, the "
+                     "line is skipped when the file is missing; make it "
+                     "with authn-hmac-pepper, or copy the farm's)",
                      hmac_conf.sentinel.n ? D_SENT : D_REDIS);
         return HTTP_INTERNAL_SERVER_ERROR;
     }

@@ -31,6 +31,7 @@ typedef struct {
     const char *user;     /* ACL user, or NULL */
     const char *password; /* NULL: no AUTH. NB: points into a secret page */
     size_t password_len;
+    const char *auth_from; /* the directive that named the password's file */
     authn_hmac_redis_tls_t *tls; /* NULL: plain TCP */
 } authn_hmac_redis_conf_t;
 

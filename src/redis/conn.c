@@ -15,8 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
+#include <apr_lib.h>
 #include <apr_strings.h>
 #include <hiredis/hiredis.h>
 
@@ -72,23 +74,61 @@ int authn_hmac_redis_limit_reader(redisReader *r)
     return 1;
 }
 
+/* Whether s (n bytes) names a command the module sends, itself or in its
+ * scripts. */
+static int known_command(const char *s, size_t n)
+{
+    static const char *const names[] = {"auth", "select",  "get",      "set",
+                                        "del",  "eval",    "mget",     "role",
+                                        "incr", "pexpire", "sentinel", NULL};
+    int i;
+
+    for (i = 0; names[i]; i++)
+        if (strlen(names[i]) == n && strncasecmp(s, names[i], n) == 0)
+            return 1;
+    return 0;
+}
+
+#define ERROR_TEXT_MAX 120
+
 /* An error reply's text, e.g. "WRONGPASS invalid username-password pair",
- * up to any quoted argument. */
+ * at most ERROR_TEXT_MAX bytes. NB: Redis quotes a command's arguments in
+ * some errors ("ERR unknown command 'AUTH', with args beginning with:
+ * 'user' 'password'"): a quoted word is kept only if it names a command
+ * the module sends ("NOPERM ... to run the 'del' command"), else it shows
+ * as '...'; bytes that are not printable show as '?'. */
 const char *authn_hmac_redis_reply_error(const redisReply *r, apr_pool_t *p)
 {
-    size_t n;
+    char *out;
+    size_t i = 0, o = 0, len;
 
     if (!r)
         return "no reply";
     if (r->type != REDIS_REPLY_ERROR)
         return apr_psprintf(p, "unexpected reply type %d", r->type);
-    /* NB: Redis quotes a command's arguments in some errors ("ERR unknown
-     * command 'AUTH', with args beginning with: 'user' 'password'"): the
-     * text is cut at the first quote, and at 120 bytes. */
-    n = strcspn(r->str, "'\"");
-    if (n > r->len)
-        n = r->len;
-    return apr_pstrndup(p, r->str, n > 120 ? 120 : n);
+    len = r->str ? r->len : 0;
+    out = apr_palloc(p, ERROR_TEXT_MAX + 1);
+    while (i < len && o < ERROR_TEXT_MAX) {
+        char c = r->str[i];
+
+        if (c == '\'' || c == '"') {
+            const char *end = memchr(r->str + i + 1, c, len - i - 1);
+            size_t n = end ? (size_t)(end - (r->str + i + 1)) : len - i - 1;
+            int keep = end && known_command(r->str + i + 1, n);
+            size_t put = keep ? n + 2 : 5;
+
+            if (o + put > ERROR_TEXT_MAX)
+                break;
+            memcpy(out + o, keep ? r->str + i : "'...'", put);
+            o += put;
+            i += end ? n + 2 : len - i;
+            continue;
+        }
+        out[o++] = apr_isprint(c) ? c : '?';
+        i++;
+    }
+    out[o] = '\0';
+    return out;
 }
 
 /* ------------------------------------------------------------- commands */
@@ -274,6 +314,10 @@ authn_hmac_redis_connect(const authn_hmac_redis_conf_t *conf,
             lens[1] = conf->password_len;
         }
         rc = run_ok(c, conf->user ? 3 : 2, argv, lens, deadline, why, p);
+        if (rc == AUTHN_HMAC_REDIS_ERROR && conf->auth_from &&
+            strncmp(*why, "AUTH refused", 12) == 0)
+            *why = apr_psprintf(p, "%s (the password in %s's file)", *why,
+                                conf->auth_from);
     }
     if (rc == AUTHN_HMAC_REDIS_OK && conf->db) {
         const char *db = apr_itoa(p, conf->db);

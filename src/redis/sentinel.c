@@ -57,6 +57,10 @@ const char *authn_hmac_sentinel_parse(const char *arg,
     memset(&c, 0, sizeof(c));
     if (*arg == '/')
         return "a Sentinel is host:port, not a socket";
+    /* NB: before the address's own checks, which would read a:1,b:2 as an
+     * IPv6 address without brackets. */
+    if (strchr(arg, ','))
+        return "separate Sentinels with spaces, not commas";
     if ((err = authn_hmac_redis_parse_server(arg, &c, p)) != NULL)
         return err;
     if (sc->n >= AUTHN_HMAC_SENTINEL_MAX)
@@ -321,11 +325,17 @@ static int confirm(const authn_hmac_sentinel_conf_t *sc,
         return 0;
     }
     ok = authn_hmac_sentinel_role_reply(r);
+    if (ok <= 0)
+        /* NB: an ACL user without +role is refused (NOPERM): that is what
+         * the admin must read, not that the primary is none. */
+        *why =
+            r && r->type == REDIS_REPLY_ERROR
+                ? apr_psprintf(p, "it named %s:%d: ROLE refused: %s", host,
+                               port, authn_hmac_redis_reply_error(r, p))
+                : apr_psprintf(p, "%s:%d is not a primary (ROLE)", host, port);
     freeReplyObject(r);
-    if (ok <= 0) {
-        *why = apr_psprintf(p, "%s:%d is not a primary (ROLE)", host, port);
+    if (ok <= 0)
         return 0;
-    }
     sa = (const struct sockaddr *)&addrs[0].sa;
     if (inet_ntop(
             sa->sa_family,
@@ -563,7 +573,8 @@ static int source_addr(void *baton, uint64_t *gen,
     if (r == 1)
         *naddr = 1;
     else if (r < 0)
-        *why = "no primary known yet (the Sentinels have not named one)";
+        *why = "no primary known yet (none that the Sentinels named has "
+               "been confirmed by its ROLE: the discovery's warning says why)";
     return r;
 }
 

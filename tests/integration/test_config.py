@@ -301,6 +301,21 @@ def test_symlinked_secret_is_refused_with_the_reason(srv, directive):
     assert "Too many levels of symbolic links" not in out, out
 
 
+@pytest.mark.parametrize("directive", ["AuthHMACCacheTTL", "AuthHMACCacheMaxAge",
+                                       "AuthHMACNegativeTTL", "AuthHMACFailureWindow",
+                                       "AuthHMACBanTime"])
+def test_duration_in_two_words_says_what_is_accepted(srv, directive):
+    """httpd answers a directive of one argument given two with its usage
+    text alone: that text says how to write a duration, not "in seconds"."""
+    if directive in ("AuthHMACFailureWindow", "AuthHMACBanTime"):
+        rc, out = configure(srv, "%s 5 min" % directive)
+    else:
+        rc, out = configure(srv, ttl="%s 5 min" % directive)
+    assert rc != 0
+    assert directive in out and "a number of seconds, or one with a unit s, m, h or d and no " \
+        "space (90, 5m, 8h)" in out, out
+
+
 @pytest.mark.parametrize("directive,value,says", [
     ("AuthHMACCacheTTL", "300.5", "no smaller unit makes it whole: round it"),
     ("AuthHMACCacheTTL", "1.5h", "write 90m"),

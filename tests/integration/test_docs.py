@@ -49,6 +49,9 @@ def test_every_log_tag_is_used_once_and_listed():
     ops = read("docs", "operations.md")
     listed = set(re.findall(r"^\| `(AHMAC\d{4})` \|", ops, re.M))
     assert listed == set(used), set(used) ^ listed
+    # The README gives their range: its last is the last one used.
+    m = re.search(r"`AHMAC0001` to `(AHMAC\d{4})`", read("README.md"))
+    assert m and m.group(1) == max(used), (m and m.group(1), max(used))
 
 
 def test_no_status_page_example_admits_local_clients():

@@ -9,6 +9,8 @@ import pytest
 
 from harness import COST, VALGRIND, FarmFiles, Httpd, Redis, hmac_location, htpasswd
 
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def wiki(srv, users):
     return 'Alias /w/ "%s/htdocs/"\n' % srv.dir + hmac_location("/w/", users, "wiki")
@@ -440,11 +442,16 @@ def test_hits_on_one_server_keep_the_entry_alive_for_the_farm(shared):
 @pytest.mark.parametrize("kind", ["acl-user", "unix-socket"])
 def test_acl_user_and_unix_socket(shared, kind):
     if kind == "acl-user":
-        # The ACL docs/security.md gives: the module's keys, and the
-        # commands it sends (EVAL for the farm marker's result).
+        # The ACL docs/security.md gives, as it gives it: the module's keys,
+        # and the commands it sends (EVAL for the farm marker's result and
+        # the throttle's counts, MGET for the throttle's bans), with the
+        # throttle on as the module's defaults have it.
+        with open(os.path.join(TOP, "docs", "security.md")) as f:
+            rules = re.search(r"ACL SETUSER authn-hmac on >LONG-RANDOM-PASSWORD (.*)",
+                              f.read()).group(1)
         redis = Redis(password="default-user-pass", acl_user=("app", "app-user-pass"),
-                      acl_rules="~authn_hmac:* -@all +get +set +del +eval").start()
-        srv = farm_server(shared, redis, auth=False,
+                      acl_rules=rules).start()
+        srv = farm_server(shared, redis, auth=False, throttle=True,
                           extra="AuthHMACCacheSize 0\nAuthHMACRedisAuthFile %s" %
                           redis.auth_file(os.path.join(shared.dir, "auth"),
                                           "app app-user-pass"))
@@ -456,10 +463,13 @@ def test_acl_user_and_unix_socket(shared, kind):
         srv.start()
         assert srv.status_code("/w/", "alice", "alice farm pass") == 200
         assert srv.status_code("/w/", "alice", "alice farm pass") == 200
-        st = srv.status()
-        assert st["verifications"] == 1 and st["redis_hits"] == 1
-        assert st["redis_errors"] == 0 and st["redis_timeouts"] == 0
         assert note_of_last(srv, "alice") == "redis-hit"
+        # A wrong password: the throttle's bans looked up, the guess
+        # counted, the marker's result written.
+        assert srv.status_code("/w/", "alice", "not alice's pass") == 401
+        st = srv.status()
+        assert st["verifications"] == 2 and st["redis_hits"] == 1
+        assert st["redis_errors"] == 0 and st["redis_timeouts"] == 0, st
         finish(srv)
     finally:
         srv.cleanup()
@@ -479,7 +489,8 @@ def test_wrong_secret_or_database_falls_back(shared, what):
                           extra="AuthHMACRedisAuthFile %s" % redis.auth_file(
                               os.path.join(shared.dir, "auth"), "a-wrong-redis-pass"))
         srv.secrets.add("a-wrong-redis-pass")
-        why = r"AUTH refused: (WRONGPASS|ERR invalid password)"
+        why = r"AUTH refused: (WRONGPASS|ERR invalid password).* \(the password in " \
+              r"AuthHMACRedisAuthFile's file\)"
     else:
         srv = farm_server(shared, redis, extra="AuthHMACRedisDatabase 99")
         why = r"SELECT refused: ERR DB index is out of range"

@@ -260,6 +260,59 @@ def test_a_sentinel_that_names_a_replica_is_not_believed():
     assert not problems, "\n".join(problems)
 
 
+def test_a_primary_that_refuses_role_is_reported_as_such():
+    """An ACL user without +role: the primary the Sentinel names refuses
+    ROLE (NOPERM). The error log says so, not that it is no primary, and
+    the server goes on with shared memory and bcrypt."""
+    acl = ("farm", "farm-acl-pass-no-role")
+    primary = Redis(password=None, acl_user=acl, acl_rules="~* +@all -role",
+                    extra=["user default off"]).start()
+    sentinel = FakeRedis().start()
+    sentinel.names = ("127.0.0.1", primary.port)
+    farm = Farm()
+    problems, log = [], ""
+    try:
+        srv = farm.server([sentinel.address], "noperm", auth="%s %s" % acl)
+        srv.secrets.add(acl[1])
+        srv.expect_log(r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary")
+        srv.start()
+        wait_for(lambda: "AHMAC0023" in srv.error_log(), 30, "the discovery's failure")
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+        log = srv.error_log()
+    finally:
+        problems = farm.cleanup()
+        sentinel.stop()
+        primary.cleanup()
+    assert re.search(r"AHMAC0023: no Sentinel named a primary of 'mymaster' .*it named "
+                     r"127\.0\.0\.1:%d: ROLE refused: NOPERM .*'role' command" % primary.port, log), log
+    assert "is not a primary" not in log, log
+    assert not problems, "\n".join(problems)
+
+
+def test_a_sentinel_that_refuses_auth_names_the_sentinels_auth_file():
+    """A wrong Sentinel password: the refusal names
+    AuthHMACRedisSentinelAuthFile, since WRONGPASS reads the same from a
+    Sentinel as from the primary."""
+    sentinel = FakeRedis(password="the-sentinel-pass").start()
+    sentinel.names = ("127.0.0.1", 9)
+    farm = Farm()
+    problems, log = [], ""
+    try:
+        srv = farm.server([sentinel.address], "wrongsent",
+                          sentinel_password="a-wrong-sentinel-pass")
+        srv.expect_log(r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary")
+        srv.start()
+        wait_for(lambda: "AHMAC0023" in srv.error_log(), 30, "the discovery's failure")
+        log = srv.error_log()
+    finally:
+        problems = farm.cleanup()
+        sentinel.stop()
+    assert re.search(r"AHMAC0023: .*Sentinel %s: AUTH refused: WRONGPASS invalid password "
+                     r"\(the password in AuthHMACRedisSentinelAuthFile's file\)"
+                     % re.escape(sentinel.address), log), log
+    assert not problems, "\n".join(problems)
+
+
 def test_a_rogue_sentinel_naming_a_rogue_redis_cannot_grant():
     """Whoever answers as a Sentinel can name any Redis, and that Redis can
     hold anything: values it did not get from a server with the pepper do
@@ -438,6 +491,9 @@ def test_bad_sentinel_configuration_stops_httpd_naming_the_directive():
         (["AuthHMACRedisSentinel /run/sentinel.sock", master],
          "AuthHMACRedisSentinel: '/run/sentinel.sock': a Sentinel is host:port"),
         (["AuthHMACRedisSentinel 127.0.0.1:0", master], "AuthHMACRedisSentinel: '127.0.0.1:0'"),
+        (["AuthHMACRedisSentinel 10.0.0.1:26379,10.0.0.2:26379", master],
+         "AuthHMACRedisSentinel: '10.0.0.1:26379,10.0.0.2:26379': separate Sentinels with "
+         "spaces, not commas"),
         ([sentinel, "AuthHMACRedisSentinelMaster my$master"],
          "AuthHMACRedisSentinelMaster: 'my$master' is bad character"),
         (["AuthHMACRedisSentinel " + " ".join("10.0.0.%d:26379" % i for i in range(9)), master],
@@ -457,6 +513,14 @@ def test_bad_sentinel_configuration_stops_httpd_naming_the_directive():
         # The farm's pepper, as with AuthHMACRedisServer.
         rc, out = configtest([sentinel, master], pepper=False)
         assert rc != 0 and "needs AuthHMACPepperFile" in out, out
+        # The shipped authn_hmac.conf names the pepper inside <IfFile>: a
+        # missing file skips the line, and the message says so.
+        rc, out = configtest([sentinel, master, "<IfFile %s/missing.pepper>" % d,
+                              "AuthHMACPepperFile %s/missing.pepper" % d, "</IfFile>"],
+                             pepper=False)
+        assert rc != 0 and "AuthHMACRedisSentinel needs AuthHMACPepperFile" in out, out
+        assert "inside <IfFile>, as the shipped authn_hmac.conf has it, the line is skipped " \
+            "when the file is missing" in out, out
         # Either one is enough: the primary must then hold a certificate
         # from that CA, or for that name.
         rc, out = configtest(["AuthHMACRedisTLS on", "AuthHMACRedisTLSServerName redis.example",

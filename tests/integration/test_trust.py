@@ -242,15 +242,16 @@ def test_a_host_name_is_resolved_when_a_child_starts(site):
 
 def test_a_redis_error_never_logs_the_password(site):
     """A server where AUTH is an unknown command answers with the command's
-    arguments quoted (found by review): the logged reason stops before
-    them."""
+    arguments quoted (found by review): the logged reason shows the
+    command's name and each argument as '...'."""
     redis = Redis(password=None, extra=['rename-command AUTH ""']).start()
     srv = site.server(redis.address, auth_secret="never-log-this-redis-pass")
     try:
         srv.start()
         assert srv.status_code("/w/", "alice", "alice pass") == 200
         log = srv.error_log()
-        assert re.search(r"AUTH refused: ERR unknown command", log), log
+        assert re.search(r"AUTH refused: ERR unknown command 'AUTH', with args beginning "
+                         r"with: '\.\.\.'", log), log
         assert "never-log" not in log
         finish(srv, OUTAGE)
     finally:

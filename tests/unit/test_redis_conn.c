@@ -1,9 +1,11 @@
 /* Unit tests of src/redis/conn.c: the reply cap, one deadline for a whole
- * reply, bounded arrays (a fake server on a socket pair). */
+ * reply, bounded arrays (a fake server on a socket pair), and the text of
+ * an error reply as it is logged. */
 #include "authn_hmac/redis.h"
 #include "authn_hmac/redis_testing.h"
 #include "authn_hmac/util.h"
 #include "unit.h"
+#include "../../src/redis/conn.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -190,6 +192,53 @@ static void test_long_replies(apr_pool_t *p)
     long_replies = 0;
 }
 
+static const char *error_text(const char *text, apr_pool_t *p)
+{
+    redisReply r;
+
+    memset(&r, 0, sizeof(r));
+    r.type = REDIS_REPLY_ERROR;
+    r.str = apr_pstrdup(p, text);
+    r.len = strlen(text);
+    return authn_hmac_redis_reply_error(&r, p);
+}
+
+/* An error reply is logged without the arguments Redis quotes in some
+ * errors, with the names of the module's own commands, printable, and at
+ * most 120 bytes. */
+static void test_error_text_hides_arguments(apr_pool_t *p)
+{
+    const char *t;
+    char long_text[400];
+
+    CHECK(strcmp(error_text("WRONGPASS invalid username-password pair", p),
+                 "WRONGPASS invalid username-password pair") == 0);
+    t = error_text("ERR unknown command 'AUTH', with args beginning with: "
+                   "'farm' 'the-secret-pass' ",
+                   p);
+    CHECK(strcmp(t, "ERR unknown command 'AUTH', with args beginning with: "
+                    "'...' '...' ") == 0);
+    CHECK(strstr(t, "secret") == NULL);
+    /* A script's refusal names the command it lacks ("+del"). */
+    CHECK(strcmp(error_text("NOPERM User farm has no permissions to run the "
+                            "'del' command",
+                            p),
+                 "NOPERM User farm has no permissions to run the 'del' "
+                 "command") == 0);
+    /* Double quotes, a quote never closed, bytes not printable. */
+    CHECK(strcmp(error_text("ERR \"x y\" and 'open to the end", p),
+                 "ERR '...' and '...'") == 0);
+    CHECK(strcmp(error_text("ERR a\nb\001c", p), "ERR a?b?c") == 0);
+    /* At most 120 bytes; a quoted word that would cross it is left out. */
+    memset(long_text, 'x', sizeof(long_text) - 1);
+    long_text[sizeof(long_text) - 1] = '\0';
+    CHECK(strlen(error_text(long_text, p)) == 120);
+    memcpy(long_text + 117, "'secret'", 8);
+    t = error_text(long_text, p);
+    CHECK(strlen(t) == 117 && strchr(t, '\'') == NULL);
+    CHECK(strcmp(error_text("", p), "") == 0);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -198,5 +247,6 @@ int main(void)
     RUN(test_reply_size_cap, p);
     RUN(test_trickle_deadline, p);
     RUN(test_long_replies, p);
+    RUN(test_error_text_hides_arguments, p);
     return unit_end();
 }
