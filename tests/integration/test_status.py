@@ -9,7 +9,8 @@ import time
 import pytest
 
 from conftest import MPMS, make_server, serve
-from harness import S, Redis
+from harness import S, Httpd, Redis, basic, htpasswd
+from harness import get as get_from
 
 
 def prometheus_parser():
@@ -276,3 +277,51 @@ def test_prometheus_conventions(redis_srv):
     assert after[1] > before[1], (before, after)
     moved = [a - b for (_, a), (_, b) in zip(after[0], before[0])]
     assert moved[-1] == 1 and sorted(moved) == moved and set(moved) <= {0, 1}, moved
+
+
+def example_sections():
+    """The shipped MediaWiki example's login section and its status section
+    (uncommented), as the example has them."""
+    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(top, "conf", "mediawiki-vhost.conf.example")) as f:
+        text = f.read()
+    login = re.search(r"^    <Location />\n.*?^    </Location>\n", text, re.M | re.S).group(0)
+    status = re.search(r"^    #<Location /authn-hmac-status>\n.*?^    #</Location>\n", text,
+                       re.M | re.S).group(0)
+    return login, re.sub(r"^(\s*)#", r"\1", status, flags=re.M)
+
+
+@pytest.mark.parametrize("placement", ["the example's", "the server's"])
+def test_the_examples_counters_refuse_a_logged_in_user_from_another_address(placement):
+    """The example virtual host's status section, after its <Location />,
+    lets in the scraper's address and refuses a logged-in user from any
+    other (403). The same section at the server's level (where the shipped
+    authn_hmac.conf applies) is replaced by the virtual host's later
+    `Require valid-user`: that user reads the counters, which is why the
+    docs put it in the virtual host."""
+    login, status = example_sections()
+    srv = Httpd(name="statusplace")
+    users = srv.path("wiki.htpasswd")
+    htpasswd(users, "alice", "alice's wiki pass", create=True)
+    login = login.replace("/etc/apache2/wiki.htpasswd", users)
+    status = status.replace("Require ip 192.0.2.10", "Require ip 127.0.0.1")
+    vhost = "<VirtualHost 127.0.0.1:%d>\n    DocumentRoot \"%s\"\n%s%s</VirtualHost>\n" % (
+        srv.port, srv.path("htdocs"), login,
+        status if placement == "the example's" else "")
+    srv.body = (status if placement == "the server's" else "") + vhost
+    srv.write_config()
+    try:
+        srv.start()
+        scraper, _ = get_from(srv.port, "/authn-hmac-status")
+        user, _ = get_from(srv.port, "/authn-hmac-status", basic("alice", "alice's wiki pass"),
+                           source="127.0.0.2")
+        stranger, _ = get_from(srv.port, "/authn-hmac-status", source="127.0.0.2")
+    finally:
+        srv.stop()
+        srv.cleanup()
+    if placement == "the example's":
+        assert (scraper.status, user.status, stranger.status) == (200, 403, 403)
+    else:
+        # NB: what the docs warn of: the login's Require replaced the
+        # scraper's; the scraper itself must now log in.
+        assert (scraper.status, user.status, stranger.status) == (401, 200, 401)
