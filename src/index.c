@@ -19,7 +19,11 @@
  * lookup reads (a slot that points at it is a corrupt one). */
 #define SHADOWED 0x80000000u
 
-static const char MAGIC[8] = "AHMIDX1";
+/* NB: 2: the header carries a tag of its own. */
+static const char MAGIC[8] = "AHMIDX2";
+/* The header's tag is made as a block's, with this number, which no block
+ * of data has (an index holds at most 1 GiB of them). */
+#define HEADER_BLOCK UINT32_MAX
 
 typedef struct {
     char magic[8];
@@ -27,8 +31,9 @@ typedef struct {
     uint64_t meta_off, meta_len, slots_off, tags_off, data_off, data_len;
     uint64_t typical; /* offset of the typical entry, or 0 */
     uint32_t nslots, count, bad, tagged;
-    uint32_t entries, pad; /* entries written: count, and later lines for
-                              a user listed before */
+    uint32_t entries, pad;      /* entries written: count, and later lines for
+                                   a user listed before */
+    unsigned char tag[TAG_LEN]; /* a tagged index's: of all the above */
 } header_t;
 
 /* A slot: the high 32 bits of the user's hash, then the entry's offset from
@@ -374,6 +379,22 @@ static void version_key(const void *meta, size_t len,
     EVP_MD_CTX_free(ctx);
 }
 
+/* The header's tag: every field of it but the tag, under the version's
+ * key. NB: the header says where the typical hash is, which the dummy
+ * verification of an unknown user copies; a process of the server's user
+ * that zeroed it made unknown names answer at once (found by review). */
+static void header_tag(const authn_hmac_mac_t *mac,
+                       const unsigned char vkey[AUTHN_HMAC_DIGEST_LEN],
+                       const header_t *h, unsigned char out[TAG_LEN])
+{
+    header_t copy = *h;
+    unsigned char tag[AUTHN_HMAC_KEY_LEN];
+
+    memset(copy.tag, 0, sizeof(copy.tag));
+    authn_hmac_index_tag(mac, vkey, HEADER_BLOCK, &copy, sizeof(copy), tag);
+    memcpy(out, tag, TAG_LEN);
+}
+
 apr_status_t authn_hmac_index_begin(authn_hmac_index_builder_t **out,
                                     void *area, size_t cap, size_t len,
                                     size_t lines, const void *meta,
@@ -524,6 +545,8 @@ apr_status_t authn_hmac_index_end(authn_hmac_index_builder_t *b,
     }
     b->h->size = b->h->data_off + b->h->data_len;
     memcpy(b->h->magic, MAGIC, sizeof(MAGIC));
+    if (mac)
+        header_tag(mac, vkey, b->h, b->h->tag);
     *used = (size_t)b->h->size;
     return b->full ? APR_EOF : APR_SUCCESS;
 }
@@ -562,8 +585,16 @@ apr_status_t authn_hmac_index_open(authn_hmac_index_t *v, const void *area,
     v->mac = h.tagged ? mac : NULL;
     v->meta_len = (size_t)h.meta_len;
     memcpy(v->meta, v->base + h.meta_off, v->meta_len);
-    if (v->mac)
+    if (v->mac) {
+        unsigned char tag[TAG_LEN];
+        int ok;
+
         version_key(v->meta, v->meta_len, v->vkey);
+        header_tag(v->mac, v->vkey, &h, tag);
+        ok = CRYPTO_memcmp(tag, h.tag, TAG_LEN) == 0;
+        if (!ok)
+            return APR_EGENERAL;
+    }
     return APR_SUCCESS;
 }
 

@@ -10,8 +10,10 @@
  * the pepper, so that what a process writes into the file afterwards
  * (anyone who runs as the server's user can) is never taken for a
  * user's hash: an entry is copied out of the mapping, then its blocks
- * checked, then read from the copy. The slots and the header are only
- * ever bounds-checked: a corrupt one can hide a user, never grant. */
+ * checked, then read from the copy. The header carries a tag too (it says
+ * where the typical hash is, which an unknown user's dummy verification
+ * copies), checked when the index is opened. The slots are only ever
+ * bounds-checked: a corrupt one can hide a user, never grant. */
 #ifndef AUTHN_HMAC_INDEX_H
 #define AUTHN_HMAC_INDEX_H
 

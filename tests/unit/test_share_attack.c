@@ -326,9 +326,9 @@ static void test_slot_at_a_later_line(apr_pool_t *p)
     CHECK(later != NULL);
     if (!later)
         return;
-    /* NB: the slots: past the header (96 bytes) and the metadata's room,
+    /* NB: the slots: past the header (112 bytes) and the metadata's room,
      * before the tags and the data (which starts with alice's entry). */
-    for (q = area + 96 + AUTHN_HMAC_INDEX_META_MAX; q + 8 <= area + first;
+    for (q = area + 112 + AUTHN_HMAC_INDEX_META_MAX; q + 8 <= area + first;
          q += 8) {
         uint64_t slot;
 
@@ -346,6 +346,42 @@ static void test_slot_at_a_later_line(apr_pool_t *p)
     CHECK(off == (uint64_t)(later - 12 - area));
     CHECK(authn_hmac_index_entry(v, off, copy, &e) != APR_SUCCESS ||
           strcmp(e.hash, "EVIL") != 0);
+}
+
+/* Every field of the header is tagged: the offset of the typical entry
+ * (whose hash an unknown user's dummy verification copies: zeroed, unknown
+ * names answered at once, found by review), the counts, the offsets. A
+ * header changed in any byte is not opened; the view falls back (in the
+ * server: a process's own index). */
+static void test_header_changed(apr_pool_t *p)
+{
+    char text[] = "alice:$2y$05$abcdefghijklmnopqrstuu\nbob:BOB0\n";
+    size_t len = strlen(text), cap = authn_hmac_index_bound(len, 2), used = 0;
+    unsigned char *area = apr_pcalloc(p, cap + 8);
+    authn_hmac_mac_t *mac = make_mac(p);
+    authn_hmac_index_t *v = apr_pcalloc(p, sizeof(*v));
+    uint64_t typical, zero = 0;
+    size_t at;
+
+    area = (unsigned char *)(((uintptr_t)area + 7) & ~(uintptr_t)7);
+    CHECK(authn_hmac_index_build(area, cap, text, len, "m", 1, mac, NULL, NULL,
+                                 &used, p) == APR_SUCCESS);
+    CHECK(authn_hmac_index_open(v, area, used, mac) == APR_SUCCESS);
+    typical = authn_hmac_index_typical(v);
+    CHECK(typical != 0);
+    /* NB: typical is the header's 9th word (magic, size, six offsets). */
+    CHECK(memcmp(area + 64, &typical, 8) == 0);
+    memcpy(area + 64, &zero, 8);
+    CHECK(authn_hmac_index_open(v, area, used, mac) != APR_SUCCESS);
+    memcpy(area + 64, &typical, 8);
+    CHECK(authn_hmac_index_open(v, area, used, mac) == APR_SUCCESS);
+    /* Any other byte of it, but the magic (checked as such). */
+    for (at = 8; at < 112; at++) {
+        area[at] ^= 1;
+        CHECK(authn_hmac_index_open(v, area, used, mac) != APR_SUCCESS);
+        area[at] ^= 1;
+    }
+    CHECK(authn_hmac_index_open(v, area, used, mac) == APR_SUCCESS);
 }
 
 /* A slot may point anywhere in the data: at every offset an entry can
@@ -456,6 +492,7 @@ int main(void)
     RUN(test_written_during_build, p);
     RUN(test_old_version_replayed, p);
     RUN(test_slot_at_a_later_line, p);
+    RUN(test_header_changed, p);
     RUN(test_slot_at_every_offset, p);
     RUN(test_names_put_in_the_way, p);
     /* NB: last: its directory removed, this process's watcher is broken. */
