@@ -304,6 +304,53 @@ static authn_hmac_redis_rc ask(const authn_hmac_redis_conf_t *conf,
     return rc;
 }
 
+static int same_addr(const authn_hmac_redis_addr_t *a,
+                     const authn_hmac_redis_addr_t *b)
+{
+    const struct sockaddr *x = (const struct sockaddr *)&a->sa;
+    const struct sockaddr *y = (const struct sockaddr *)&b->sa;
+
+    if (x->sa_family != y->sa_family)
+        return 0;
+    if (x->sa_family == AF_INET) {
+        const struct sockaddr_in *u = (const struct sockaddr_in *)&a->sa;
+        const struct sockaddr_in *v = (const struct sockaddr_in *)&b->sa;
+
+        return u->sin_port == v->sin_port &&
+               u->sin_addr.s_addr == v->sin_addr.s_addr;
+    }
+    if (x->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *u = (const struct sockaddr_in6 *)&a->sa;
+        const struct sockaddr_in6 *v = (const struct sockaddr_in6 *)&b->sa;
+
+        return u->sin6_port == v->sin6_port &&
+               memcmp(&u->sin6_addr, &v->sin6_addr, sizeof(u->sin6_addr)) == 0;
+    }
+    return 0;
+}
+
+/* Whether a is the address of one of the configured Sentinels. NB: the
+ * primary is sent AUTH with the Redis password; a Sentinel that names
+ * itself (or another Sentinel) as the primary must not get it (found by
+ * review: with TLS and a private CA, a Sentinel holds a certificate the
+ * primary's checks accept). */
+static int is_a_sentinel(const authn_hmac_sentinel_conf_t *sc,
+                         const authn_hmac_redis_addr_t *a, apr_pool_t *p)
+{
+    int i, j, n;
+
+    for (i = 0; i < sc->n; i++) {
+        authn_hmac_redis_addr_t s[MAX_RESOLVED];
+        const char *w = NULL;
+
+        n = resolve(sc->host[i], sc->port[i], s, &w, p);
+        for (j = 0; j < n; j++)
+            if (same_addr(&s[j], a))
+                return 1;
+    }
+    return 0;
+}
+
 /* The primary a Sentinel named at host:port, confirmed by the primary
  * itself (its ROLE says master): 1 with ip filled, else 0 and *why. */
 static int confirm(const authn_hmac_sentinel_conf_t *sc,
@@ -315,12 +362,15 @@ static int confirm(const authn_hmac_sentinel_conf_t *sc,
     authn_hmac_redis_addr_t addrs[MAX_RESOLVED];
     const struct sockaddr *sa;
     redisReply *r = NULL;
-    int ok;
+    int ok, n = resolve(host, port, addrs, why, p);
 
-    if (resolve(host, port, addrs, why, p) <= 0 ||
-        ask(redis, addrs, 1,
-            redis->tls && sc->primary_name ? sc->primary_name : host, 1, role,
-            &r, why, p) != AUTHN_HMAC_REDIS_OK) {
+    if (n > 0 && is_a_sentinel(sc, &addrs[0], p)) {
+        *why = "a Sentinel's address: the Redis password is not sent there";
+        n = 0;
+    }
+    if (n <= 0 || ask(redis, addrs, 1,
+                      redis->tls && sc->primary_name ? sc->primary_name : host,
+                      1, role, &r, why, p) != AUTHN_HMAC_REDIS_OK) {
         *why = apr_psprintf(p, "it named %s:%d: %s", host, port, *why);
         return 0;
     }

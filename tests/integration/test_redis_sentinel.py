@@ -313,6 +313,34 @@ def test_a_sentinel_that_refuses_auth_names_the_sentinels_auth_file():
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("named", ["itself", "another Sentinel"])
+def test_a_sentinel_named_as_the_primary_never_gets_the_redis_password(named):
+    """A Sentinel that names itself, or another of the configured
+    Sentinels, as the primary is not sent AUTH with the Redis password
+    (found by review: with TLS and a private CA, a Sentinel's certificate
+    passes the primary's checks): no connection to it carries AUTH, and the
+    error log says why."""
+    first, second = FakeRedis().start(), FakeRedis().start()
+    first.names = ("127.0.0.1", first.port if named == "itself" else second.port)
+    farm = Farm()
+    problems, log = [], ""
+    try:
+        srv = farm.server([first.address, second.address], "selfnamed")
+        srv.expect_log(r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary")
+        srv.start()
+        wait_for(lambda: "AHMAC0023" in srv.error_log(), 30, "the discovery's failure")
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+        log = srv.error_log()
+    finally:
+        problems = farm.cleanup()
+        for f in (first, second):
+            f.stop()
+    assert "AUTH" not in first.commands + second.commands, (first.commands, second.commands)
+    assert re.search(r"it named 127\.0\.0\.1:%d: a Sentinel's address: the Redis password "
+                     r"is not sent there" % first.names[1], log), log
+    assert not problems, "\n".join(problems)
+
+
 def test_a_rogue_sentinel_naming_a_rogue_redis_cannot_grant():
     """Whoever answers as a Sentinel can name any Redis, and that Redis can
     hold anything: values it did not get from a server with the pepper do
