@@ -15,6 +15,7 @@
 #include "apr_strings.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -858,12 +859,38 @@ static int is(const ap_directive_t *d, const char *name)
     return d->directive && !strcasecmp(d->directive, name);
 }
 
+/* Logs an AuthHMACUserFile that cannot be opened now: each login it is
+ * to answer gets a 500 until it can (a misspelled path passed `apachectl
+ * -t` silently). A warning, not a refusal: a file made after the start
+ * works from then on, as with mod_authn_file. */
+static void check_opens(const check_state *st, const ap_directive_t *d)
+{
+    const char *args = d->args;
+    const char *word = ap_getword_conf(st->p, &args);
+    const char *path = *word ? ap_server_root_relative(st->p, word) : NULL;
+    int fd;
+
+    if (!path)
+        return;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        close(fd);
+        return;
+    }
+    ap_log_error(APLOG_MARK, APLOG_WARNING, APR_FROM_OS_ERROR(errno), st->s,
+                 "AHMAC0031: " D_USERFILE " %s (%s:%d) cannot be opened: "
+                 "each login it is to answer gets a 500 until it can",
+                 path, d->filename, d->line_num);
+}
+
 /* Notes every AuthHMACUserFile (with its virtual host) and whether
- * .htaccess may set one. */
+ * .htaccess may set one; with warn, logs those that cannot be opened. */
 static void survey(check_state *st, const ap_directive_t *d,
                    const ap_directive_t *vhost)
 {
     for (; d; d = d->next) {
+        if (is(d, D_USERFILE) && st->warn)
+            check_opens(st, d);
         if (is(d, D_USERFILE))
             APR_ARRAY_PUSH(st->userfiles, const ap_directive_t *) = vhost;
         else if ((is(d, "AllowOverride") &&

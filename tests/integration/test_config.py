@@ -205,17 +205,17 @@ def test_shipped_conf_is_valid_and_serves_no_counters(srv):
     """conf/authn_hmac.conf (what a2enmod enables, in every virtual host)
     parses and leaves the status handler off: the counters tell unknown
     users from wrong passwords, and behind a reverse proxy on the same host
-    `Require local` admits every client. Its example, once uncommented,
-    admits one scraper's address and refuses a local client."""
+    `Require local` admits every client. It sends the admin to the virtual
+    host for it (a status section here gets a virtual host's login
+    `Require` after it: test_status serves the example's, in its place)."""
     import re
     with open(SHIPPED) as f:
         text = f.read()
     active = [l for l in text.splitlines() if not l.lstrip().startswith("#")]
     assert not any("authn-hmac-status" in l for l in active), active
     assert not any("Require local" in l for l in active), active
-    example = re.search(r"#<Location /authn-hmac-status>\s*#\s*SetHandler authn-hmac-status"
-                        r"\s*#\s*Require ip 192\.0\.2\.10\s*#</Location>", text)
-    assert example, text
+    assert re.search(r"Not here: in\s*#\s*the <VirtualHost> that serves them, after any "
+                     r"<Location />", text), text
     # A server with the shipped file and nothing else: no counters.
     srv.global_conf = "Include %s" % os.path.abspath(SHIPPED)
     srv.body = hmac_location("/a/", srv.path("a.htpasswd"), "a")
@@ -229,18 +229,6 @@ def test_shipped_conf_is_valid_and_serves_no_counters(srv):
     assert srv.status_code("/authn-hmac-status") == 404
     assert srv.status_code("/authn-hmac-status?json") == 404
     srv.stop()
-    # The example uncommented: a local client is not the scraper.
-    enabled = text.replace(example.group(0), re.sub(r"(?m)^(\s*)#", r"\1",
-                                                    example.group(0)))
-    with open(srv.path("shipped.conf"), "w") as f:
-        f.write(enabled)
-    srv.global_conf = "Include %s" % srv.path("shipped.conf")
-    with open(srv.conf, "w") as f:
-        f.write(srv.config_text().replace(HARNESS_STATUS, ""))
-    rc, out = srv.configtest()
-    assert rc == 0, out
-    srv.start()
-    assert srv.status_code("/authn-hmac-status") == 403
 
 
 @pytest.mark.parametrize("value,says", [
@@ -503,3 +491,28 @@ def test_htaccess_may_set_the_user_file_so_no_refusal(srv):
         "did you mean AuthHMACUserFile?)" in srv.error_log()
     srv.stop()
     assert not srv.log_problems()
+
+
+def test_user_file_that_cannot_be_opened_is_reported_at_start(srv):
+    """A misspelled AuthHMACUserFile passed `apachectl -t` silently, and
+    every login got a 500. It is reported, in `-t` and at each start, with
+    the path and where it is named; the server still starts (a file made
+    later works from then on), and the login is the 500 it says."""
+    missing = srv.path("wiki.htpaswd")
+    srv.body = auth_section("Location", "/a/", 'AuthHMACUserFile "%s"' % missing, *basic())
+    srv.write_config()
+    os.makedirs(srv.path("htdocs", "a"), exist_ok=True)
+    with open(srv.path("htdocs", "a", "index.html"), "w") as f:
+        f.write("a\n")
+    rc, out = srv.configtest()
+    warning = ("AHMAC0031: AuthHMACUserFile %s (%s:%d) cannot be opened: each login it is "
+               "to answer gets a 500 until it can" % (missing, srv.conf,
+                                                       line_of(srv.conf, "AuthHMACUserFile")))
+    assert rc == 0 and warning in out and "No such file or directory" in out, out
+    srv.expect_log(r"AHMAC0031: AuthHMACUserFile .*wiki\.htpaswd .* cannot be opened")
+    srv.expect_log(r"AHMAC0002: could not open password file")
+    srv.start()
+    assert warning in srv.error_log()
+    assert srv.status_code("/a/", "alice", "pw for alice") == 500
+    htpasswd(missing, "alice", "pw for alice", create=True)
+    assert srv.status_code("/a/", "alice", "pw for alice") == 200
