@@ -448,24 +448,37 @@ def test_package_builds_installs_serves_and_purges():
 def test_prerm_names_each_file_as_it_is():
     """The prerm's warning lists each file that uses the module once, as
     named: a site file with a space or a '*' in its name is one line, not
-    split into words or expanded as a pattern. Run from the tree against
-    a private /etc/apache2 (a bind mount in a mount namespace of its own)."""
+    split into words or expanded as a pattern; a line that only mentions
+    the module in a comment does not count; and the files of a Debian
+    multi-instance setup (/etc/apache2-NAME) are listed too. Run from the
+    tree against a private /etc (a tmpfs in a mount namespace of its own,
+    holding a copy of the test's apache2 and apache2-www)."""
     etc = tempfile.mkdtemp(prefix="authn_hmac_prerm_")
     try:
-        for d in ("sites-enabled", "conf-enabled", "mods-enabled"):
-            os.makedirs(os.path.join(etc, d))
+        for conf in ("apache2", "apache2-www"):
+            for d in ("sites-enabled", "conf-enabled", "mods-enabled"):
+                os.makedirs(os.path.join(etc, conf, d))
         for name in ("my site.conf", "*", "plain.conf"):
-            with open(os.path.join(etc, "sites-enabled", name), "w") as f:
+            with open(os.path.join(etc, "apache2", "sites-enabled", name), "w") as f:
                 f.write("<Location />\n    AuthBasicProvider hmac\n</Location>\n")
-        with open(os.path.join(etc, "sites-enabled", "other.conf"), "w") as f:
+        with open(os.path.join(etc, "apache2", "sites-enabled", "other.conf"), "w") as f:
             f.write("<Location />\n    AuthBasicProvider file\n</Location>\n")
+        with open(os.path.join(etc, "apache2", "sites-enabled", "comment.conf"), "w") as f:
+            f.write("# Was: AuthBasicProvider hmac, AuthHMACUserFile ...\n"
+                    "<Location />\n    AuthBasicProvider file\n</Location>\n")
+        with open(os.path.join(etc, "apache2", "mods-enabled", "authn_hmac.conf"), "w") as f:
+            f.write("AuthHMACCacheSize 4M\n")
+        with open(os.path.join(etc, "apache2-www", "sites-enabled", "www.conf"), "w") as f:
+            f.write("<Location />\n    AuthHMACUserFile /etc/apache2-www/users\n</Location>\n")
         prerm = os.path.join(SRC, "debian", "%s.prerm" % PKG)
         rc, out = run(["unshare", "-m", "sh", "-c",
-                       'mount --bind "$0" /etc/apache2 && exec sh "$1" remove', etc, prerm])
+                       'mount -t tmpfs tmpfs /etc && cp -a "$0"/. /etc/ && exec sh "$1" remove',
+                       etc, prerm])
         assert rc == 0, out
         listed = [l.strip() for l in out.splitlines() if l.startswith("    ")]
-        assert sorted(listed) == sorted("/etc/apache2/sites-enabled/" + n
-                                        for n in ("my site.conf", "*", "plain.conf")), out
+        assert sorted(listed) == sorted(
+            ["/etc/apache2/sites-enabled/" + n for n in ("my site.conf", "*", "plain.conf")]
+            + ["/etc/apache2-www/sites-enabled/www.conf"]), out
     finally:
         shutil.rmtree(etc)
 

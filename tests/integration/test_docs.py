@@ -49,9 +49,11 @@ def test_every_log_tag_is_used_once_and_listed():
     ops = read("docs", "operations.md")
     listed = set(re.findall(r"^\| `(AHMAC\d{4})` \|", ops, re.M))
     assert listed == set(used), set(used) ^ listed
-    # The README gives their range: its last is the last one used.
-    m = re.search(r"`AHMAC0001` to `(AHMAC\d{4})`", read("README.md"))
-    assert m and m.group(1) == max(used), (m and m.group(1), max(used))
+    # The README and operations.md give their range: its last is the last
+    # one used.
+    for name in ("README.md", os.path.join("docs", "operations.md")):
+        m = re.search(r"`AHMAC0001`\s+to\s+`(AHMAC\d{4})`", read(name))
+        assert m and m.group(1) == max(used), (name, m and m.group(1), max(used))
 
 
 def test_no_status_page_example_admits_local_clients():
@@ -248,3 +250,18 @@ def test_htpasswd_commands_say_their_bcrypt_cost():
     for name, cost, prefix in claims:
         assert out.startswith("alice:" + prefix) and prefix == "$2y$%02d$" % int(cost), \
             (name, cost, prefix, out)
+
+
+def test_removal_search_is_the_packages():
+    """docs/operations.md's search for sites that still use the module is
+    the prerm's, which skips comments (a plain `AuthHMAC` matched `# Was:
+    AuthBasicProvider hmac` lines), and covers /etc/apache2-NAME."""
+    prerm = re.search(r"grep -lisE '([^']+)'",
+                      read("debian", "libapache2-mod-authn-hmac.prerm")).group(1)
+    docs = re.search(r"sudo grep -rliE '([^']+)' (.*)", read("docs", "operations.md"))
+    assert docs and docs.group(1) == prerm, (docs and docs.group(1), prerm)
+    assert "/etc/apache2*/" in docs.group(2), docs.group(2)
+    assert re.search(prerm.replace("[[:space:]]", r"\s").replace("[^[:space:]]", r"\S"),
+                     "    AuthBasicProvider file hmac", re.I)
+    assert not re.search(prerm.replace("[[:space:]]", r"\s").replace("[^[:space:]]", r"\S"),
+                         "# Was: AuthBasicProvider hmac", re.I | re.M)
