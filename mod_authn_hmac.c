@@ -25,6 +25,7 @@
 
 #include "apr_md5.h"
 #include "apr_shm.h"
+#include "apr_strings.h"
 
 #include <sched.h>
 #include <sys/statvfs.h>
@@ -71,7 +72,8 @@ typedef struct {
     apr_size_t size;
     apr_global_mutex_t *mutex;
     authn_hmac_secret_t *random_pepper; /* when there is no pepper file */
-    unsigned char fingerprint[AUTHN_HMAC_KEY_LEN]; /* the segment's pepper */
+    unsigned char fingerprint[AUTHN_HMAC_KEY_LEN];    /* the segment's pepper */
+    unsigned char redis_settings[AUTHN_HMAC_KEY_LEN]; /* the last start's */
 } retained_t;
 
 /* Anonymous shared memory, or a named segment in the runtime dir where the
@@ -284,6 +286,68 @@ static void default_verifications(void)
     }
 }
 
+/* A digest of every Redis and Sentinel setting (the passwords as the
+ * HKDF's input, never copied), and when the TLS files last changed. */
+static void redis_settings(apr_pool_t *p, unsigned char out[AUTHN_HMAC_KEY_LEN])
+{
+    const authn_hmac_redis_conf_t *r = &hmac_conf.redis;
+    const authn_hmac_sentinel_conf_t *sc = &hmac_conf.sentinel;
+    const char *files[2] = {hmac_conf.tls.ca_file, hmac_conf.tls.cert_file};
+    const char *text =
+        apr_psprintf(p, "%s|%s|%d|%s|%d|%s|%d|%s|%d|%s|%s|%s|%s|%d|%s|%s",
+                     hmac_conf.redis_name, r->host, r->port, r->socket, r->db,
+                     r->prefix, r->timeout_ms, r->user, hmac_conf.redis_tls,
+                     files[0], files[1], hmac_conf.tls.server_name, sc->master,
+                     sc->n, sc->conn.user, sc->primary_name);
+    int i;
+
+    for (i = 0; i < sc->n; i++)
+        text = apr_psprintf(p, "%s|%s:%d", text, sc->host[i], sc->port[i]);
+    for (i = 0; i < 2; i++) {
+        apr_finfo_t fi;
+
+        if (files[i] &&
+            apr_stat(&fi, files[i], APR_FINFO_MTIME | APR_FINFO_SIZE, p) ==
+                APR_SUCCESS)
+            text = apr_psprintf(p, "%s|%" APR_TIME_T_FMT "|%" APR_OFF_T_FMT,
+                                text, fi.mtime, fi.size);
+    }
+    authn_hmac_hkdf(NULL, 0, (const unsigned char *)text, strlen(text),
+                    (const unsigned char *)"redis settings", 14, out,
+                    AUTHN_HMAC_KEY_LEN);
+    if (r->password)
+        authn_hmac_hkdf(out, AUTHN_HMAC_KEY_LEN,
+                        (const unsigned char *)r->password, r->password_len,
+                        (const unsigned char *)"redis password", 14, out,
+                        AUTHN_HMAC_KEY_LEN);
+    if (sc->conn.password)
+        authn_hmac_hkdf(
+            out, AUTHN_HMAC_KEY_LEN, (const unsigned char *)sc->conn.password,
+            sc->conn.password_len, (const unsigned char *)"sentinel password",
+            17, out, AUTHN_HMAC_KEY_LEN);
+}
+
+/* A restart that changed any Redis setting starts the tier afresh: the
+ * breaker and the outage kept in the segment were the old settings'
+ * (a fixed password went on showing the old error, and a new error was
+ * not logged). */
+static void redis_restart(retained_t *rd, apr_pool_t *ptemp, server_rec *s)
+{
+    unsigned char now[AUTHN_HMAC_KEY_LEN];
+
+    redis_settings(ptemp, now);
+    if (memcmp(now, rd->redis_settings, sizeof(now)) != 0) {
+        authn_hmac_redis_health_restart(
+            authn_hmac_table_redis_health(hmac_conf.table));
+        authn_hmac_sentinel_restart(authn_hmac_table_sentinel(hmac_conf.table),
+                                    authn_hmac_monotonic());
+        memcpy(rd->redis_settings, now, sizeof(now));
+        ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
+                     "Redis settings changed: the tier starts afresh");
+    }
+    explicit_bzero(now, sizeof(now));
+}
+
 static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                        server_rec *s)
 {
@@ -311,7 +375,10 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
         return HTTP_INTERNAL_SERVER_ERROR;
     }
     share_userfiles(s, pconf);
-    return attach_segment(rd, size, s, pconf);
+    status = attach_segment(rd, size, s, pconf);
+    if (status == OK)
+        redis_restart(rd, ptemp, s);
+    return status;
 }
 
 /* ------------------------------------------------------------- child_init */

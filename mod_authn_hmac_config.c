@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "authn_hmac/redis.h"
@@ -868,19 +869,26 @@ static void check_opens(const check_state *st, const ap_directive_t *d)
     const char *args = d->args;
     const char *word = ap_getword_conf(st->p, &args);
     const char *path = *word ? ap_server_root_relative(st->p, word) : NULL;
+    struct stat sb;
     int fd;
 
     if (!path)
         return;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
+    /* NB: only a regular file is opened (a FIFO there would block the
+     * start; a device may act on an open), and without blocking. */
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        errno = EINVAL;
+    else if ((fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)) >=
+             0) {
         close(fd);
         return;
     }
-    ap_log_error(APLOG_MARK, APLOG_WARNING, APR_FROM_OS_ERROR(errno), st->s,
-                 "AHMAC0031: " D_USERFILE " %s (%s:%d) cannot be opened: "
+    ap_log_error(APLOG_MARK, APLOG_WARNING,
+                 errno == EINVAL ? 0 : APR_FROM_OS_ERROR(errno), st->s,
+                 "AHMAC0031: " D_USERFILE " %s (%s:%d) cannot be opened%s: "
                  "each login it is to answer gets a 500 until it can",
-                 path, d->filename, d->line_num);
+                 path, d->filename, d->line_num,
+                 errno == EINVAL ? " as a regular file" : "");
 }
 
 /* Notes every AuthHMACUserFile (with its virtual host) and whether

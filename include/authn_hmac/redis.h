@@ -395,4 +395,9 @@ int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
 /* 1 the first time a forged value is seen (log it once). */
 int authn_hmac_redis_forged_first(authn_hmac_redis_health_t *h);
 
+/* The tier starts afresh (a restart changed its settings): no failures
+ * counted, the breaker closed, no outage recorded (the next one is logged
+ * with its own reason), and the connections made before are stale. */
+void authn_hmac_redis_health_restart(authn_hmac_redis_health_t *h);
+
 #endif /* AUTHN_HMAC_REDIS_H */

@@ -148,6 +148,18 @@ int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
     return ended;
 }
 
+void authn_hmac_redis_health_restart(authn_hmac_redis_health_t *h)
+{
+    __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->window, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->opens, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->down_since, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->last_failure, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->forged_warned, 0, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&h->epoch, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
+}
+
 int authn_hmac_redis_forged_first(authn_hmac_redis_health_t *h)
 {
     uint64_t zero = 0;

@@ -254,6 +254,15 @@ void authn_hmac_sentinel_suspect(authn_hmac_sentinel_shared_t *sh,
     __atomic_store_n(&sh->suspect, now, __ATOMIC_RELAXED);
 }
 
+void authn_hmac_sentinel_restart(authn_hmac_sentinel_shared_t *sh,
+                                 apr_time_t now)
+{
+    __atomic_store_n(&sh->failing, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->checked, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->suspect, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->claim, 0, __ATOMIC_RELEASE);
+}
+
 /* ------------------------------------------------------- the discovery */
 
 /* Up to MAX_RESOLVED addresses of host:port; numeric only for a primary

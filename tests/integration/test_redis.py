@@ -519,6 +519,49 @@ def test_wrong_secret_or_database_falls_back(shared, what):
         redis.cleanup()
 
 
+def test_a_restart_with_new_redis_settings_starts_the_tier_afresh(shared):
+    """A wrong Redis password opens the breaker, and the outage is logged
+    with its reason. A graceful restart with other settings (the right
+    password, a database Redis refuses) starts the tier afresh: the new
+    error is logged with its own reason, not hidden by the old outage;
+    and a restart with working settings shares through Redis at once, not
+    after the old breaker's backoff."""
+    redis = Redis(password="the-right-redis-pass").start()
+    wrong = redis.auth_file(os.path.join(shared.dir, "wrong-auth"), "a-wrong-redis-pass")
+    right = redis.auth_file(os.path.join(shared.dir, "right-auth"), "the-right-redis-pass")
+    srv = farm_server(shared, redis, auth=False,
+                      extra="AuthHMACCacheSize 0\nAuthHMACRedisAuthFile %s" % wrong)
+    srv.secrets.update({"a-wrong-redis-pass", "the-right-redis-pass"})
+    base = srv.global_conf
+
+    def outages():
+        return re.findall(OUTAGE + ".*", srv.error_log())
+    try:
+        srv.start()
+        # Three failures within the window open the breaker.
+        for i in range(3):
+            assert srv.status_code("/w/", "alice", "wrong %d" % i) == 401
+        assert len(outages()) == 1 and "AUTH refused" in outages()[0], outages()
+        srv.global_conf = base.replace(wrong, right) + "\nAuthHMACRedisDatabase 99\n"
+        srv.write_config()
+        srv.restart(graceful=True)
+        for i in range(3):
+            assert srv.status_code("/w/", "alice", "still wrong %d" % i) == 401
+        assert len(outages()) == 2 and "SELECT refused" in outages()[1], outages()
+        srv.global_conf = base.replace(wrong, right)
+        srv.write_config()
+        srv.restart(graceful=True)
+        before = srv.status()
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+        assert note_of_last(srv, "alice") == "redis-hit"
+        assert delta(srv, before)["redis_errors"] == 0
+        finish(srv, OUTAGE, r"AHMAC0005: Redis at .* is available again")
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+
+
 @pytest.mark.slow
 def test_outage_under_load_never_fails_a_request(shared):
     """kill -9 the Redis server during 20 s of ab -k -c 16, then start it

@@ -484,6 +484,10 @@ def test_an_odd_file_at_the_htpasswd_path_does_not_block(site, kind):
             code, took = timed(srv, "alice", "alice pass")
             assert code == 500 and took < 5, (code, took)
         srv.expect_log(r"\[authn_hmac:error\].*could not open password file")
+        # Told at the start too, without opening it (a FIFO would block it).
+        srv.expect_log(r"\[authn_hmac:warn\].*AHMAC0031: AuthHMACUserFile %s \(.*\) cannot be "
+                       r"opened as a regular file" % re.escape(path))
+        assert "AHMAC0031" in srv.error_log()
         finish(srv)
     finally:
         srv.cleanup()
