@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -265,3 +266,48 @@ def test_removal_search_is_the_packages():
                      "    AuthBasicProvider file hmac", re.I)
     assert not re.search(prerm.replace("[[:space:]]", r"\s").replace("[^[:space:]]", r"\S"),
                          "# Was: AuthBasicProvider hmac", re.I | re.M)
+
+
+def test_tls_farm_example_certificates_and_users_work():
+    """docs/operations.md's TLS farm: its openssl commands, run as given
+    (bash), make a CA, Redis's certificate and a client's; a redis-server
+    with the example's TLS and user lines takes them, the admin user runs
+    what an admin runs, and the module's user passes the docs' PING check
+    with the client certificate."""
+    from harness import Redis
+    ops = read("docs", "operations.md")
+    script = re.search(r"```sh\n(# The CA\..*?)```", ops, re.S).group(1)
+    conf = re.search(r"```\nport 0\n(.*?)```", ops, re.S).group(1)
+    users = [l for l in conf.splitlines() if l.startswith("user ")]
+    admin = re.match(r"user admin on >(\S+) (.*)", users[1])
+    module = re.match(r"user authn-hmac on >(\S+) (.*)", users[2])
+    assert users[0] == "user default off" and admin and module, users
+    d = tempfile.mkdtemp(prefix="authn_hmac_tlsdoc_")
+    redis = None
+    try:
+        p = subprocess.run(["bash", "-e", "-c", script], cwd=d, capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+        f = {n: os.path.join(d, n) for n in ("ca.pem", "redis.pem", "redis.key",
+                                               "redis-client.pem", "redis-client.key")}
+        redis = Redis(password=None, acl_user=("admin", admin.group(1)),
+                      acl_rules=admin.group(2), extra=[users[0], users[2]],
+                      tls={"cert": f["redis.pem"], "key": f["redis.key"], "ca": f["ca.pem"],
+                           "auth_clients": True,
+                           "client": (f["redis-client.pem"], f["redis-client.key"])}).start()
+        assert redis.cli("ACL", "WHOAMI") == "admin"
+        p = subprocess.run(["redis-cli", "--no-auth-warning", "-p", str(redis.port), "--tls",
+                            "--cacert", f["ca.pem"], "--cert", f["redis-client.pem"],
+                            "--key", f["redis-client.key"], "--user", "authn-hmac",
+                            "--pass", module.group(1), "PING"],
+                           capture_output=True, text=True, timeout=10)
+        assert p.stdout.strip() == "PONG", p.stdout + p.stderr
+        # Without the client certificate, Redis refuses the connection.
+        p = subprocess.run(["redis-cli", "--no-auth-warning", "-p", str(redis.port), "--tls",
+                            "--cacert", f["ca.pem"], "--user", "authn-hmac",
+                            "--pass", module.group(1), "PING"],
+                           capture_output=True, text=True, timeout=10)
+        assert p.stdout.strip() != "PONG", p.stdout
+    finally:
+        if redis:
+            redis.cleanup()
+        shutil.rmtree(d, ignore_errors=True)
