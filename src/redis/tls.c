@@ -24,10 +24,15 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <apr_strings.h>
 #include <bsd/string.h>
+#include <openssl/core_names.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -124,28 +129,186 @@ static apr_status_t tls_cleanup(void *data)
     return APR_SUCCESS;
 }
 
+/* ------------------------------------------------- the client key */
+
+/* The key is parsed in a child process, which hands its parameters back
+ * through a pipe and exits: OpenSSL's decoders leave copies of the key's
+ * DER in the heap they free it to (found by review: the private scalar in
+ * a core dump of every child), and that heap goes with the child. The
+ * parameters come back into the secure heap, and the key is made from
+ * them there. A record: a kind ('P' a parameter, 'T' the key's type, 'E'
+ * an error's text), its name (NUL-terminated), its OSSL_PARAM data type
+ * (uint32), its size (uint32), its bytes and a NUL. */
+#define KEY_PARAMS_MAX 32768 /* bytes of records */
+#define KEY_PARAMS_N   32    /* parameters */
+
+static int put_record(int fd, char kind, const char *name, uint32_t type,
+                      const void *data, uint32_t size)
+{
+    size_t nl = strlen(name) + 1;
+    unsigned char head[1 + 8];
+
+    head[0] = (unsigned char)kind;
+    memcpy(head + 1, &type, 4);
+    memcpy(head + 5, &size, 4);
+    /* NB: a NUL after the bytes: a UTF-8 string's size leaves it out, and
+     * its readers expect it. */
+    return write(fd, head, 1) == 1 && write(fd, name, nl) == (ssize_t)nl &&
+           write(fd, head + 1, 8) == 8 &&
+           (!size || write(fd, data, size) == (ssize_t)size) &&
+           write(fd, "", 1) == 1;
+}
+
+/* In the child: parse, write the records, exit. */
+static void parse_key(int fd, const authn_hmac_secret_t *key)
+{
+    BIO *bio = BIO_new_mem_buf(key->data, (int)key->len);
+    EVP_PKEY *pkey = NULL;
+    OSSL_PARAM *params = NULL, *q;
+    char err[256] = "unreadable";
+    int ok = 0;
+
+    /* NB: the empty pass phrase: an encrypted key is refused, never
+     * prompted for. */
+    if (bio)
+        pkey = PEM_read_bio_PrivateKey(bio, NULL, NULL, (void *)(uintptr_t) "");
+    if (pkey && EVP_PKEY_todata(pkey, EVP_PKEY_KEYPAIR, &params) == 1) {
+        const char *type = EVP_PKEY_get0_type_name(pkey);
+
+        ok = type && put_record(fd, 'T', type, 0, NULL, 0);
+        for (q = params; ok && q->key; q++)
+            ok = q->data_size <= KEY_PARAMS_MAX &&
+                 put_record(fd, 'P', q->key, q->data_type, q->data,
+                            (uint32_t)q->data_size);
+    }
+    if (!ok) {
+        unsigned long e = ERR_peek_last_error();
+
+        if (e)
+            ERR_error_string_n(e, err, sizeof(err));
+        (void)put_record(fd, 'E', err, 0, NULL, 0);
+    }
+    /* NB: freed, for valgrind's count at this process's exit. */
+    OSSL_PARAM_free(params);
+    EVP_PKEY_free(pkey);
+    BIO_free(bio);
+    close(fd);
+    _exit(ok ? 0 : 1);
+}
+
+/* The key made from the child's records in buf (len bytes, in the secure
+ * heap), or NULL and *why. */
+static EVP_PKEY *make_key(unsigned char *buf, size_t len, const char **why,
+                          apr_pool_t *p)
+{
+    OSSL_PARAM params[KEY_PARAMS_N + 1];
+    const char *type = NULL;
+    EVP_PKEY_CTX *ctx;
+    EVP_PKEY *pkey = NULL;
+    size_t at = 0;
+    int n = 0;
+
+    *why = "the key's parameters are malformed";
+    while (at < len) {
+        char kind = (char)buf[at++];
+        const char *name = (const char *)buf + at;
+        size_t nl = strnlen(name, len - at);
+        uint32_t dtype, size;
+
+        if (nl == len - at || len - at - nl - 1 < 8)
+            return NULL;
+        at += nl + 1;
+        memcpy(&dtype, buf + at, 4);
+        memcpy(&size, buf + at + 4, 4);
+        at += 8;
+        if (size >= len - at || buf[at + size] != '\0')
+            return NULL;
+        if (kind == 'E') {
+            *why = apr_pstrcat(p,
+                               "no private key in it (a PEM key, not "
+                               "encrypted): ",
+                               name, NULL);
+            return NULL;
+        }
+        if (kind == 'T')
+            type = name;
+        else if (kind == 'P' && n < KEY_PARAMS_N)
+            params[n++] = (OSSL_PARAM){name, dtype, buf + at, size, 0};
+        else
+            return NULL;
+        at += size + 1;
+    }
+    params[n] = OSSL_PARAM_construct_end();
+    if (!type)
+        return NULL;
+    ctx = EVP_PKEY_CTX_new_from_name(NULL, type, NULL);
+    if (!ctx || EVP_PKEY_fromdata_init(ctx) != 1 ||
+        EVP_PKEY_fromdata(ctx, &pkey, EVP_PKEY_KEYPAIR, params) != 1) {
+        *why = apr_pstrcat(p, "the key cannot be made again: ",
+                           ssl_error("unusable", p), NULL);
+        pkey = NULL;
+    }
+    EVP_PKEY_CTX_free(ctx);
+    return pkey;
+}
+
+/* The client key, from its PEM text in a secret page, parsed in a child
+ * process; NULL and *why if it is not one. */
+static EVP_PKEY *load_key(const authn_hmac_secret_t *key, const char **why,
+                          apr_pool_t *p)
+{
+    unsigned char *buf = OPENSSL_secure_malloc(KEY_PARAMS_MAX);
+    EVP_PKEY *pkey = NULL;
+    size_t len = 0;
+    ssize_t n = 1;
+    int fds[2], status = 0;
+    pid_t pid;
+
+    *why = "out of memory";
+    if (!buf)
+        return NULL;
+    if (pipe(fds) != 0) {
+        OPENSSL_secure_free(buf);
+        *why = "cannot make a pipe";
+        return NULL;
+    }
+    pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        parse_key(fds[1], key);
+    }
+    close(fds[1]);
+    while (pid > 0 && len < KEY_PARAMS_MAX &&
+           ((n = read(fds[0], buf + len, KEY_PARAMS_MAX - len)) > 0 ||
+            (n < 0 && errno == EINTR)))
+        len += n > 0 ? (size_t)n : 0;
+    close(fds[0]);
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (pid < 0)
+        *why = "cannot start a process to read it";
+    else if (len >= KEY_PARAMS_MAX)
+        *why = "the key is too large";
+    else
+        pkey = make_key(buf, len, why, p);
+    OPENSSL_secure_clear_free(buf, KEY_PARAMS_MAX);
+    return pkey;
+}
+
 /* The client key, from its PEM text in a secret page. */
 static const char *use_key(SSL_CTX *ctx, const authn_hmac_secret_t *key,
                            apr_pool_t *p)
 {
-    BIO *bio;
     EVP_PKEY *pkey;
+    const char *why = NULL;
 
-    /* NB: before the key is parsed, so that its numbers go there; best
+    /* NB: before the key is made, so that its numbers go there; best
      * effort (already set up by another module, or no memory to lock). */
     if (!CRYPTO_secure_malloc_initialized())
         (void)CRYPTO_secure_malloc_init(SECURE_HEAP, SECURE_HEAP_MIN);
-    bio = BIO_new_mem_buf(key->data, (int)key->len);
-    if (!bio)
-        return "out of memory";
-    /* NB: the empty pass phrase: an encrypted key is refused, never
-     * prompted for. */
-    pkey = PEM_read_bio_PrivateKey(bio, NULL, NULL, (void *)(uintptr_t) "");
-    BIO_free(bio);
+    pkey = load_key(key, &why, p);
     if (!pkey)
-        return apr_pstrcat(p,
-                           "no private key in it (a PEM key, not encrypted): ",
-                           ssl_error("unreadable", p), NULL);
+        return why;
     if (SSL_CTX_use_PrivateKey(ctx, pkey) != 1) {
         EVP_PKEY_free(pkey);
         return apr_pstrcat(p, "it does not match the certificate: ",

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from fake_redis import FakeRedis
-from harness import S, VALGRIND, Httpd, Redis, hmac_location, htpasswd
+from harness import S, VALGRIND, Httpd, Redis, TestCA, hmac_location, htpasswd
 
 
 def wiki(srv, users):
@@ -405,6 +405,26 @@ def test_sha256_midstate_helper():
     assert struct.pack(">8I", *st) == hashlib.sha256(msg).digest()
 
 
+def key_forms(path):
+    """A PEM private key (EC P-256) as a dump could hold it: its PEM body
+    (one line of it), its DER as PKCS#8 and as SEC1, and its private
+    scalar."""
+    def der(*args):
+        return subprocess.run(["openssl"] + list(args) + ["-in", path, "-outform", "DER"],
+                              capture_output=True, check=True).stdout
+    text = subprocess.run(["openssl", "pkey", "-in", path, "-noout", "-text"],
+                          capture_output=True, text=True, check=True).stdout
+    priv = re.search(r"priv:\s*\n((?:\s+[0-9a-f:]+\n)+)", text).group(1)
+    scalar = bytes.fromhex(re.sub(r"[\s:]", "", priv))[-32:]
+    with open(path) as f:
+        body = [l for l in f.read().splitlines() if l and not l.startswith("-----")]
+    # NB: also as a BIGNUM holds it: 64-bit words, least significant first,
+    # on a little-endian machine the bytes reversed.
+    return {"client key (PEM line)": body[0].encode(), "client key (PKCS#8 DER)": der("pkey"),
+            "client key (SEC1 DER)": der("ec"), "client key (scalar)": scalar,
+            "client key (scalar as a BIGNUM)": scalar[::-1]}
+
+
 def dump_holds(path, needles):
     """Which needles the file holds, read 16 MB at a time."""
     overlap = max(len(n) for n in needles)
@@ -426,9 +446,20 @@ def dump_holds(path, needles):
                     reason="gcore of a child; a sanitized child maps terabytes of shadow memory")
 @pytest.mark.skipif(shutil.which("gcore") is None, reason="needs gdb's gcore")
 def test_core_dump_of_a_child_holds_no_secret(site):
-    redis = Redis(password="redis-secret-for-gcore").start()
+    """A child's core dump (gcore) holds none of the secrets: the pepper, its
+    subkeys and their HMAC states, the Redis password, and the TLS client
+    key, as PEM, as DER (PKCS#8 and SEC1) or as its private scalar (found by
+    review: the PEM decoder left the DER in the ordinary heap)."""
+    ca = TestCA(dir=os.path.join(site.dir, "ca"))
+    cert, key = ca.issue()
+    client = ca.issue(cn="web", dns=(), ips=(), client=True)
+    redis = Redis(password="redis-secret-for-gcore",
+                  tls={"cert": cert, "key": key, "ca": ca.cert, "auth_clients": True,
+                       "client": client}).start()
     one_child = ("StartServers 1\nMinSpareServers 1\nMaxSpareServers 1\nServerLimit 1\n"
-                 "MaxRequestWorkers 1")
+                 "MaxRequestWorkers 1\nAuthHMACRedisTLS on\n"
+                 "AuthHMACRedisTLSCACertificateFile %s\nAuthHMACRedisTLSCertificateFile %s\n"
+                 "AuthHMACRedisTLSKeyFile %s" % (ca.cert, client[0], client[1]))
     srv = site.server(redis.address, auth_secret=redis.password, extra=one_child,
                       mpm="prefork")
     core_dir = tempfile.mkdtemp(prefix="authn_hmac_core_")
@@ -451,6 +482,7 @@ def test_core_dump_of_a_child_holds_no_secret(site):
             alice_hash = f.read().split("alice:", 1)[1].split("\n", 1)[0].encode()
         secrets = {"pepper": site.pepper_bytes, "Redis password": redis.password.encode()}
         secrets.update(keyed_states(site.pepper_bytes))
+        secrets.update(key_forms(client[1]))
         seen = dump_holds(path, list(secrets.values()) + [alice_hash])
         # The dump is real: the child's heap is in it (the htpasswd index).
         assert alice_hash in seen
