@@ -19,6 +19,7 @@ struct authn_hmac_sentinel {
     pthread_mutex_t lock; /* of stop */
     pthread_cond_t wake;
     int stop, started;
+    int cancel[2]; /* a pipe: written when it stops, ends its waits */
 };
 
 #endif /* AUTHN_HMAC_SENTINEL_INT_H */

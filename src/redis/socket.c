@@ -18,19 +18,33 @@
 
 #include <apr_strings.h>
 
+/* This thread's cancel descriptor, or -1 (see socket.h). */
+static __thread int cancel_fd = -1;
+
+void authn_hmac_redis_cancel_fd(int fd)
+{
+    cancel_fd = fd;
+}
+
 /* NB: past the deadline, one last look without waiting: a reply that came
  * while this thread was not running is not late. */
 int authn_hmac_redis_wait_fd(int fd, short ev, apr_time_t deadline)
 {
     for (;;) {
         apr_time_t left = deadline - authn_hmac_monotonic();
-        struct pollfd pfd;
+        struct pollfd pfd[2];
         int n;
 
-        pfd.fd = fd;
-        pfd.events = ev;
-        pfd.revents = 0;
-        n = poll(&pfd, 1, left > 0 ? (int)((left + 999) / 1000) : 0);
+        pfd[0].fd = fd;
+        pfd[0].events = ev;
+        pfd[0].revents = 0;
+        pfd[1].fd = cancel_fd;
+        pfd[1].events = POLLIN;
+        pfd[1].revents = 0;
+        n = poll(pfd, cancel_fd >= 0 ? 2 : 1,
+                 left > 0 ? (int)((left + 999) / 1000) : 0);
+        if (n > 0 && pfd[1].revents)
+            return 0; /* cancelled: as at the deadline */
         if (n > 0)
             return 1;
         if (n < 0 && errno != EINTR)

@@ -41,8 +41,15 @@ struct authn_hmac_redis_transport {
 extern const authn_hmac_redis_transport_t authn_hmac_redis_plain;
 
 /* Waits for fd to be ready for ev (poll's) until deadline (monotonic): 1
- * when ready, 0 at the deadline, -1 on error. */
+ * when ready, 0 at the deadline (or once the calling thread's cancel
+ * descriptor is readable), -1 on error. */
 int authn_hmac_redis_wait_fd(int fd, short ev, apr_time_t deadline);
+
+/* The calling thread's cancel descriptor (-1: none): once it is readable,
+ * each wait of this thread ends at once, as at its deadline. The Sentinel
+ * discovery's thread sets one, so that stopping it never waits for a
+ * discovery's timeouts. */
+void authn_hmac_redis_cancel_fd(int fd);
 
 /* *why = "doing: what"; TIMEOUT if what is "timed out", else ERROR. */
 authn_hmac_redis_rc authn_hmac_redis_io_fail(const char **why,
