@@ -87,6 +87,23 @@ typedef struct {
 
 /* After a Redis operation: gives the connection back (or drops it), keeps
  * the shared health, and logs an outage once and its end once. */
+/* Whether why is a refusal by Redis's ACL (NOPERM, or a script's "can't
+ * run this command", which does not name it) to log now: a configuration
+ * error, not an outage. A rare one, such as a script's DEL when a ban
+ * starts, never opens the breaker and was logged at debug only. At most
+ * once a minute per process. */
+static int acl_refusal(const char *why, apr_time_t now)
+{
+    static apr_time_t last;
+    apr_time_t seen = __atomic_load_n(&last, __ATOMIC_RELAXED);
+
+    if (!strstr(why, "NOPERM") && !strstr(why, "can't run this command"))
+        return 0;
+    return (seen == 0 || now - seen >= apr_time_from_sec(60)) &&
+           __atomic_compare_exchange_n(&last, &seen, now, 0, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED);
+}
+
 static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
                       authn_hmac_redis_rc rc, const char *why)
 {
@@ -124,6 +141,13 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
             "memory and "
             "bcrypt until it is back",
             e->redis_name, why);
+    else if (acl_refusal(why, now))
+        authn_hmac_logf(e->log, rq->baton, AUTHN_HMAC_LOG_WARNING,
+                        "AHMAC0032: Redis at %s refused a command of the "
+                        "module (%s): its ACL user lacks a command the "
+                        "module sends (docs/security.md lists them); "
+                        "logged at most once a minute per process",
+                        e->redis_name, why);
     else
         authn_hmac_logf(e->log, rq->baton, AUTHN_HMAC_LOG_DEBUG,
                         "Redis at %s: %s", e->redis_name, why);

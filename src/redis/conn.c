@@ -96,7 +96,8 @@ static int known_command(const char *s, size_t n)
  * some errors ("ERR unknown command 'AUTH', with args beginning with:
  * 'user' 'password'"): a quoted word is kept only if it names a command
  * the module sends ("NOPERM ... to run the 'del' command"), else it shows
- * as '...'; bytes that are not printable show as '?'. */
+ * as '...' (a quote opens after a space or punctuation, not within a
+ * word); bytes that are not printable show as '?'. */
 const char *authn_hmac_redis_reply_error(const redisReply *r, apr_pool_t *p)
 {
     char *out;
@@ -111,7 +112,9 @@ const char *authn_hmac_redis_reply_error(const redisReply *r, apr_pool_t *p)
     while (i < len && o < ERROR_TEXT_MAX) {
         char c = r->str[i];
 
-        if (c == '\'' || c == '"') {
+        /* NB: an apostrophe within a word ("can't") opens no quote. */
+        if ((c == '\'' || c == '"') &&
+            (i == 0 || !apr_isalnum(r->str[i - 1]))) {
             const char *end = memchr(r->str + i + 1, c, len - i - 1);
             size_t n = end ? (size_t)(end - (r->str + i + 1)) : len - i - 1;
             int keep = end && known_command(r->str + i + 1, n);

@@ -476,6 +476,33 @@ def test_acl_user_and_unix_socket(shared, kind):
         redis.cleanup()
 
 
+def test_a_command_the_acl_refuses_is_logged(shared):
+    """An ACL user without +del: the throttle's script runs DEL only when a
+    ban starts, a lone failure that never opens the breaker and was logged
+    at debug only. It is logged at warn (AHMAC0032), with Redis's text, and
+    the ban still holds on this server."""
+    redis = Redis(password="default-user-pass", acl_user=("app", "app-user-pass"),
+                  acl_rules="~authn_hmac:* -@all +get +set +eval +mget +incr +pexpire").start()
+    srv = farm_server(shared, redis, auth=False, throttle=True,
+                      extra="AuthHMACMaxFailures 2\nAuthHMACRedisAuthFile %s" %
+                      redis.auth_file(os.path.join(shared.dir, "auth"), "app app-user-pass"))
+    srv.secrets.add("app-user-pass")
+    try:
+        srv.start()
+        for i in range(3):
+            assert srv.status_code("/w/", "alice", "guess %d" % i) == 401
+        assert note_of_last(srv, "alice") == "throttled"
+        log = srv.error_log()
+        assert re.search(r"\[authn_hmac:warn\].*AHMAC0032: Redis at .* refused a command of the "
+                         r"module \(EVAL.*ERR The user executing the script can't run "
+                         r"this command", log), log
+        assert srv.status()["redis_errors"] >= 1
+        finish(srv, r"AHMAC0032: Redis at", r"AHMAC0029: user alice")
+    finally:
+        srv.cleanup()
+        redis.cleanup()
+
+
 # NB: timing-bound: the breaker opens on a third failure within 10 s, and
 # against httpd -X under valgrind on a busy machine the requests that make
 # them can span more (its failures were counted 4, the breaker still

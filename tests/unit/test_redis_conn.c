@@ -225,6 +225,13 @@ static void test_error_text_hides_arguments(apr_pool_t *p)
                             p),
                  "NOPERM User farm has no permissions to run the 'del' "
                  "command") == 0);
+    /* A script's refusal, whose apostrophe opens no quote. */
+    CHECK(strcmp(error_text("ERR The user executing the script can't run "
+                            "this command or subcommand script: b0d6, on "
+                            "@user_script:1.",
+                            p),
+                 "ERR The user executing the script can't run this command "
+                 "or subcommand script: b0d6, on @user_script:1.") == 0);
     /* Double quotes, a quote never closed, bytes not printable. */
     CHECK(strcmp(error_text("ERR \"x y\" and 'open to the end", p),
                  "ERR '...' and '...'") == 0);
@@ -233,7 +240,7 @@ static void test_error_text_hides_arguments(apr_pool_t *p)
     memset(long_text, 'x', sizeof(long_text) - 1);
     long_text[sizeof(long_text) - 1] = '\0';
     CHECK(strlen(error_text(long_text, p)) == 120);
-    memcpy(long_text + 117, "'secret'", 8);
+    memcpy(long_text + 116, " 'secret'", 9);
     t = error_text(long_text, p);
     CHECK(strlen(t) == 117 && strchr(t, '\'') == NULL);
     CHECK(strcmp(error_text("", p), "") == 0);
