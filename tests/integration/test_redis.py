@@ -546,6 +546,8 @@ def test_wrong_secret_or_database_falls_back(shared, what):
         redis.cleanup()
 
 
+@pytest.mark.skipif(VALGRIND is not None,
+                    reason="graceful restarts: httpd -X under valgrind has no new generation")
 def test_a_restart_with_new_redis_settings_starts_the_tier_afresh(shared):
     """A wrong Redis password opens the breaker, and the outage is logged
     with its reason. A graceful restart with other settings (the right

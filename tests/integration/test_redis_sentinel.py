@@ -341,6 +341,7 @@ def test_a_sentinel_named_as_the_primary_never_gets_the_redis_password(named):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["stop", "graceful"])
 def test_a_discovery_under_way_never_holds_a_stop_or_a_restart(how):
     """Two Sentinels that accept and never answer, under a 4 s timeout: a
