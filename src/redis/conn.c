@@ -94,14 +94,18 @@ static int known_command(const char *s, size_t n)
 /* An error reply's text, e.g. "WRONGPASS invalid username-password pair",
  * at most ERROR_TEXT_MAX bytes. NB: Redis quotes a command's arguments in
  * some errors ("ERR unknown command 'AUTH', with args beginning with:
- * 'user' 'password'"): a quoted word is kept only if it names a command
- * the module sends ("NOPERM ... to run the 'del' command"), else it shows
- * as '...' (a quote opens after a space or punctuation, not within a
- * word); bytes that are not printable show as '?'. */
+ * 'user' 'password'"; backquotes before 6.2), without escaping them: a
+ * password with a quote in it ends its quote early. So the text stops at
+ * the first quote (after a space or punctuation: an apostrophe within a
+ * word, "can't", opens none) unless it is the first and names a command
+ * the module sends ("NOPERM ... to run the 'del' command"): then it
+ * stops at the second. Where it stops, '...' says so. Bytes that are not
+ * printable show as '?'. */
 const char *authn_hmac_redis_reply_error(const redisReply *r, apr_pool_t *p)
 {
     char *out;
     size_t i = 0, o = 0, len;
+    int quotes = 0;
 
     if (!r)
         return "no reply";
@@ -112,19 +116,22 @@ const char *authn_hmac_redis_reply_error(const redisReply *r, apr_pool_t *p)
     while (i < len && o < ERROR_TEXT_MAX) {
         char c = r->str[i];
 
-        /* NB: an apostrophe within a word ("can't") opens no quote. */
-        if ((c == '\'' || c == '"') &&
+        if ((c == '\'' || c == '"' || c == '`') &&
             (i == 0 || !apr_isalnum(r->str[i - 1]))) {
             const char *end = memchr(r->str + i + 1, c, len - i - 1);
-            size_t n = end ? (size_t)(end - (r->str + i + 1)) : len - i - 1;
-            int keep = end && known_command(r->str + i + 1, n);
-            size_t put = keep ? n + 2 : 5;
+            size_t n = end ? (size_t)(end - (r->str + i + 1)) : 0;
 
-            if (o + put > ERROR_TEXT_MAX)
+            if (quotes++ || !end || !known_command(r->str + i + 1, n) ||
+                o + n + 2 > ERROR_TEXT_MAX) {
+                if (o + 5 <= ERROR_TEXT_MAX) {
+                    memcpy(out + o, "'...'", 5);
+                    o += 5;
+                }
                 break;
-            memcpy(out + o, keep ? r->str + i : "'...'", put);
-            o += put;
-            i += end ? n + 2 : len - i;
+            }
+            memcpy(out + o, r->str + i, n + 2);
+            o += n + 2;
+            i += n + 2;
             continue;
         }
         out[o++] = apr_isprint(c) ? c : '?';
