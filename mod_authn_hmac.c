@@ -287,7 +287,10 @@ static void default_verifications(void)
 }
 
 /* A digest of every Redis and Sentinel setting (the passwords as the
- * HKDF's input, never copied), and when the TLS files last changed. */
+ * HKDF's input, never copied), and when the TLS files last changed, keyed
+ * with the pepper. NB: it is kept in the parent's ordinary memory, which
+ * every child's core dump holds: unkeyed, it would let a weak Redis
+ * password be guessed offline (found by review). */
 static void redis_settings(apr_pool_t *p, unsigned char out[AUTHN_HMAC_KEY_LEN])
 {
     const authn_hmac_redis_conf_t *r = &hmac_conf.redis;
@@ -312,7 +315,8 @@ static void redis_settings(apr_pool_t *p, unsigned char out[AUTHN_HMAC_KEY_LEN])
             text = apr_psprintf(p, "%s|%" APR_TIME_T_FMT "|%" APR_OFF_T_FMT,
                                 text, fi.mtime, fi.size);
     }
-    authn_hmac_hkdf(NULL, 0, (const unsigned char *)text, strlen(text),
+    authn_hmac_hkdf(hmac_conf.pepper->data, hmac_conf.pepper->len,
+                    (const unsigned char *)text, strlen(text),
                     (const unsigned char *)"redis settings", 14, out,
                     AUTHN_HMAC_KEY_LEN);
     if (r->password)

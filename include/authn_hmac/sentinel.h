@@ -101,9 +101,9 @@ int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
 void authn_hmac_sentinel_suspect(authn_hmac_sentinel_shared_t *sh,
                                  apr_time_t now);
 
-/* A restart changed the settings: a discovery is due at once, by the new
- * children (a claim of the old ones is let go), and the next failure is
- * logged. */
+/* A restart changed the settings: the primary known is forgotten, a
+ * discovery is due at once, by the new children (a claim of the old ones
+ * is let go), and the next failure is logged. */
 void authn_hmac_sentinel_restart(authn_hmac_sentinel_shared_t *sh,
                                  apr_time_t now);
 

@@ -259,6 +259,19 @@ void authn_hmac_sentinel_suspect(authn_hmac_sentinel_shared_t *sh,
 void authn_hmac_sentinel_restart(authn_hmac_sentinel_shared_t *sh,
                                  apr_time_t now)
 {
+    uint64_t s = __atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & ~1ULL;
+
+    /* NB: the primary learnt under the old settings is forgotten (found by
+     * review: new children used it, with the new password, until a
+     * discovery under the new ones found another): a new generation with
+     * no address, which readers take for none. */
+    __atomic_store_n(&sh->seq, s + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    sh->ip[0] = '\0';
+    sh->host[0] = '\0';
+    __atomic_store_n(&sh->port, 0, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->gen, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->seq, s + 2, __ATOMIC_RELEASE);
     __atomic_store_n(&sh->failing, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->checked, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->suspect, now, __ATOMIC_RELAXED);
@@ -315,29 +328,57 @@ static authn_hmac_redis_rc ask(const authn_hmac_redis_conf_t *conf,
     return rc;
 }
 
+/* An address as 16 bytes (IPv4 as IPv4-mapped IPv6) and its port; 0 for
+ * another family. */
+static int addr_key(const authn_hmac_redis_addr_t *a, unsigned char out[16],
+                    unsigned *port)
+{
+    const struct sockaddr *sa = (const struct sockaddr *)&a->sa;
+
+    memset(out, 0, 16);
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)&a->sa;
+
+        out[10] = out[11] = 0xff;
+        memcpy(out + 12, &v4->sin_addr, 4);
+        *port = ntohs(v4->sin_port);
+        return 1;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&a->sa;
+
+        memcpy(out, &v6->sin6_addr, 16);
+        *port = ntohs(v6->sin6_port);
+        return 1;
+    }
+    return 0;
+}
+
+/* Whether an address (addr_key's) is this host's: loopback (127/8, ::1)
+ * or unspecified (0.0.0.0, ::). */
+static int is_local(const unsigned char k[16])
+{
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0,    0,
+                                             0, 0, 0, 0, 0xff, 0xff};
+    static const unsigned char zero[16];
+    int v4 = memcmp(k, mapped, 12) == 0;
+
+    return (v4 && (k[12] == 127 || memcmp(k + 12, zero, 4) == 0)) ||
+           (!v4 && memcmp(k, zero, 15) == 0 && (k[15] == 0 || k[15] == 1));
+}
+
+/* Whether a and b reach the same server: the same address (IPv4-mapped
+ * IPv6 as IPv4) and port, or both this host's with the same port (a
+ * Sentinel on this host is reached by any loopback address). */
 static int same_addr(const authn_hmac_redis_addr_t *a,
                      const authn_hmac_redis_addr_t *b)
 {
-    const struct sockaddr *x = (const struct sockaddr *)&a->sa;
-    const struct sockaddr *y = (const struct sockaddr *)&b->sa;
+    unsigned char x[16], y[16];
+    unsigned px = 0, py = 0;
 
-    if (x->sa_family != y->sa_family)
+    if (!addr_key(a, x, &px) || !addr_key(b, y, &py) || px != py)
         return 0;
-    if (x->sa_family == AF_INET) {
-        const struct sockaddr_in *u = (const struct sockaddr_in *)&a->sa;
-        const struct sockaddr_in *v = (const struct sockaddr_in *)&b->sa;
-
-        return u->sin_port == v->sin_port &&
-               u->sin_addr.s_addr == v->sin_addr.s_addr;
-    }
-    if (x->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *u = (const struct sockaddr_in6 *)&a->sa;
-        const struct sockaddr_in6 *v = (const struct sockaddr_in6 *)&b->sa;
-
-        return u->sin6_port == v->sin6_port &&
-               memcmp(&u->sin6_addr, &v->sin6_addr, sizeof(u->sin6_addr)) == 0;
-    }
-    return 0;
+    return memcmp(x, y, 16) == 0 || (is_local(x) && is_local(y));
 }
 
 /* Whether a is the address of one of the configured Sentinels. NB: the
@@ -494,8 +535,10 @@ static void look(authn_hmac_sentinel_t *s, int64_t claim, apr_pool_t *p)
         s->log, s->baton, AUTHN_HMAC_LOG_NOTICE,
         "AHMAC0024: the primary of '%s' is %s%s:%d%s, as the Sentinels say "
         "and its ROLE confirms",
-        s->sc->master, old_gen ? "now " : "", host, port,
-        old_gen ? apr_psprintf(p, " (was %s:%d)", old_host, old_port) : "");
+        s->sc->master, old_gen && old_host[0] ? "now " : "", host, port,
+        old_gen && old_host[0]
+            ? apr_psprintf(p, " (was %s:%d)", old_host, old_port)
+            : "");
 }
 
 static void *run(void *arg)

@@ -313,15 +313,21 @@ def test_a_sentinel_that_refuses_auth_names_the_sentinels_auth_file():
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("named", ["itself", "another Sentinel"])
+@pytest.mark.parametrize("named", ["itself", "another Sentinel", "itself, IPv4-mapped",
+                                   "itself, another loopback address"])
 def test_a_sentinel_named_as_the_primary_never_gets_the_redis_password(named):
     """A Sentinel that names itself, or another of the configured
     Sentinels, as the primary is not sent AUTH with the Redis password
     (found by review: with TLS and a private CA, a Sentinel's certificate
-    passes the primary's checks): no connection to it carries AUTH, and the
-    error log says why."""
+    passes the primary's checks), nor when it names itself by its
+    IPv4-mapped IPv6 address or another loopback address (a review of
+    that change): no connection to it carries AUTH, and the error log
+    says why."""
     first, second = FakeRedis().start(), FakeRedis().start()
-    first.names = ("127.0.0.1", first.port if named == "itself" else second.port)
+    first.names = {"itself": ("127.0.0.1", first.port),
+                   "another Sentinel": ("127.0.0.1", second.port),
+                   "itself, IPv4-mapped": ("::ffff:127.0.0.1", first.port),
+                   "itself, another loopback address": ("127.0.0.2", first.port)}[named]
     farm = Farm()
     problems, log = [], ""
     try:
@@ -336,8 +342,9 @@ def test_a_sentinel_named_as_the_primary_never_gets_the_redis_password(named):
         for f in (first, second):
             f.stop()
     assert "AUTH" not in first.commands + second.commands, (first.commands, second.commands)
-    assert re.search(r"it named 127\.0\.0\.1:%d: a Sentinel's address: the Redis password "
-                     r"is not sent there" % first.names[1], log), log
+    assert re.search(r"it named %s:%d: a Sentinel's address: the Redis password "
+                     r"is not sent there" % (re.escape(first.names[0]), first.names[1]),
+                     log), log
     assert not problems, "\n".join(problems)
 
 
