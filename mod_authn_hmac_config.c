@@ -10,12 +10,14 @@
 #include "http_core.h"
 #include "http_log.h"
 #include "http_main.h"
+#include "unixd.h"
 
 #include "apr_lib.h"
 #include "apr_strings.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -860,35 +862,83 @@ static int is(const ap_directive_t *d, const char *name)
     return d->directive && !strcasecmp(d->directive, name);
 }
 
-/* Logs an AuthHMACUserFile that cannot be opened now: each login it is
- * to answer gets a 500 until it can (a misspelled path passed `apachectl
- * -t` silently). A warning, not a refusal: a file made after the start
- * works from then on, as with mod_authn_file. */
+/* Whether the children's User (uid, gid, its groups) may do what mask
+ * asks (S_IRUSR for read, S_IXUSR for search, as the owner's bits) on a
+ * file of sb. */
+static int may(const struct stat *sb, uid_t uid, const gid_t *groups, int n,
+               mode_t mask)
+{
+    int i;
+
+    if (uid == 0)
+        return 1;
+    if (sb->st_uid == uid)
+        return (sb->st_mode & mask) != 0;
+    for (i = 0; i < n; i++)
+        if (sb->st_gid == groups[i])
+            return (sb->st_mode & (mask >> 3)) != 0;
+    return (sb->st_mode & (mask >> 6)) != 0;
+}
+
+/* Logs an AuthHMACUserFile that the children cannot read now: each login
+ * it is to answer gets a 500 until they can (a misspelled path passed
+ * `apachectl -t` silently). A warning, not a refusal: a file made after
+ * the start works from then on, as with mod_authn_file. NB: nothing is
+ * opened (a FIFO there would block the start, a device may act on an
+ * open: found by review), and the check is for the children's User, not
+ * for root, which reads what they cannot. */
 static void check_opens(const check_state *st, const ap_directive_t *d)
 {
     const char *args = d->args;
     const char *word = ap_getword_conf(st->p, &args);
-    const char *path = *word ? ap_server_root_relative(st->p, word) : NULL;
+    char *path = *word ? ap_server_root_relative(st->p, word) : NULL;
+    uid_t uid = geteuid() == 0 ? ap_unixd_config.user_id : geteuid();
+    gid_t gid = geteuid() == 0 ? ap_unixd_config.group_id : getegid();
+    gid_t groups[64];
+    int n = 64, err = 0;
+    const char *why = NULL;
     struct stat sb;
-    int fd;
+    char *slash;
 
     if (!path)
         return;
-    /* NB: only a regular file is opened (a FIFO there would block the
-     * start; a device may act on an open), and without blocking. */
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-        errno = EINVAL;
-    else if ((fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)) >=
-             0) {
-        close(fd);
-        return;
+    groups[0] = gid;
+    if (geteuid() == 0 && ap_unixd_config.user_name &&
+        getgrouplist(ap_unixd_config.user_name, gid, groups, &n) < 0)
+        n = 64; /* the first 64 */
+    else if (geteuid() != 0) {
+        int k = getgroups(63, groups + 1);
+
+        n = 1 + (k > 0 ? k : 0);
     }
-    ap_log_error(APLOG_MARK, APLOG_WARNING,
-                 errno == EINVAL ? 0 : APR_FROM_OS_ERROR(errno), st->s,
+    if (stat(path, &sb) != 0)
+        err = errno;
+    else if (!S_ISREG(sb.st_mode))
+        why = " as a regular file";
+    else if (!may(&sb, uid, groups, n, S_IRUSR))
+        why = apr_psprintf(st->p,
+                           " by the children's User (mode %04o, owner "
+                           "uid %ld)",
+                           (unsigned)(sb.st_mode & 07777), (long)sb.st_uid);
+    /* The directories on the way, each searchable by them. */
+    for (slash = strchr(path + 1, '/'); !err && !why && slash;
+         slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        if (stat(path, &sb) == 0 && !may(&sb, uid, groups, n, S_IXUSR))
+            why = apr_psprintf(st->p,
+                               " by the children's User (%s is mode %04o, "
+                               "owner uid %ld)",
+                               path, (unsigned)(sb.st_mode & 07777),
+                               (long)sb.st_uid);
+        *slash = '/';
+    }
+    if (!err && !why)
+        return;
+    ap_log_error(APLOG_MARK, APLOG_WARNING, err ? APR_FROM_OS_ERROR(err) : 0,
+                 st->s,
                  "AHMAC0031: " D_USERFILE " %s (%s:%d) cannot be opened%s: "
                  "each login it is to answer gets a 500 until it can",
-                 path, d->filename, d->line_num,
-                 errno == EINVAL ? " as a regular file" : "");
+                 path, d->filename, d->line_num, why ? why : "");
 }
 
 /* Notes every AuthHMACUserFile (with its virtual host) and whether

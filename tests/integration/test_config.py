@@ -516,3 +516,30 @@ def test_user_file_that_cannot_be_opened_is_reported_at_start(srv):
     assert srv.status_code("/a/", "alice", "pw for alice") == 500
     htpasswd(missing, "alice", "pw for alice", create=True)
     assert srv.status_code("/a/", "alice", "pw for alice") == 200
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root: the children's User differs from root")
+def test_user_file_the_children_cannot_read_is_reported_at_start(srv):
+    """Root reads a file of mode 0600 that the children's User cannot: the
+    check is for them (found by review: opening it as root passed), in
+    `-t` and at the start; the login is the 500 it says, 200 once they can
+    read it."""
+    users = srv.path("private.htpasswd")
+    htpasswd(users, "alice", "pw for alice", create=True)
+    os.chmod(users, 0o600)
+    srv.body = auth_section("Location", "/a/", 'AuthHMACUserFile "%s"' % users, *basic())
+    srv.write_config()
+    os.makedirs(srv.path("htdocs", "a"), exist_ok=True)
+    with open(srv.path("htdocs", "a", "index.html"), "w") as f:
+        f.write("a\n")
+    rc, out = srv.configtest()
+    warning = ("AHMAC0031: AuthHMACUserFile %s (%s:%d) cannot be opened by the children's "
+               "User (mode 0600, owner uid 0)" % (users, srv.conf,
+                                                   line_of(srv.conf, "AuthHMACUserFile")))
+    assert rc == 0 and warning in out, out
+    srv.expect_log(r"AHMAC0031: AuthHMACUserFile .*private\.htpasswd .* cannot be opened")
+    srv.expect_log(r"AHMAC0002: could not open password file")
+    srv.start()
+    assert srv.status_code("/a/", "alice", "pw for alice") == 500
+    os.chmod(users, 0o644)
+    assert srv.status_code("/a/", "alice", "pw for alice") == 200
