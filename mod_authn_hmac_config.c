@@ -895,14 +895,15 @@ static void check_opens(const check_state *st, const ap_directive_t *d)
     uid_t uid = geteuid() == 0 ? ap_unixd_config.user_id : geteuid();
     gid_t gid = geteuid() == 0 ? ap_unixd_config.group_id : getegid();
     gid_t groups[64];
-    int n = 64, err = 0;
+    int i, n = 64, err = 0;
     const char *why = NULL;
     struct stat sb;
     char *slash;
 
     if (!path)
         return;
-    groups[0] = gid;
+    for (i = 0; i < 64; i++)
+        groups[i] = gid; /* NB: what getgrouplist may leave is the user's */
     if (geteuid() == 0 && ap_unixd_config.user_name &&
         getgrouplist(ap_unixd_config.user_name, gid, groups, &n) < 0)
         n = 64; /* the first 64 */

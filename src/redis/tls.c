@@ -24,6 +24,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,11 +137,14 @@ static apr_status_t tls_cleanup(void *data)
  * DER in the heap they free it to (found by review: the private scalar in
  * a core dump of every child), and that heap goes with the child. The
  * parameters come back into the secure heap, and the key is made from
- * them there. A record: a kind ('P' a parameter, 'T' the key's type, 'E'
- * an error's text), its name (NUL-terminated), its OSSL_PARAM data type
- * (uint32), its size (uint32), its bytes and a NUL. */
+ * them there. A record: a kind ('T' the key's type, 'P' a parameter, 'Z'
+ * the end, 'E' an error's text), its name (NUL-terminated), its OSSL_PARAM
+ * data type (uint32), its size (uint32), its bytes and a NUL. The child
+ * cannot dump core, and must exit with 0 after the end record. */
 #define KEY_PARAMS_MAX 32768 /* bytes of records */
 #define KEY_PARAMS_N   32    /* parameters */
+#define KEY_PARAMS_STORE                                                       \
+    (KEY_PARAMS_MAX + 16 * (KEY_PARAMS_N + 1)) /* their values, aligned */
 
 static int put_record(int fd, char kind, const char *name, uint32_t type,
                       const void *data, uint32_t size)
@@ -168,6 +172,8 @@ static void parse_key(int fd, const authn_hmac_secret_t *key)
     char err[256] = "unreadable";
     int ok = 0;
 
+    /* NB: no core dump of this process, whose heap the decoders fill. */
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     /* NB: the empty pass phrase: an encrypted key is refused, never
      * prompted for. */
     if (bio)
@@ -180,6 +186,8 @@ static void parse_key(int fd, const authn_hmac_secret_t *key)
             ok = q->data_size <= KEY_PARAMS_MAX &&
                  put_record(fd, 'P', q->key, q->data_type, q->data,
                             (uint32_t)q->data_size);
+        /* NB: the end: a child that died mid-way left none. */
+        ok = ok && put_record(fd, 'Z', "end", 0, NULL, 0);
     }
     if (!ok) {
         unsigned long e = ERR_peek_last_error();
@@ -198,18 +206,18 @@ static void parse_key(int fd, const authn_hmac_secret_t *key)
 
 /* The key made from the child's records in buf (len bytes, in the secure
  * heap), or NULL and *why. */
-static EVP_PKEY *make_key(unsigned char *buf, size_t len, const char **why,
-                          apr_pool_t *p)
+static EVP_PKEY *make_key(unsigned char *buf, size_t len, unsigned char *store,
+                          const char **why, apr_pool_t *p)
 {
     OSSL_PARAM params[KEY_PARAMS_N + 1];
     const char *type = NULL;
     EVP_PKEY_CTX *ctx;
     EVP_PKEY *pkey = NULL;
-    size_t at = 0;
-    int n = 0;
+    size_t at = 0, kept = 0;
+    int n = 0, end = 0;
 
     *why = "the key's parameters are malformed";
-    while (at < len) {
+    while (at < len && !end) {
         char kind = (char)buf[at++];
         const char *name = (const char *)buf + at;
         size_t nl = strnlen(name, len - at);
@@ -232,14 +240,21 @@ static EVP_PKEY *make_key(unsigned char *buf, size_t len, const char **why,
         }
         if (kind == 'T')
             type = name;
-        else if (kind == 'P' && n < KEY_PARAMS_N)
-            params[n++] = (OSSL_PARAM){name, dtype, buf + at, size, 0};
+        else if (kind == 'Z')
+            end = 1;
+        else if (kind == 'P' && n < KEY_PARAMS_N) {
+            /* NB: copied where a number is aligned for its type, as
+             * OpenSSL reads it (store: KEY_PARAMS_STORE bytes). */
+            memcpy(store + kept, buf + at, (size_t)size + 1);
+            params[n++] = (OSSL_PARAM){name, dtype, store + kept, size, 0};
+            kept += ((size_t)size + 1 + 15) & ~(size_t)15;
+        }
         else
             return NULL;
         at += size + 1;
     }
     params[n] = OSSL_PARAM_construct_end();
-    if (!type)
+    if (!type || !end || at != len)
         return NULL;
     ctx = EVP_PKEY_CTX_new_from_name(NULL, type, NULL);
     if (!ctx || EVP_PKEY_fromdata_init(ctx) != 1 ||
@@ -258,6 +273,7 @@ static EVP_PKEY *load_key(const authn_hmac_secret_t *key, const char **why,
                           apr_pool_t *p)
 {
     unsigned char *buf = OPENSSL_secure_malloc(KEY_PARAMS_MAX);
+    unsigned char *store = OPENSSL_secure_malloc(KEY_PARAMS_STORE);
     EVP_PKEY *pkey = NULL;
     size_t len = 0;
     ssize_t n = 1;
@@ -265,11 +281,11 @@ static EVP_PKEY *load_key(const authn_hmac_secret_t *key, const char **why,
     pid_t pid;
 
     *why = "out of memory";
-    if (!buf)
-        return NULL;
-    if (pipe(fds) != 0) {
+    if (!buf || !store || pipe(fds) != 0) {
+        if (buf && store)
+            *why = "cannot make a pipe";
         OPENSSL_secure_free(buf);
-        *why = "cannot make a pipe";
+        OPENSSL_secure_free(store);
         return NULL;
     }
     pid = fork();
@@ -290,8 +306,15 @@ static EVP_PKEY *load_key(const authn_hmac_secret_t *key, const char **why,
     else if (len >= KEY_PARAMS_MAX)
         *why = "the key is too large";
     else
-        pkey = make_key(buf, len, why, p);
+        pkey = make_key(buf, len, store, why, p);
+    /* NB: a child that did not end well made no key, whatever it wrote. */
+    if (pkey && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+        EVP_PKEY_free(pkey);
+        pkey = NULL;
+        *why = "the process that read it failed";
+    }
     OPENSSL_secure_clear_free(buf, KEY_PARAMS_MAX);
+    OPENSSL_secure_clear_free(store, KEY_PARAMS_STORE);
     return pkey;
 }
 
