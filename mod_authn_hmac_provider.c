@@ -58,16 +58,13 @@ static authn_status done(request_rec *r, const char *note, authn_status st)
 static void log_busy(request_rec *r, const char *user)
 {
     static apr_time_t last;
-    apr_time_t now = authn_hmac_monotonic();
-    apr_time_t seen = __atomic_load_n(&last, __ATOMIC_RELAXED);
 
     ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
                   "AHMAC0030: user %s: no turn to verify the password: "
                   "answered 503",
                   user);
-    if ((seen == 0 || now - seen >= apr_time_from_sec(60)) &&
-        __atomic_compare_exchange_n(&last, &seen, now, 0, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED))
+    if (authn_hmac_log_due(&last, authn_hmac_monotonic(),
+                           apr_time_from_sec(60)))
         ap_log_rerror(
             APLOG_MARK, APLOG_WARNING, 0, r,
             "AHMAC0007: too many passwords to verify at once (" D_MAXVER

@@ -85,8 +85,6 @@ typedef struct {
     authn_hmac_entries_t es; /* the user's entries that GET found */
 } redis_req;
 
-/* After a Redis operation: gives the connection back (or drops it), keeps
- * the shared health, and logs an outage once and its end once. */
 /* Whether why is a refusal by Redis's ACL (NOPERM, or a script's "can't
  * run this command", which does not name it) to log now: a configuration
  * error, not an outage. A rare one, such as a script's DEL when a ban
@@ -95,15 +93,13 @@ typedef struct {
 static int acl_refusal(const char *why, apr_time_t now)
 {
     static apr_time_t last;
-    apr_time_t seen = __atomic_load_n(&last, __ATOMIC_RELAXED);
 
-    if (!strstr(why, "NOPERM") && !strstr(why, "can't run this command"))
-        return 0;
-    return (seen == 0 || now - seen >= apr_time_from_sec(60)) &&
-           __atomic_compare_exchange_n(&last, &seen, now, 0, __ATOMIC_RELAXED,
-                                       __ATOMIC_RELAXED);
+    return (strstr(why, "NOPERM") || strstr(why, "can't run this command")) &&
+           authn_hmac_log_due(&last, now, apr_time_from_sec(60));
 }
 
+/* After a Redis operation: gives the connection back (or drops it), keeps
+ * the shared health, and logs an outage once and its end once. */
 static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
                       authn_hmac_redis_rc rc, const char *why)
 {

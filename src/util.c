@@ -19,6 +19,16 @@ apr_time_t authn_hmac_monotonic(void)
            (apr_time_t)(ts.tv_nsec / 1000);
 }
 
+int authn_hmac_log_due(apr_time_t *last, apr_time_t now,
+                       apr_interval_time_t interval)
+{
+    apr_time_t seen = __atomic_load_n(last, __ATOMIC_RELAXED);
+
+    return (seen == 0 || now - seen >= interval) &&
+           __atomic_compare_exchange_n(last, &seen, now, 0, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED);
+}
+
 /* A unit: its letter, as a suggestion writes it ('\0': none, for the base
  * unit of sizes), and its multiple. units[0] is the base unit. */
 typedef struct {

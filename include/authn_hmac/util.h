@@ -19,6 +19,12 @@
  * microseconds. */
 apr_time_t authn_hmac_monotonic(void);
 
+/* Whether a message logged at most once per interval (in this process)
+ * may go now (monotonic), claimed for the caller: *last holds when it
+ * last went, 0 never; of the threads that ask at once, one gets 1. */
+int authn_hmac_log_due(apr_time_t *last, apr_time_t now,
+                       apr_interval_time_t interval);
+
 /* XXH64 of len bytes: tells two readings of a file apart (not a MAC). */
 uint64_t authn_hmac_fingerprint(const void *data, size_t len);
 

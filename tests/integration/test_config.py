@@ -493,18 +493,24 @@ def test_htaccess_may_set_the_user_file_so_no_refusal(srv):
     assert not srv.log_problems()
 
 
+def userfile_section(srv, users):
+    """/a/ asks for a login against the user file users, and serves a page:
+    `httpd -t`'s (exit code, output)."""
+    srv.body = auth_section("Location", "/a/", 'AuthHMACUserFile "%s"' % users, *basic())
+    srv.write_config()
+    os.makedirs(srv.path("htdocs", "a"), exist_ok=True)
+    with open(srv.path("htdocs", "a", "index.html"), "w") as f:
+        f.write("a\n")
+    return srv.configtest()
+
+
 def test_user_file_that_cannot_be_opened_is_reported_at_start(srv):
     """A misspelled AuthHMACUserFile passed `apachectl -t` silently, and
     every login got a 500. It is reported, in `-t` and at each start, with
     the path and where it is named; the server still starts (a file made
     later works from then on), and the login is the 500 it says."""
     missing = srv.path("wiki.htpaswd")
-    srv.body = auth_section("Location", "/a/", 'AuthHMACUserFile "%s"' % missing, *basic())
-    srv.write_config()
-    os.makedirs(srv.path("htdocs", "a"), exist_ok=True)
-    with open(srv.path("htdocs", "a", "index.html"), "w") as f:
-        f.write("a\n")
-    rc, out = srv.configtest()
+    rc, out = userfile_section(srv, missing)
     warning = ("AHMAC0031: AuthHMACUserFile %s (%s:%d) cannot be opened: each login it is "
                "to answer gets a 500 until it can" % (missing, srv.conf,
                                                        line_of(srv.conf, "AuthHMACUserFile")))
@@ -527,12 +533,7 @@ def test_user_file_the_children_cannot_read_is_reported_at_start(srv):
     users = srv.path("private.htpasswd")
     htpasswd(users, "alice", "pw for alice", create=True)
     os.chmod(users, 0o600)
-    srv.body = auth_section("Location", "/a/", 'AuthHMACUserFile "%s"' % users, *basic())
-    srv.write_config()
-    os.makedirs(srv.path("htdocs", "a"), exist_ok=True)
-    with open(srv.path("htdocs", "a", "index.html"), "w") as f:
-        f.write("a\n")
-    rc, out = srv.configtest()
+    rc, out = userfile_section(srv, users)
     warning = ("AHMAC0031: AuthHMACUserFile %s (%s:%d) cannot be opened by the children's "
                "User (mode 0600, owner uid 0)" % (users, srv.conf,
                                                    line_of(srv.conf, "AuthHMACUserFile")))

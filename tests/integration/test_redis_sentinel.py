@@ -90,6 +90,15 @@ def wait_for(cond, seconds, what):
     raise AssertionError("not within %d s: %s" % (seconds, what))
 
 
+def failed_discovery(srv):
+    """Starts srv, whose discovery of the primary is to fail, and waits for
+    its warning (AHMAC0023): the error log then."""
+    srv.expect_log(r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary")
+    srv.start()
+    wait_for(lambda: "AHMAC0023" in srv.error_log(), 30, "the discovery's failure")
+    return srv.error_log()
+
+
 def shared_once(farm, a, b, user, password, add=True):
     """A credential verified on a, then looked up on b: b's note."""
     if add:
@@ -274,11 +283,8 @@ def test_a_primary_that_refuses_role_is_reported_as_such():
     try:
         srv = farm.server([sentinel.address], "noperm", auth="%s %s" % acl)
         srv.secrets.add(acl[1])
-        srv.expect_log(r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary")
-        srv.start()
-        wait_for(lambda: "AHMAC0023" in srv.error_log(), 30, "the discovery's failure")
+        log = failed_discovery(srv)
         assert srv.status_code("/w/", "alice", "alice farm pass") == 200
-        log = srv.error_log()
     finally:
         problems = farm.cleanup()
         sentinel.stop()
@@ -300,10 +306,7 @@ def test_a_sentinel_that_refuses_auth_names_the_sentinels_auth_file():
     try:
         srv = farm.server([sentinel.address], "wrongsent",
                           sentinel_password="a-wrong-sentinel-pass")
-        srv.expect_log(r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary")
-        srv.start()
-        wait_for(lambda: "AHMAC0023" in srv.error_log(), 30, "the discovery's failure")
-        log = srv.error_log()
+        log = failed_discovery(srv)
     finally:
         problems = farm.cleanup()
         sentinel.stop()
@@ -332,11 +335,8 @@ def test_a_sentinel_named_as_the_primary_never_gets_the_redis_password(named):
     problems, log = [], ""
     try:
         srv = farm.server([first.address, second.address], "selfnamed")
-        srv.expect_log(r"\[authn_hmac:warn\].*AHMAC0023: no Sentinel named a primary")
-        srv.start()
-        wait_for(lambda: "AHMAC0023" in srv.error_log(), 30, "the discovery's failure")
+        log = failed_discovery(srv)
         assert srv.status_code("/w/", "alice", "alice farm pass") == 200
-        log = srv.error_log()
     finally:
         problems = farm.cleanup()
         for f in (first, second):
