@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -896,16 +897,19 @@ static void check_opens(const check_state *st, const ap_directive_t *d)
     gid_t gid = geteuid() == 0 ? ap_unixd_config.group_id : getegid();
     gid_t groups[64];
     int i, n = 64, err = 0;
-    const char *why = NULL;
+    const char *why = NULL, *name = ap_unixd_config.user_name;
+    struct passwd *pw;
     struct stat sb;
-    char *slash;
+    char *slash, *real, *walk;
 
     if (!path)
         return;
+    /* NB: "User #1000" names no account: its name is the uid's. */
+    if (name && *name == '#' && (pw = getpwuid(uid)) != NULL)
+        name = pw->pw_name;
     for (i = 0; i < 64; i++)
         groups[i] = gid; /* NB: what getgrouplist may leave is the user's */
-    if (geteuid() == 0 && ap_unixd_config.user_name &&
-        getgrouplist(ap_unixd_config.user_name, gid, groups, &n) < 0)
+    if (geteuid() == 0 && name && getgrouplist(name, gid, groups, &n) < 0)
         n = 64; /* the first 64 */
     else if (geteuid() != 0) {
         int k = getgroups(63, groups + 1);
@@ -921,15 +925,20 @@ static void check_opens(const check_state *st, const ap_directive_t *d)
                            " by the children's User (mode %04o, owner "
                            "uid %ld)",
                            (unsigned)(sb.st_mode & 07777), (long)sb.st_uid);
-    /* The directories on the way, each searchable by them. */
-    for (slash = strchr(path + 1, '/'); !err && !why && slash;
+    /* The directories on the way, each searchable by them: those of the
+     * file itself, where links lead (a review of this check: a link into
+     * /root passed). */
+    real = realpath(path, NULL);
+    walk = apr_pstrdup(st->p, real ? real : path);
+    free(real);
+    for (slash = strchr(walk + 1, '/'); !err && !why && slash;
          slash = strchr(slash + 1, '/')) {
         *slash = '\0';
-        if (stat(path, &sb) == 0 && !may(&sb, uid, groups, n, S_IXUSR))
+        if (stat(walk, &sb) == 0 && !may(&sb, uid, groups, n, S_IXUSR))
             why = apr_psprintf(st->p,
                                " by the children's User (%s is mode %04o, "
                                "owner uid %ld)",
-                               path, (unsigned)(sb.st_mode & 07777),
+                               walk, (unsigned)(sb.st_mode & 07777),
                                (long)sb.st_uid);
         *slash = '/';
     }

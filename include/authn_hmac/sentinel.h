@@ -63,10 +63,12 @@ typedef struct authn_hmac_sentinel_shared {
     char host[AUTHN_HMAC_SENTINEL_HOST_MAX]; /* as the Sentinel said */
     char ip[AUTHN_HMAC_SENTINEL_IP_MAX];     /* what it resolved to */
     int64_t port;
-    int64_t claim;    /* monotonic: a discovery runs until then; 0: none */
-    int64_t checked;  /* monotonic: when the last discovery ended */
-    int64_t suspect;  /* monotonic: a failure asked for a look; 0: none */
-    uint64_t failing; /* the last discovery found no confirmed primary */
+    int64_t claim;      /* monotonic: a discovery runs until then; 0: none */
+    int64_t checked;    /* monotonic: when the last discovery ended */
+    int64_t suspect;    /* monotonic: a failure asked for a look; 0: none */
+    uint64_t failing;   /* the last discovery found no confirmed primary */
+    uint64_t epoch;     /* the settings' (a restart that changed them: +1) */
+    uint64_t pub_epoch; /* the epoch the address was published in */
 } authn_hmac_sentinel_shared_t;
 
 /* The published primary (ip, port, host) and its generation, read without
@@ -101,9 +103,11 @@ int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
 void authn_hmac_sentinel_suspect(authn_hmac_sentinel_shared_t *sh,
                                  apr_time_t now);
 
-/* A restart changed the settings: the primary known is forgotten, a
+/* A restart changed the settings: a new epoch, in which the primary known
+ * is none (readers take an address of another epoch for none), a
  * discovery is due at once, by the new children (a claim of the old ones
- * is let go), and the next failure is logged. */
+ * is let go, and their threads claim no more), and the next failure is
+ * logged. */
 void authn_hmac_sentinel_restart(authn_hmac_sentinel_shared_t *sh,
                                  apr_time_t now);
 

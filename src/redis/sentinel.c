@@ -160,10 +160,12 @@ uint64_t authn_hmac_sentinel_read(const authn_hmac_sentinel_shared_t *sh,
 
     for (tries = 0; tries < 1000; tries++) {
         uint64_t s1 = __atomic_load_n(&sh->seq, __ATOMIC_ACQUIRE), s2, gen;
+        uint64_t pub;
 
         if (s1 & 1)
             continue; /* being written */
         gen = __atomic_load_n(&sh->gen, __ATOMIC_RELAXED);
+        pub = __atomic_load_n(&sh->pub_epoch, __ATOMIC_RELAXED);
         memcpy(ip, sh->ip, AUTHN_HMAC_SENTINEL_IP_MAX);
         memcpy(host, sh->host, AUTHN_HMAC_SENTINEL_HOST_MAX);
         *port = (int)__atomic_load_n(&sh->port, __ATOMIC_RELAXED);
@@ -173,6 +175,9 @@ uint64_t authn_hmac_sentinel_read(const authn_hmac_sentinel_shared_t *sh,
             continue;
         ip[AUTHN_HMAC_SENTINEL_IP_MAX - 1] = '\0';
         host[AUTHN_HMAC_SENTINEL_HOST_MAX - 1] = '\0';
+        /* NB: learnt under settings a restart changed since: none. */
+        if (pub != __atomic_load_n(&sh->epoch, __ATOMIC_ACQUIRE))
+            return 0;
         return gen;
     }
     return 0; /* a writer that died mid-way: the next one repairs it */
@@ -187,7 +192,9 @@ int authn_hmac_sentinel_due(const authn_hmac_sentinel_shared_t *sh,
     if (checked && now - checked < min_gap)
         return 0;
     if (!__atomic_load_n(&sh->gen, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&sh->failing, __ATOMIC_RELAXED))
+        __atomic_load_n(&sh->failing, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&sh->pub_epoch, __ATOMIC_RELAXED) !=
+            __atomic_load_n(&sh->epoch, __ATOMIC_RELAXED))
         return 1;
     /* NB: a failure seen after the last look, even of a command sent to
      * the old primary before it: one look too many, bounded by min_gap. */
@@ -231,6 +238,8 @@ int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
      * else no process could read the primary again. */
     if (ip && ((__atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & 1) ||
                !__atomic_load_n(&sh->gen, __ATOMIC_RELAXED) ||
+               __atomic_load_n(&sh->pub_epoch, __ATOMIC_RELAXED) !=
+                   __atomic_load_n(&sh->epoch, __ATOMIC_RELAXED) ||
                strcmp(sh->ip, ip) != 0 || strcmp(sh->host, host) != 0 ||
                sh->port != port)) {
         uint64_t s = __atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & ~1ULL;
@@ -240,6 +249,9 @@ int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
         strlcpy(sh->ip, ip, sizeof(sh->ip));
         strlcpy(sh->host, host, sizeof(sh->host));
         __atomic_store_n(&sh->port, port, __ATOMIC_RELAXED);
+        __atomic_store_n(&sh->pub_epoch,
+                         __atomic_load_n(&sh->epoch, __ATOMIC_ACQUIRE),
+                         __ATOMIC_RELAXED);
         __atomic_add_fetch(&sh->gen, 1, __ATOMIC_RELAXED);
         __atomic_store_n(&sh->seq, s + 2, __ATOMIC_RELEASE);
         changed = 1;
@@ -259,19 +271,14 @@ void authn_hmac_sentinel_suspect(authn_hmac_sentinel_shared_t *sh,
 void authn_hmac_sentinel_restart(authn_hmac_sentinel_shared_t *sh,
                                  apr_time_t now)
 {
-    uint64_t s = __atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & ~1ULL;
-
     /* NB: the primary learnt under the old settings is forgotten (found by
      * review: new children used it, with the new password, until a
-     * discovery under the new ones found another): a new generation with
-     * no address, which readers take for none. */
-    __atomic_store_n(&sh->seq, s + 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    sh->ip[0] = '\0';
-    sh->host[0] = '\0';
-    __atomic_store_n(&sh->port, 0, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&sh->gen, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->seq, s + 2, __ATOMIC_RELEASE);
+     * discovery under the new ones found another): a new epoch, and a new
+     * generation so that readers look again and find it of the old one.
+     * Nothing is written under the readers' count: an old child's thread
+     * may be writing there (a review of this: two writers tore it). */
+    __atomic_add_fetch(&sh->epoch, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&sh->gen, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&sh->failing, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->checked, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->suspect, now, __ATOMIC_RELAXED);
@@ -570,7 +577,10 @@ static void *run(void *arg)
         if (s->stop)
             break;
         now = authn_hmac_monotonic();
-        if (!authn_hmac_sentinel_due(s->sh, now, MIN_GAP, PERIOD) ||
+        /* NB: a child of a generation whose settings a restart changed
+         * (finishing its requests) discovers no more. */
+        if (__atomic_load_n(&s->sh->epoch, __ATOMIC_ACQUIRE) != s->epoch ||
+            !authn_hmac_sentinel_due(s->sh, now, MIN_GAP, PERIOD) ||
             !(claim = authn_hmac_sentinel_claim(s->sh, now, hold)))
             continue;
         pthread_mutex_unlock(&s->lock);
@@ -622,6 +632,7 @@ apr_status_t authn_hmac_sentinel_start(authn_hmac_sentinel_t **out,
     s->sc = sc;
     s->redis = redis;
     s->sh = sh;
+    s->epoch = sh ? __atomic_load_n(&sh->epoch, __ATOMIC_ACQUIRE) : 0;
     s->health = health;
     s->log = log;
     s->baton = baton;

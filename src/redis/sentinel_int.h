@@ -19,7 +19,8 @@ struct authn_hmac_sentinel {
     pthread_mutex_t lock; /* of stop */
     pthread_cond_t wake;
     int stop, started;
-    int cancel[2]; /* a pipe: written when it stops, ends its waits */
+    int cancel[2];  /* a pipe: written when it stops, ends its waits */
+    uint64_t epoch; /* the settings' it started with (shared.h's epoch) */
 };
 
 #endif /* AUTHN_HMAC_SENTINEL_INT_H */

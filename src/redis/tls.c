@@ -277,7 +277,7 @@ static EVP_PKEY *load_key(const authn_hmac_secret_t *key, const char **why,
     EVP_PKEY *pkey = NULL;
     size_t len = 0;
     ssize_t n = 1;
-    int fds[2], status = 0;
+    int fds[2], status = -1; /* NB: not reaped: not exited well */
     pid_t pid;
 
     *why = "out of memory";

@@ -223,6 +223,17 @@ static void test_shared(apr_pool_t *p)
                                      t + MS(1400)) == 1);
     CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 4 &&
           !strcmp(ip, "::1") && port == 6379);
+    /* A restart that changed the settings: the primary learnt under the
+     * old ones is none, a look is due at once, and the same answer under
+     * the new ones is published again. */
+    authn_hmac_sentinel_restart(&sh, t + MS(1500));
+    CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 0);
+    CHECK(authn_hmac_sentinel_due(&sh, t + MS(1500), MS(500), MS(5000)));
+    CHECK((c = authn_hmac_sentinel_claim(&sh, t + MS(1500), MS(3000))) != 0);
+    CHECK(authn_hmac_sentinel_finish(&sh, c, "::1", "redis-2.internal", 6379,
+                                     t + MS(1600)) == 1);
+    CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 6 &&
+          !strcmp(ip, "::1") && port == 6379);
 }
 
 /* The pool's view: an address to connect to, taken only when new, with
