@@ -573,9 +573,9 @@ typedef struct {
     unsigned char d[AUTHN_HMAC_DIGEST_LEN];
     redis_req rq; /* made by the first miss: the hit needs none of it */
     authn_hmac_flight_rc flight; /* RUN: this request's flight to end */
-    int slot;
-    apr_interval_time_t wait; /* how long the flight's waiters wait */
-    int farm;                 /* 1: this server's claim across the farm */
+    authn_hmac_flight_t fl;      /* its run (RUN or WAIT) */
+    apr_interval_time_t wait;    /* how long the flight's waiters wait */
+    int farm;                    /* 1: this server's claim across the farm */
     char token[AUTHN_HMAC_FLIGHT_TOKEN_LEN + 1];
     /* What the request learned of the credential, for the caches, the
      * flight's waiters and the farm's: 1 granted, 0 refused (a mismatch),
@@ -766,9 +766,9 @@ static int from_flight(req_t *q)
     mono = authn_hmac_monotonic();
     q->wait = flight_time(q->e);
     q->flight =
-        authn_hmac_flight_begin(q->e->table, q->key, mono, q->wait, &q->slot);
+        authn_hmac_flight_begin(q->e->table, q->key, mono, q->wait, &q->fl);
     if (q->flight != AUTHN_HMAC_FLIGHT_WAIT ||
-        (got = authn_hmac_flight_wait(q->e->table, q->slot, q->key,
+        (got = authn_hmac_flight_wait(q->e->table, &q->fl, q->key,
                                       mono + q->wait)) < 0)
         return 0;
     coalesced(q, got);
@@ -912,7 +912,7 @@ static authn_hmac_outcome finish(req_t *q)
                                       q->learned + q->pol->negative_ttl);
     }
     if (q->flight == AUTHN_HMAC_FLIGHT_RUN)
-        authn_hmac_flight_end(e->table, q->slot, q->key, q->result,
+        authn_hmac_flight_end(e->table, &q->fl, q->key, q->result,
                               authn_hmac_monotonic());
     if (verified)
         redis_store(&q->rq, q->key, q->uid, q->learned, q->pol->max_age);
@@ -952,7 +952,8 @@ static void begin(req_t *q, const authn_hmac_engine_t *e,
     q->baton = baton;
     q->p = p;
     q->flight = AUTHN_HMAC_FLIGHT_NONE;
-    q->slot = -1;
+    q->fl.slot = -1;
+    q->fl.run = 0;
     q->farm = -1;
     q->result = -1;
     q->learned = 0;

@@ -80,7 +80,7 @@ static int flight_read(const flight_t *f, flight_t *copy)
 
 authn_hmac_flight_rc authn_hmac_flight_begin(
     authn_hmac_table_t *t, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    apr_time_t now, apr_interval_time_t stale_after, int *slot)
+    apr_time_t now, apr_interval_time_t stale_after, authn_hmac_flight_t *fl)
 {
     const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
     flight_t *f = s->flights, *claim = NULL;
@@ -91,55 +91,65 @@ authn_hmac_flight_rc authn_hmac_flight_begin(
         return AUTHN_HMAC_FLIGHT_NONE;
     /* Under the mutex no one else writes, so plain reads are safe. The
      * same credential running: wait for it, unless its runner died or is
-     * past its time, in which case take it over. NB: a flight of it that
-     * already ended is run again, not reused: its result was for those
-     * who waited (the caches answer later requests, as configured). */
+     * past its time, in which case take it over. */
     for (i = 0; i < FLIGHTS && rc == AUTHN_HMAC_FLIGHT_NONE; i++) {
-        if (f[i].state == FLIGHT_FREE ||
+        if (f[i].state != FLIGHT_RUNNING ||
             CRYPTO_memcmp(f[i].key, key, AUTHN_HMAC_KEY_LEN) != 0)
             continue;
-        if (f[i].state == FLIGHT_RUNNING && now - f[i].started < stale_after &&
-            authn_hmac_alive(f[i].pid)) {
-            *slot = i;
+        if (now - f[i].started < stale_after && authn_hmac_alive(f[i].pid)) {
+            fl->slot = i;
+            fl->run = f[i].started;
             rc = AUTHN_HMAC_FLIGHT_WAIT;
         }
         else
             claim = &f[i];
     }
     /* Else a free flight, or the one that ended longest ago, or a runner
-     * that died or is past its time. */
+     * that died or is past its time. NB: a flight of this credential that
+     * ended is run again, not reused (its result was for those who waited;
+     * the caches answer later requests, as configured), and in another
+     * place when there is one: a waiter that has not looked since it ended
+     * still finds its result there. */
     for (i = 0; i < FLIGHTS && rc == AUTHN_HMAC_FLIGHT_NONE && !claim; i++)
         if (f[i].state == FLIGHT_FREE)
             claim = &f[i];
     for (i = 0; i < FLIGHTS && rc == AUTHN_HMAC_FLIGHT_NONE; i++)
         if ((f[i].state == FLIGHT_GRANTED || f[i].state == FLIGHT_REFUSED) &&
             (!claim ||
-             (claim->state != FLIGHT_FREE && f[i].done < claim->done)))
+             (claim->state != FLIGHT_FREE && claim->state != FLIGHT_RUNNING &&
+              f[i].done < claim->done)))
             claim = &f[i];
     for (i = 0; i < FLIGHTS && rc == AUTHN_HMAC_FLIGHT_NONE && !claim; i++)
         if (now - f[i].started >= stale_after || !authn_hmac_alive(f[i].pid))
             claim = &f[i];
     if (rc == AUTHN_HMAC_FLIGHT_NONE && claim) {
-        flight_write(claim, FLIGHT_RUNNING, key, (int64_t)getpid(), now, 0);
-        *slot = (int)(claim - f);
+        /* NB: a run is its place and its start, which only grows in a
+         * place: a waiter tells its run from a later one. */
+        int64_t started = now > claim->started ? now : claim->started + 1;
+
+        flight_write(claim, FLIGHT_RUNNING, key, (int64_t)getpid(), started, 0);
+        fl->slot = (int)(claim - f);
+        fl->run = started;
         rc = AUTHN_HMAC_FLIGHT_RUN;
     }
     apr_global_mutex_unlock(s->mutex);
     return rc;
 }
 
-void authn_hmac_flight_end(authn_hmac_table_t *t, int slot,
+void authn_hmac_flight_end(authn_hmac_table_t *t, const authn_hmac_flight_t *fl,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
                            int result, apr_time_t now)
 {
     const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
-    flight_t *f = (flight_t *)s->flights + slot;
+    flight_t *f = (flight_t *)s->flights + fl->slot;
 
     if (apr_global_mutex_lock(s->mutex) != APR_SUCCESS)
         return;
-    /* NB: only if it is still this runner's (it may have been taken over).
-     * No result (-1) frees it: its waiters verify by themselves. */
-    if (f->state == FLIGHT_RUNNING && f->pid == (int64_t)getpid() &&
+    /* NB: only if it is still this run (it may have been taken over, by
+     * another thread of this process too). No result (-1) frees it: its
+     * waiters verify by themselves. */
+    if (f->state == FLIGHT_RUNNING && f->started == fl->run &&
+        f->pid == (int64_t)getpid() &&
         CRYPTO_memcmp(f->key, key, AUTHN_HMAC_KEY_LEN) == 0)
         flight_write(f,
                      result > 0    ? FLIGHT_GRANTED
@@ -149,12 +159,12 @@ void authn_hmac_flight_end(authn_hmac_table_t *t, int slot,
     apr_global_mutex_unlock(s->mutex);
 }
 
-int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
+int authn_hmac_flight_wait(authn_hmac_table_t *t, const authn_hmac_flight_t *fl,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
                            apr_time_t deadline)
 {
     const flight_t *f =
-        (const flight_t *)authn_hmac_table_parts(t)->flights + slot;
+        (const flight_t *)authn_hmac_table_parts(t)->flights + fl->slot;
     struct timespec nap = {0, 2000000}; /* 2 ms */
     int polls = 0;
 
@@ -163,9 +173,12 @@ int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
         int mine;
 
         if (flight_read(f, &copy)) {
-            mine = CRYPTO_memcmp(copy.key, key, AUTHN_HMAC_KEY_LEN) == 0;
+            /* NB: this run, not a later one of the same credential: a
+             * waiter that looked on a later run would wait for it too. */
+            mine = copy.started == fl->run &&
+                   CRYPTO_memcmp(copy.key, key, AUTHN_HMAC_KEY_LEN) == 0;
             if (!mine || copy.state == FLIGHT_FREE)
-                return -1; /* reused: ask again, or verify */
+                return -1; /* reused, or no result: verify */
             if (copy.state == FLIGHT_GRANTED)
                 return 1;
             if (copy.state == FLIGHT_REFUSED)

@@ -19,20 +19,27 @@ typedef enum {
     AUTHN_HMAC_FLIGHT_NONE
 } authn_hmac_flight_rc;
 
+/* A run of a flight: its place, and its start (which tells it from a later
+ * run of the same credential in that place). */
+typedef struct {
+    int slot;
+    apr_time_t run;
+} authn_hmac_flight_t;
+
 authn_hmac_flight_rc authn_hmac_flight_begin(
     authn_hmac_table_t *t, const unsigned char key[AUTHN_HMAC_KEY_LEN],
-    apr_time_t now, apr_interval_time_t stale_after, int *slot);
+    apr_time_t now, apr_interval_time_t stale_after, authn_hmac_flight_t *fl);
 
 /* result: 1 granted, 0 refused (a mismatch), -1 no result (another
  * failure: the waiters verify by themselves). */
-void authn_hmac_flight_end(authn_hmac_table_t *t, int slot,
+void authn_hmac_flight_end(authn_hmac_table_t *t, const authn_hmac_flight_t *fl,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
                            int result, apr_time_t now);
 
 /* Waits for the runner of key: 1 if it granted, 0 if it refused, -1 if no
- * answer came (the deadline, the runner died, the flight was reused): the
+ * answer came (the deadline, the runner died, the run was taken over): the
  * waiter then verifies by itself. Takes no lock. */
-int authn_hmac_flight_wait(authn_hmac_table_t *t, int slot,
+int authn_hmac_flight_wait(authn_hmac_table_t *t, const authn_hmac_flight_t *fl,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
                            apr_time_t deadline);
 

@@ -529,6 +529,78 @@ static void test_single_flight(apr_pool_t *p)
     slow_ms = 0;
 }
 
+/* A waiter that had not looked when its run ended, and a new run of the
+ * same credential began (a keep-alive client sends its next request at
+ * once), takes the result of its run: it does not wait for the next one,
+ * nor for every later one until its deadline (CI: waiters that kept
+ * missing the end of their run under load waited 7 s, then all went to
+ * the queue at once and were answered 503). */
+static void test_waiter_behind_a_new_run(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    authn_hmac_cred_t c = cred("alice", "right", "H-right");
+    unsigned char key[AUTHN_HMAC_KEY_LEN];
+    authn_hmac_flight_t run1, waiter, run2, late;
+    apr_time_t now = authn_hmac_monotonic();
+    apr_interval_time_t stale = apr_time_from_sec(60);
+
+    authn_hmac_mac_compute(e.mac, c.scope, c.scope_len, c.user, c.user_len,
+                           c.password, c.password_len, c.hash, c.hash_len, key);
+    CHECK(authn_hmac_flight_begin(e.table, key, now, stale, &run1) ==
+          AUTHN_HMAC_FLIGHT_RUN);
+    CHECK(authn_hmac_flight_begin(e.table, key, now, stale, &waiter) ==
+          AUTHN_HMAC_FLIGHT_WAIT);
+    authn_hmac_flight_end(e.table, &run1, key, 1, now);
+    CHECK(authn_hmac_flight_begin(e.table, key, now, stale, &run2) ==
+          AUTHN_HMAC_FLIGHT_RUN);
+    CHECK(authn_hmac_flight_begin(e.table, key, now, stale, &late) ==
+          AUTHN_HMAC_FLIGHT_WAIT);
+    CHECK(late.slot == run2.slot && late.run == run2.run);
+    /* The first run's waiter: its result at once. */
+    CHECK(authn_hmac_flight_wait(e.table, &waiter, key,
+                                 authn_hmac_monotonic() +
+                                     apr_time_from_sec(5)) == 1);
+    /* The second run refuses; its waiter learns that, not the grant. */
+    authn_hmac_flight_end(e.table, &run2, key, 0, now);
+    CHECK(authn_hmac_flight_wait(e.table, &late, key,
+                                 authn_hmac_monotonic() +
+                                     apr_time_from_sec(5)) == 0);
+
+    /* Every place taken but the one that ended: the new run takes it, and
+     * a waiter of the run that ended there no longer waits (-1: it
+     * verifies by itself), in no time. */
+    {
+        authn_hmac_flight_t other, old, next;
+        unsigned char k2[AUTHN_HMAC_KEY_LEN];
+        apr_time_t t0;
+        int i;
+
+        e = engine(p, 1 << 20);
+        CHECK(authn_hmac_flight_begin(e.table, key, now, stale, &run1) ==
+              AUTHN_HMAC_FLIGHT_RUN);
+        CHECK(authn_hmac_flight_begin(e.table, key, now, stale, &old) ==
+              AUTHN_HMAC_FLIGHT_WAIT);
+        for (i = 1; i < 64; i++) {
+            memcpy(k2, key, sizeof(k2));
+            k2[0] ^= (unsigned char)i;
+            CHECK(authn_hmac_flight_begin(e.table, k2, now, stale, &other) ==
+                  AUTHN_HMAC_FLIGHT_RUN);
+        }
+        authn_hmac_flight_end(e.table, &run1, key, 1, now);
+        CHECK(authn_hmac_flight_begin(e.table, key, now, stale, &next) ==
+              AUTHN_HMAC_FLIGHT_RUN);
+        CHECK(next.slot == run1.slot && next.run > run1.run);
+        t0 = authn_hmac_monotonic();
+        CHECK(authn_hmac_flight_wait(e.table, &old, key,
+                                     t0 + apr_time_from_sec(5)) == -1);
+        CHECK(authn_hmac_monotonic() - t0 < apr_time_from_sec(1));
+        /* The old run's end does not end the new one. */
+        authn_hmac_flight_end(e.table, &run1, key, 0, now);
+        CHECK(authn_hmac_flight_begin(e.table, key, now, stale, &late) ==
+              AUTHN_HMAC_FLIGHT_WAIT);
+    }
+}
+
 /* A runner that died is taken over at once; one that is late (past twice
  * the usual verification time) is not waited for. */
 static void test_runner_dies_or_is_late(apr_pool_t *p)
@@ -537,8 +609,9 @@ static void test_runner_dies_or_is_late(apr_pool_t *p)
     authn_hmac_cred_t c = cred("alice", "right", "H-right");
     unsigned char key[AUTHN_HMAC_KEY_LEN];
     apr_time_t t0;
+    authn_hmac_flight_t fl;
     pid_t pid;
-    int slot = -1, status;
+    int status;
 
     authn_hmac_mac_compute(e.mac, c.scope, c.scope_len, c.user, c.user_len,
                            c.password, c.password_len, c.hash, c.hash_len, key);
@@ -546,7 +619,7 @@ static void test_runner_dies_or_is_late(apr_pool_t *p)
     if (pid == 0) {
         (void)in_child(&e);
         _exit(authn_hmac_flight_begin(e.table, key, authn_hmac_monotonic(),
-                                      apr_time_from_sec(60), &slot) !=
+                                      apr_time_from_sec(60), &fl) !=
               AUTHN_HMAC_FLIGHT_RUN); /* and dies before it ends */
     }
     CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
@@ -1111,6 +1184,7 @@ int main(void)
     RUN(test_hit_takes_no_lock, p);
     RUN(test_single_flight, p);
     RUN(test_runner_dies_or_is_late, p);
+    RUN(test_waiter_behind_a_new_run, p);
     RUN(test_unknown_users_cost_a_verification, p);
     RUN(test_throttle, p);
     RUN(test_throttle_full_client_is_no_oracle, p);
