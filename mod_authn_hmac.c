@@ -239,7 +239,7 @@ static void share_userfiles(server_rec *s, apr_pool_t *pconf)
         apr_finfo_t f;
 
         authn_hmac_userfile_share(apr_hash_this_val(hi), sh, i++, hmac_conf.mac,
-                                  share_warn, s);
+                                  hmac_conf.table, share_warn, s);
         if (apr_stat(&f, apr_hash_this_key(hi), APR_FINFO_SIZE, pconf) ==
             APR_SUCCESS)
             total += f.size;

@@ -10,12 +10,52 @@
 
 #include <string.h>
 
+#include <apr_strings.h>
+
 #include "authn_hmac/table.h"
 #include "authn_hmac/util.h"
 
 #include "mod_authn_hmac_private.h"
 
 #define STATUS_HANDLER "authn-hmac-status"
+
+typedef char reason_fits[sizeof(((authn_hmac_stats_t *)0)->redis_reason) ==
+                                 AUTHN_HMAC_REDIS_REASON_MAX
+                             ? 1
+                             : -1];
+
+/* The Redis tier's state: whether it answers, the breaker's reason, the
+ * primary (the server, or the one Sentinel named) and the Sentinel
+ * counters. */
+static void redis_state(authn_hmac_stats_t *st)
+{
+    const authn_hmac_sentinel_shared_t *sh =
+        authn_hmac_table_sentinel(hmac_conf.table);
+    char ip[AUTHN_HMAC_SENTINEL_IP_MAX], host[AUTHN_HMAC_SENTINEL_HOST_MAX];
+    int port = 0;
+
+    st->redis = hmac_conf.redis_name != NULL;
+    if (!st->redis)
+        return;
+    st->redis_up = (uint64_t)authn_hmac_redis_health_read(
+        authn_hmac_table_redis_health(hmac_conf.table), &st->redis_up_since,
+        st->redis_reason);
+    st->sentinel = hmac_conf.sentinel.n > 0;
+    if (!st->sentinel) {
+        apr_cpystrn(st->redis_primary, hmac_conf.redis_name,
+                    sizeof(st->redis_primary));
+        return;
+    }
+    /* NB: the address the pool connects to ([v6]:port). */
+    if (authn_hmac_sentinel_read(sh, ip, host, &port)) {
+        apr_snprintf(st->redis_primary, sizeof(st->redis_primary),
+                     strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
+        st->redis_primary_since = __atomic_load_n(&sh->since, __ATOMIC_RELAXED);
+    }
+    st->sentinel_discoveries =
+        __atomic_load_n(&sh->discoveries, __ATOMIC_RELAXED);
+    st->sentinel_switches = __atomic_load_n(&sh->switches, __ATOMIC_RELAXED);
+}
 
 /* The counters of every process, rendered in format f. */
 static const char *status_text(authn_hmac_format_t f, apr_pool_t *p)
@@ -24,7 +64,7 @@ static const char *status_text(authn_hmac_format_t f, apr_pool_t *p)
     apr_time_t now = apr_time_now();
 
     authn_hmac_table_stats(hmac_conf.table, now, &st);
-    st.redis = hmac_conf.redis_name != NULL;
+    redis_state(&st);
     st.max_verifications = (uint64_t)hmac_conf.max_verifications;
     return authn_hmac_status_format(&st, f, p);
 }

@@ -130,7 +130,7 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
           rc == AUTHN_HMAC_REDIS_TIMEOUT ? AUTHN_HMAC_C_REDIS_TIMEOUTS
                                          : AUTHN_HMAC_C_REDIS_ERRORS,
           1);
-    if (authn_hmac_redis_failed(h, rq->started, now, rq->probe))
+    if (authn_hmac_redis_failed(h, rq->started, now, rq->probe, why))
         authn_hmac_logf(
             e->log, rq->baton, AUTHN_HMAC_LOG_WARNING,
             "AHMAC0004: Redis at %s is unavailable (%s); using shared "
@@ -542,6 +542,8 @@ static int take_turn(const authn_hmac_engine_t *e, const authn_hmac_cred_t *c,
     }
     if (rc == AUTHN_HMAC_QUEUE_BUSY) {
         count(e, AUTHN_HMAC_C_BUSY, 1);
+        authn_hmac_table_gauge(e->table, AUTHN_HMAC_C_BUSY_LAST,
+                               (uint64_t)apr_time_sec(apr_time_now()));
         return 0;
     }
     return 1;

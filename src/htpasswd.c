@@ -134,6 +134,13 @@ static stripe_t *enter(authn_hmac_userfile_t *uf, uint64_t *e)
 static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* A process that keeps its own index: told, and counted. */
+static void kept_own(authn_hmac_userfile_t *uf)
+{
+    if (uf->counts)
+        authn_hmac_table_count(uf->counts, AUTHN_HMAC_C_INDEX_PRIVATE, 1);
+}
+
 static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
 {
     va_list ap;
@@ -146,8 +153,10 @@ static void warn(authn_hmac_userfile_t *uf, const char *fmt, ...)
 void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
                                authn_hmac_share_t *sh, unsigned slot,
                                const authn_hmac_mac_t *mac,
+                               authn_hmac_table_t *counts,
                                authn_hmac_log_fn warn_fn, void *baton)
 {
+    uf->counts = counts;
     uf->share = sh && mac ? sh : NULL;
     uf->slot = slot;
     uf->mac = mac;
@@ -185,11 +194,13 @@ static apr_status_t build(authn_hmac_userfile_t *uf, generation_t **g,
 
     if (share) {
         rv = authn_hmac_uf_build_shared(uf, *g, r, m, ml, bad, baton, tp);
-        if (rv != APR_SUCCESS && rv != APR_EOF)
+        if (rv != APR_SUCCESS && rv != APR_EOF) {
             warn(uf,
                  "cannot share the index of %s with the other processes "
                  "(%pm); this process keeps its own",
                  uf->path, &rv);
+            kept_own(uf);
+        }
         if (rv != APR_SUCCESS) {
             authn_hmac_uf_gen_destroy(*g);
             *g = authn_hmac_uf_gen_make(uf);
@@ -405,6 +416,7 @@ static apr_status_t refresh(authn_hmac_userfile_t *uf, const apr_finfo_t *now,
                  "cannot lock the shared index of %s (%pm); this process "
                  "keeps its own",
                  uf->path, &rv);
+            kept_own(uf);
             uf->unshared = 1;
             break;
         }

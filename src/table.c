@@ -46,7 +46,8 @@
  * the throttle's records) makes
  * a kept segment start afresh, across a graceful restart after an upgrade
  * too. */
-#define TABLE_MAGIC 0x61686d616374000eULL
+#define TABLE_MAGIC 0x61686d616374000fULL
+
 #define WAYS        8 /* slots per set */
 #define HIT_STRIPES 8
 
@@ -574,6 +575,12 @@ void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
     __atomic_fetch_add(
         &t->hdr->hits[cpu > 0 ? (unsigned)cpu % HIT_STRIPES : 0][0], delta,
         __ATOMIC_RELAXED);
+}
+
+void authn_hmac_table_gauge(authn_hmac_table_t *t, enum authn_hmac_counter c,
+                            uint64_t value)
+{
+    __atomic_store_n(&t->hdr->counter[c], value, __ATOMIC_RELAXED);
 }
 
 uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,

@@ -112,6 +112,7 @@ struct authn_hmac_userfile {
     unsigned slot;
     const authn_hmac_mac_t *mac; /* the shared versions' tags */
     authn_hmac_log_fn warn;      /* what goes wrong with sharing */
+    authn_hmac_table_t *counts;  /* index_private, if not NULL */
     void *warn_baton;
     int unshared; /* sharing failed in this process: it reads the file */
     unsigned built, adopted; /* shared versions; under lock */

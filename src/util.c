@@ -218,7 +218,22 @@ const uint64_t
  * units only (seconds, bytes). */
 static const authn_hmac_counter_info_t gauges[] = {
     {"redis", "1 if a Redis server is configured", 1, 0},
+    {"redis_sentinel", "1 if the Redis primary is found through Sentinel", 1,
+     0},
+    {"redis_up",
+     "1 while Redis answers: configured, the breaker closed, no outage", 1, 0},
+    {"redis_up_since_seconds",
+     "since when Redis answers, in seconds since the Unix epoch; 0: not now", 1,
+     0},
     {"redis_breaker_open", "1 while the breaker skips Redis", 1, 0},
+    {"redis_primary_since_seconds",
+     "when the Sentinels named the current primary, in seconds since the "
+     "Unix epoch; 0: none known, or no Sentinel",
+     1, 0},
+    {"sentinel_discoveries", "discoveries of the primary through Sentinel", 0,
+     0},
+    {"sentinel_switches", "primaries the Sentinels named in place of another",
+     0, 0},
     {"redis_connections", "open Redis connections, all processes", 1, 0},
     {"redis_tls_handshakes", "TLS connections made to Redis", 0, 0},
     {"redis_tls_resumed",
@@ -313,12 +328,88 @@ static const char *histogram(const char *out, enum authn_hmac_histogram h,
                         out, name, seconds(hist->sum_usec, p), name, n);
 }
 
+/* s as f shows a string: JSON's escapes, a Prometheus label's, HTML's;
+ * else control characters as '?'. */
+static const char *quoted(authn_hmac_format_t f, const char *s, apr_pool_t *p)
+{
+    char *out = apr_palloc(p, strlen(s) * 6 + 1), *o = out;
+    int json = f == AUTHN_HMAC_FMT_JSON, prom = f == AUTHN_HMAC_FMT_PROMETHEUS;
+
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if ((json || prom) && (c == '"' || c == '\\'))
+            o += apr_snprintf(o, 7, "\\%c", c);
+        else if (json && (c < 0x20 || c == 0x7f))
+            o += apr_snprintf(o, 7, "\\u%04x", c);
+        else if (prom && c == '\n')
+            o += apr_snprintf(o, 7, "\\n");
+        else if (f == AUTHN_HMAC_FMT_HTML && strchr("<>&\"", c))
+            o += apr_snprintf(o, 7, "&#%d;", c);
+        else
+            *o++ = (char)(c < 0x20 || c == 0x7f ? '?' : c);
+    }
+    *o = '\0';
+    return out;
+}
+
+/* The Redis tier's words: the primary and the breaker's reason; for
+ * Prometheus an info metric whose labels carry them. */
+static const char *words(authn_hmac_format_t f, const char *out,
+                         const authn_hmac_stats_t *s, apr_pool_t *p)
+{
+    const char *primary = quoted(f, s->redis_primary, p);
+    const char *reason = quoted(f, s->redis_reason, p);
+
+    switch (f) {
+    case AUTHN_HMAC_FMT_JSON:
+        return apr_psprintf(p,
+                            "%s,\n  \"redis_primary\": \"%s\""
+                            ",\n  \"redis_breaker_reason\": \"%s\"",
+                            out, primary, reason);
+    case AUTHN_HMAC_FMT_PROMETHEUS:
+        return apr_psprintf(
+            p,
+            "%s# HELP authn_hmac_redis_info the Redis primary (the server, "
+            "or the one the Sentinels named; \"\": none known) and the "
+            "breaker's last reason while it is open\n"
+            "# TYPE authn_hmac_redis_info gauge\n"
+            "authn_hmac_redis_info{primary=\"%s\",breaker_reason=\"%s\"} 1\n",
+            out, primary, reason);
+    case AUTHN_HMAC_FMT_AUTO:
+        return apr_psprintf(p,
+                            "%sauthn_hmac_redis_primary: %s\n"
+                            "authn_hmac_redis_breaker_reason: %s\n",
+                            out, primary, reason);
+    case AUTHN_HMAC_FMT_HTML:
+        return apr_psprintf(p,
+                            "%s<tr><td>redis_primary</td><td>%s</td><td>the "
+                            "Redis primary</td></tr>\n"
+                            "<tr><td>redis_breaker_reason</td><td>%s</td>"
+                            "<td>the breaker's last reason while it is "
+                            "open</td></tr>\n",
+                            out, primary, reason);
+    default:
+        return apr_psprintf(p,
+                            "%sredis_primary: %s\nredis_breaker_reason: %s\n",
+                            out, primary, reason);
+    }
+}
+
 const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
                                      authn_hmac_format_t f, apr_pool_t *p)
 {
     uint64_t g[NGAUGES] = {
         (uint64_t)s->redis,
+        (uint64_t)s->sentinel,
+        s->redis_up,
+        s->redis_up_since > 0 ? (uint64_t)apr_time_sec(s->redis_up_since) : 0,
         s->redis_breaker,
+        s->redis_primary_since > 0
+            ? (uint64_t)apr_time_sec(s->redis_primary_since)
+            : 0,
+        s->sentinel_discoveries,
+        s->sentinel_switches,
         s->redis_conns,
         s->redis_tls_handshakes,
         s->redis_tls_resumed,
@@ -346,6 +437,7 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
             line(f, out, c == 0, &authn_hmac_counter_info[c], s->counter[c], p);
     for (c = 0; c < NGAUGES; c++)
         out = line(f, out, 0, &gauges[c], g[c], p);
+    out = words(f, out, s, p);
     /* NB: the histograms only for Prometheus, which computes percentiles;
      * the other outputs keep one number per name. */
     if (f == AUTHN_HMAC_FMT_PROMETHEUS)

@@ -251,7 +251,7 @@ int main(int argc, char **argv)
                     why);
             return 1;
         }
-        authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
+        authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL, NULL);
         fprintf(stderr, "hitbench: the index is shared\n");
     }
     if (authn_hmac_userfile_child_init(uf, p) != APR_SUCCESS)

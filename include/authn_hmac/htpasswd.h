@@ -7,6 +7,7 @@
 #include "authn_hmac/cred.h"
 #include "authn_hmac/index.h"
 #include "authn_hmac/share.h"
+#include "authn_hmac/table.h"
 
 #include <apr_errno.h>
 
@@ -31,10 +32,12 @@ void authn_hmac_userfile_limit(authn_hmac_userfile_t *uf, apr_off_t max_bytes,
 /* Before child_init, in the parent: the view's versions are shared in slot
  * of sh, their blocks tagged under mac, and what cannot be shared (no
  * space, a version altered) is told to warn; the view then reads the file
- * itself, as it does without sh. */
+ * itself, as it does without sh; a process that keeps its own index is
+ * counted in counts (index_private), if given. */
 void authn_hmac_userfile_share(authn_hmac_userfile_t *uf,
                                authn_hmac_share_t *sh, unsigned slot,
                                const authn_hmac_mac_t *mac,
+                               authn_hmac_table_t *counts,
                                authn_hmac_log_fn warn, void *baton);
 
 /* Once per child process, before any lookup. */

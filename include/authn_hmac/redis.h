@@ -186,6 +186,8 @@ authn_hmac_redis_server(const authn_hmac_redis_conf_t *conf, apr_pool_t *p);
 
 /* ------------------------------------------------------------ the health */
 
+#define AUTHN_HMAC_REDIS_REASON_MAX 160
+
 /* Redis health shared by every process, so that an outage is logged once
  * and the breaker holds for all (breaker.c). Lives in the shared segment
  * (authn_hmac_table_redis_health). */
@@ -201,7 +203,17 @@ typedef struct authn_hmac_redis_health {
     int64_t last_failure;    /* monotonic: when the last incident was seen */
     uint64_t tls_handshakes; /* TLS connections made */
     uint64_t tls_resumed;    /* of which resumed a session */
+    int64_t up_since;        /* wall clock: answering since; 0: not now */
+    uint64_t reason_seq;     /* odd while reason is written */
+    char reason[AUTHN_HMAC_REDIS_REASON_MAX]; /* while the breaker is open */
 } authn_hmac_redis_health_t;
+
+/* What the status page tells of the tier: whether Redis answers (since
+ * when, wall clock) and, while the breaker is open, the last failure's
+ * reason ("" when none). Read without a lock. */
+int authn_hmac_redis_health_read(const authn_hmac_redis_health_t *h,
+                                 apr_time_t *up_since,
+                                 char reason[AUTHN_HMAC_REDIS_REASON_MAX]);
 
 /* ---------------------------------------------------------------- the pool */
 
@@ -381,9 +393,10 @@ int authn_hmac_redis_breaker_open(authn_hmac_redis_health_t *h);
  * 50 ms timeout is not three failures because 16 requests waited through
  * it. Returns 1 if this began an outage, that is, the breaker is open
  * and no outage was recorded (log it once); a failure that leaves the
- * breaker closed returns 0. */
+ * breaker closed returns 0. why (as logged) is the breaker's reason while
+ * it is open. */
 int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
-                            apr_time_t now, int probe);
+                            apr_time_t now, int probe, const char *why);
 
 /* Records the success of an operation begun at `started` (probe: the
  * half-open probe, which closes the breaker); returns 1 if it ended an
@@ -391,6 +404,10 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
 int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
                                apr_time_t now, int probe,
                                apr_interval_time_t *outage);
+
+/* Another server (a new primary): the breaker opened for the old one
+ * does not hold for it; closed, with no reason, and no failures counted. */
+void authn_hmac_redis_breaker_reset(authn_hmac_redis_health_t *h);
 
 /* 1 the first time a forged value is seen (log it once). */
 int authn_hmac_redis_forged_first(authn_hmac_redis_health_t *h);

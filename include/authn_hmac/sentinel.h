@@ -63,12 +63,15 @@ typedef struct authn_hmac_sentinel_shared {
     char host[AUTHN_HMAC_SENTINEL_HOST_MAX]; /* as the Sentinel said */
     char ip[AUTHN_HMAC_SENTINEL_IP_MAX];     /* what it resolved to */
     int64_t port;
-    int64_t claim;      /* monotonic: a discovery runs until then; 0: none */
-    int64_t checked;    /* monotonic: when the last discovery ended */
-    int64_t suspect;    /* monotonic: a failure asked for a look; 0: none */
-    uint64_t failing;   /* the last discovery found no confirmed primary */
-    uint64_t epoch;     /* the settings' (a restart that changed them: +1) */
-    uint64_t pub_epoch; /* the epoch the address was published in */
+    int64_t claim;        /* monotonic: a discovery runs until then; 0: none */
+    int64_t checked;      /* monotonic: when the last discovery ended */
+    int64_t suspect;      /* monotonic: a failure asked for a look; 0: none */
+    uint64_t failing;     /* the last discovery found no confirmed primary */
+    uint64_t epoch;       /* the settings' (a restart that changed them: +1) */
+    uint64_t pub_epoch;   /* the epoch the address was published in */
+    uint64_t discoveries; /* discoveries that ended, found or not */
+    uint64_t switches;    /* primaries published in place of another */
+    int64_t since;        /* wall clock: when this primary was first named */
 } authn_hmac_sentinel_shared_t;
 
 /* The published primary (ip, port, host) and its generation, read without

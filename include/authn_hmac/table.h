@@ -90,6 +90,10 @@ void authn_hmac_table_count(authn_hmac_table_t *t, enum authn_hmac_counter c,
 uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,
                                   enum authn_hmac_counter c);
 
+/* Sets a gauge kept among the counters (a time). */
+void authn_hmac_table_gauge(authn_hmac_table_t *t, enum authn_hmac_counter c,
+                            uint64_t value);
+
 /* Adds a duration of usec microseconds to histogram h. Takes no lock. */
 void authn_hmac_table_observe(authn_hmac_table_t *t,
                               enum authn_hmac_histogram h, uint64_t usec);

@@ -83,6 +83,9 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
     X(QUEUED, C, "queued", "verifications that waited for a turn")             \
     X(BUSY, C, "busy",                                                         \
       "misses refused with 503: the verification queue was full")              \
+    X(BUSY_LAST, G, "busy_last_time_seconds",                                  \
+      "when a miss was last refused with 503 (busy), in seconds since the "    \
+      "Unix epoch; 0: never")                                                  \
     X(VERIFYING_MAX, G, "verifying_max",                                       \
       "the most verifications that ran at once (a high-water mark)")           \
     X(REFRESHES, C, "refreshes", "hits that extended an entry's idle timeout") \
@@ -90,7 +93,10 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
       "misses refused without a verification: the client had guessed too "     \
       "many wrong passwords")                                                  \
     X(BANS, C, "bans",                                                         \
-      "bans started on a client, for one user or for all (the throttle)")
+      "bans started on a client, for one user or for all (the throttle)")      \
+    X(INDEX_PRIVATE, C, "index_private",                                       \
+      "times a process could not share an htpasswd file's index and kept "     \
+      "its own")
 
 enum authn_hmac_counter {
 #define AUTHN_HMAC_COUNTER_ENUM(id, kind, name, help) AUTHN_HMAC_C_##id,
@@ -146,11 +152,19 @@ typedef struct {
 
 typedef struct {
     uint64_t counter[AUTHN_HMAC_C_COUNT];
-    int redis;                     /* Redis is configured */
-    uint64_t redis_breaker;        /* 1 while the breaker skips Redis */
-    uint64_t redis_conns;          /* open connections, all processes */
-    uint64_t redis_tls_handshakes; /* TLS connections made */
-    uint64_t redis_tls_resumed;    /* of which resumed a session */
+    int redis;                      /* Redis is configured */
+    int sentinel;                   /* through Sentinel */
+    uint64_t redis_up;              /* 1 while Redis answers */
+    apr_time_t redis_up_since;      /* since when; 0: not now */
+    uint64_t redis_breaker;         /* 1 while the breaker skips Redis */
+    char redis_reason[160];         /* the breaker's, while it is open */
+    char redis_primary[320];        /* host:port; "": none known */
+    apr_time_t redis_primary_since; /* when Sentinel named it; 0: none */
+    uint64_t sentinel_discoveries;  /* discoveries that ended */
+    uint64_t sentinel_switches;     /* primaries named in place of another */
+    uint64_t redis_conns;           /* open connections, all processes */
+    uint64_t redis_tls_handshakes;  /* TLS connections made */
+    uint64_t redis_tls_resumed;     /* of which resumed a session */
     uint64_t entries;          /* slots holding an entry (live or expired) */
     uint64_t slots;            /* capacity in entries */
     uint64_t negative_entries; /* slots of the negative region in use */

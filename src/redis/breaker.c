@@ -8,6 +8,8 @@
  * request probes Redis (half open) while the others keep skipping it. */
 #include "authn_hmac/redis.h"
 
+#include <string.h>
+
 #define BREAKER_AFTER     3 /* incidents within BREAKER_WINDOW */
 #define BREAKER_WINDOW    apr_time_from_sec(10)
 #define BREAKER_MAX_SHIFT 3 /* backoff 2, 4, 8, 16 s */
@@ -64,8 +66,56 @@ static int new_incident(authn_hmac_redis_health_t *h, apr_time_t started,
     return 0;
 }
 
+/* The breaker's reason, why ("" clears it), under a count that readers
+ * check; a writer that finds another inside leaves it the word. */
+static void set_reason(authn_hmac_redis_health_t *h, const char *why)
+{
+    uint64_t seq = __atomic_load_n(&h->reason_seq, __ATOMIC_RELAXED);
+    char *r = h->reason;
+    size_t i, n;
+
+    if ((seq & 1) ||
+        !__atomic_compare_exchange_n(&h->reason_seq, &seq, seq + 1, 0,
+                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return;
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    /* NB: byte by byte, atomically: readers copy it at the same time. */
+    n = strnlen(why, sizeof(h->reason) - 1);
+    for (i = 0; i < n; i++)
+        __atomic_store_n(&r[i], why[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&r[n], '\0', __ATOMIC_RELAXED);
+    __atomic_store_n(&h->reason_seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+int authn_hmac_redis_health_read(const authn_hmac_redis_health_t *h,
+                                 apr_time_t *up_since,
+                                 char reason[AUTHN_HMAC_REDIS_REASON_MAX])
+{
+    int tries, i;
+
+    *up_since = __atomic_load_n(&h->up_since, __ATOMIC_RELAXED);
+    reason[0] = '\0';
+    for (tries = 0; tries < 100; tries++) {
+        uint64_t s1 = __atomic_load_n(&h->reason_seq, __ATOMIC_ACQUIRE);
+
+        if (s1 & 1)
+            continue;
+        for (i = 0; i < AUTHN_HMAC_REDIS_REASON_MAX; i++)
+            reason[i] = __atomic_load_n(&h->reason[i], __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&h->reason_seq, __ATOMIC_RELAXED) == s1)
+            break;
+    }
+    reason[AUTHN_HMAC_REDIS_REASON_MAX - 1] = '\0';
+    if (tries == 100)
+        reason[0] = '\0';
+    return *up_since != 0 &&
+           !__atomic_load_n(&h->breaker_until, __ATOMIC_RELAXED) &&
+           __atomic_load_n(&h->down_since, __ATOMIC_RELAXED) == 0;
+}
+
 int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
-                            apr_time_t now, int probe)
+                            apr_time_t now, int probe, const char *why)
 {
     int64_t zero = 0;
     int64_t window = __atomic_load_n(&h->window, __ATOMIC_RELAXED);
@@ -114,6 +164,8 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
      * counted (and logged at debug) but is not an outage to warn about. */
     if (!authn_hmac_redis_breaker_open(h))
         return 0;
+    set_reason(h, why ? why : "");
+    __atomic_store_n(&h->up_since, 0, __ATOMIC_RELAXED);
     if (!__atomic_compare_exchange_n(&h->down_since, &zero, now, 0,
                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return 0;
@@ -141,6 +193,16 @@ int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
     if (ended || probe) {
         __atomic_store_n(&h->opens, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
+        set_reason(h, "");
+    }
+    /* NB: since the first answer, or the end of the last outage. */
+    if ((ended || probe || !__atomic_load_n(&h->up_since, __ATOMIC_RELAXED)) &&
+        !__atomic_load_n(&h->down_since, __ATOMIC_RELAXED)) {
+        int64_t zero = 0;
+
+        (void)__atomic_compare_exchange_n(&h->up_since, &zero, apr_time_now(),
+                                          0, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED);
     }
     /* NB: other successes leave the window's failures counted. */
     if (probe)
@@ -157,6 +219,16 @@ void authn_hmac_redis_health_restart(authn_hmac_redis_health_t *h)
     __atomic_store_n(&h->last_failure, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->forged_warned, 0, __ATOMIC_RELAXED);
     __atomic_add_fetch(&h->epoch, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->up_since, 0, __ATOMIC_RELAXED);
+    set_reason(h, "");
+    __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
+}
+
+void authn_hmac_redis_breaker_reset(authn_hmac_redis_health_t *h)
+{
+    __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->opens, 0, __ATOMIC_RELAXED);
+    set_reason(h, "");
     __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
 }
 

@@ -222,7 +222,7 @@ int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
                                const char *ip, const char *host, int port,
                                apr_time_t now)
 {
-    int changed = 0;
+    int changed = 0, switched;
 
     /* NB: only the claim's holder writes. Its deadlines keep a discovery
      * well within the claim, but a name slow to resolve may not: one that
@@ -244,6 +244,12 @@ int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
                sh->port != port)) {
         uint64_t s = __atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & ~1ULL;
 
+        /* NB: another server than the last one known (of any epoch). */
+        switched = sh->ip[0] && (strcmp(sh->ip, ip) != 0 || sh->port != port);
+        if (switched)
+            __atomic_add_fetch(&sh->switches, 1, __ATOMIC_RELAXED);
+        if (switched || !__atomic_load_n(&sh->since, __ATOMIC_RELAXED))
+            __atomic_store_n(&sh->since, apr_time_now(), __ATOMIC_RELAXED);
         __atomic_store_n(&sh->seq, s + 1, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_RELEASE);
         strlcpy(sh->ip, ip, sizeof(sh->ip));
@@ -256,6 +262,7 @@ int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
         __atomic_store_n(&sh->seq, s + 2, __ATOMIC_RELEASE);
         changed = 1;
     }
+    __atomic_add_fetch(&sh->discoveries, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->failing, ip ? 0 : 1, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->checked, now, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->claim, 0, __ATOMIC_RELEASE);
@@ -535,9 +542,7 @@ static void look(authn_hmac_sentinel_t *s, int64_t claim, apr_pool_t *p)
         return;
     /* NB: a new primary is another server: the breaker opened for the old
      * one does not hold for it, and sharing resumes at once. */
-    __atomic_store_n(&s->health->failures, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->health->opens, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->health->breaker_until, 0, __ATOMIC_RELEASE);
+    authn_hmac_redis_breaker_reset(s->health);
     authn_hmac_logf(
         s->log, s->baton, AUTHN_HMAC_LOG_NOTICE,
         "AHMAC0024: the primary of '%s' is %s%s:%d%s, as the Sentinels say "

@@ -185,6 +185,13 @@ def test_failover_keeps_serving_and_sharing_resumes_on_the_new_primary(mpm):
                              for s in (a, b)), 30, "the primary is found")
         assert shared_once(farm, a, b, "before", "before pass") == "redis-hit"
         assert top.primary.cli("DBSIZE") != "0"
+        # The status page names it, since when, and counts the discovery.
+        t_found = time.time()
+        js = a.status()
+        assert js["redis_sentinel"] == 1 and js["redis_up"] == 1, js
+        assert js["redis_primary"] == "127.0.0.1:%d" % top.primary.port, js
+        assert 0 < js["redis_primary_since_seconds"] <= t_found, js
+        assert js["sentinel_discoveries"] >= 1 and js["sentinel_switches"] == 0, js
         # A cached user, on both servers.
         assert a.status_code("/w/", "alice", "alice farm pass") == 200
         assert b.status_code("/w/", "alice", "alice farm pass") == 200
@@ -216,6 +223,12 @@ def test_failover_keeps_serving_and_sharing_resumes_on_the_new_primary(mpm):
         assert int(top.replica.cli("DBSIZE")) >= 2
         assert re.search(r"AHMAC0024: the primary of 'mymaster' is now 127\.0\.0\.1:%d"
                          % top.replica.port, a.error_log())
+        # The switch, where a monitor sees it.
+        js2 = a.status()
+        assert js2["redis_primary"] == "127.0.0.1:%d" % top.replica.port, js2
+        assert js2["sentinel_switches"] == 1, js2
+        assert js2["redis_primary_since_seconds"] >= int(t_found), (js, js2)
+        assert js2["sentinel_discoveries"] > js["sentinel_discoveries"], (js, js2)
         print("sharing resumed %.1f s after the kill (%d requests of the cached user)"
               % (shared, len(load.statuses)))
 

@@ -80,6 +80,15 @@ def same(a, b):
     return a == b
 
 
+WORDS = {"redis_primary", "redis_breaker_reason"}
+
+
+def numbers(js):
+    """The JSON's numbers: every field but the Redis tier's two words."""
+    assert {k for k, v in js.items() if isinstance(v, str)} == WORDS, js
+    return {k: v for k, v in js.items() if k not in WORDS}
+
+
 NUMBER = r"(\d+(?:\.\d+)?)"
 
 
@@ -93,11 +102,17 @@ def test_prometheus_matches_json(srv):
     js = srv.status()
     head, body = get(srv, "/authn-hmac-status?prometheus")
     assert re.search(r"(?i)^content-type: text/plain; version=0\.0\.4", head, re.M), head
-    values, types = {}, {}
+    # The words: the labels of one info metric (no Redis here: empty).
+    assert js["redis_primary"] == "" and js["redis_breaker_reason"] == ""
+    assert 'authn_hmac_redis_info{primary="",breaker_reason=""} 1\n' in body, body
+    js = numbers(js)
+    values, types = {}, {"redis_info": "gauge"}
     for line in body.splitlines():
         m = re.match(r"# TYPE authn_hmac_(\w+) (counter|gauge|histogram)$", line)
         if m:
             types[m.group(1)] = m.group(2)
+        elif line.startswith("authn_hmac_redis_info{"):
+            continue
         elif not line.startswith("# HELP authn_hmac_"):
             name, value = line.split(" ")
             assert name.startswith("authn_hmac_"), line
@@ -107,6 +122,7 @@ def test_prometheus_matches_json(srv):
     types = {k: v for k, v in types.items() if k not in hist}
     values = {k: v for k, v in values.items()
               if not any(k.startswith(h + "_") for h in hist)}
+    assert types.pop("redis_info") == "gauge"
     assert set(types) == set(values)
     # Counters carry Prometheus's _total; gauges do not.
     prom = {}
@@ -125,7 +141,7 @@ def test_prometheus_matches_json(srv):
 @pytest.mark.mpm
 def test_server_status_auto_and_page_match_json(srv):
     traffic(srv)
-    js = srv.status()
+    js = numbers(srv.status())
     _, auto = get(srv, "/server-status?auto")
     assert re.search(r"^Total Accesses: \d+", auto, re.M), auto  # mod_status's own
     mine = dict((m.group(1), number(m.group(2)))
@@ -325,3 +341,128 @@ def test_the_examples_counters_refuse_a_logged_in_user_from_another_address(plac
         # NB: what the docs warn of: the login's Require replaced the
         # scraper's; the scraper itself must now log in.
         assert (scraper.status, user.status, stranger.status) == (401, 200, 401)
+
+
+STAT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "tools", "authn-hmac-stat")
+
+
+def check(srv, *args):
+    p = subprocess.run([sys.executable, STAT, "--check"] + list(args) +
+                       [srv.url + "/authn-hmac-status"],
+                       capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout.strip()
+
+
+def test_redis_health_and_the_check():
+    """The Redis tier's state where a monitor reads it: up since when, the
+    breaker and its reason while it is open (cleared when it closes), in
+    JSON, Prometheus and authn-hmac-stat; and authn-hmac-stat --check's one
+    line and exit status: OK, CRITICAL with Redis down, WARNING after a
+    503."""
+    redis = Redis(password=None).start()
+    # NB: the throttle off: the misses that reach Redis here are wrong
+    # passwords.
+    s = make_server("event", global_conf="AuthHMACMaxVerifications 1\n"
+                                         "AuthHMACVerifyBacklog 0\n"
+                                         "AuthHMACMaxFailures 0\n"
+                                         "AuthHMACMaxClientFailures 0\n")
+    pepper = s.path("pepper")
+    with open(pepper, "wb") as f:
+        f.write(os.urandom(32))
+    os.chmod(pepper, 0o600)
+    s.global_conf += ("AuthHMACPepperFile %s\nAuthHMACRedisServer %s\n"
+                      "AuthHMACRedisTimeout 1000\n" % (pepper, redis.address))
+    s.write_config()
+    try:
+        s.start()
+        js = s.status()
+        # Nothing has used Redis yet: not up, no reason; a warning.
+        assert js["redis"] == 1 and js["redis_sentinel"] == 0, js
+        assert js["redis_up"] == 0 and js["redis_up_since_seconds"] == 0, js
+        assert js["redis_primary"] == redis.address and js["redis_breaker_reason"] == ""
+        rc, out = check(s)
+        assert rc == 1 and out.startswith("AUTHN_HMAC WARNING - Redis at %s has not "
+                                          "answered yet" % redis.address), out
+        t0 = time.time()
+        assert s.status_code("/a/index.html", "alice", "correct horse") == 200
+        js = s.status()
+        assert js["redis_up"] == 1 and js["redis_breaker_open"] == 0, js
+        assert t0 - 2 <= js["redis_up_since_seconds"] <= time.time(), js
+        rc, out = check(s)
+        assert rc == 0 and out.startswith("AUTHN_HMAC OK - Redis up at %s since "
+                                          % redis.address), out
+        p = subprocess.run([sys.executable, STAT, s.url + "/authn-hmac-status"],
+                           capture_output=True, text=True, timeout=60)
+        assert re.search(r"^redis_primary +%s +the Redis primary$" % re.escape(redis.address),
+                         p.stdout, re.M), p.stdout
+        assert "redis_breaker_reason" not in p.stdout, p.stdout
+        # Redis goes: the breaker opens, with the reason the log gives.
+        redis.kill9()
+        for i in range(6):
+            assert s.status_code("/a/index.html", "bob", "hunter2 %d" % i) == 401
+            if s.status()["redis_breaker_open"]:
+                break
+        js = s.status()
+        assert js["redis_breaker_open"] == 1 and js["redis_up"] == 0, js
+        assert js["redis_up_since_seconds"] == 0, js
+        reason = js["redis_breaker_reason"]
+        assert "refused" in reason.lower(), js
+        assert reason in s.error_log(), (reason, s.error_log()[-2000:])
+        _, body = get(s, "/authn-hmac-status?prometheus")
+        info = [l for l in body.splitlines() if l.startswith("authn_hmac_redis_info{")]
+        assert info == ['authn_hmac_redis_info{primary="%s",breaker_reason="%s"} 1'
+                        % (redis.address, reason)], info
+        rc, out = check(s)
+        assert rc == 2, out
+        assert out == ("AUTHN_HMAC CRITICAL - Redis at %s unreachable: breaker open (%s)"
+                       % (redis.address, reason)), out
+        p = subprocess.run([sys.executable, STAT, s.url + "/authn-hmac-status"],
+                           capture_output=True, text=True, timeout=60)
+        assert re.search(r"^redis_breaker_reason +%s +why the breaker is open$"
+                         % re.escape(reason), p.stdout, re.M), p.stdout
+        # Back: the probe closes the breaker, and the reason goes.
+        redis.start()
+        deadline = time.time() + 40
+        n = 0
+        while time.time() < deadline and not s.status()["redis_up"]:
+            n += 1
+            assert s.status_code("/a/index.html", "bob", "again %d" % n) == 401
+            time.sleep(0.5)
+        js = s.status()
+        assert js["redis_up"] == 1 and js["redis_breaker_open"] == 0, js
+        assert js["redis_breaker_reason"] == "", js
+        assert check(s)[0] == 0
+        # A 503: two logins at once with room for one (no backlog); the
+        # check warns for --busy-window seconds.
+        busy = s.status()["busy"]
+        for _ in range(5):
+            procs = [subprocess.Popen(
+                [S["curl"], "-s", "-o", "/dev/null", "-w", "%{http_code}", "-u",
+                 "alice:correct horse", s.url + "/nocache/index.html"],
+                stdout=subprocess.PIPE, text=True) for i in range(4)]
+            codes = [p.communicate()[0] for p in procs]
+            if "503" in codes:
+                break
+        assert "503" in codes, codes
+        js = s.status()
+        assert js["busy"] > busy and abs(js["busy_last_time_seconds"] - time.time()) < 30, js
+        rc, out = check(s)
+        assert rc == 1 and "the verification queue refused requests (503) within 300 s" \
+            in out, out
+        assert out.startswith("AUTHN_HMAC WARNING - "), out
+        time.sleep(2)
+        rc, out = check(s, "--busy-window", "1")
+        assert rc == 0, out
+        # A usage error is UNKNOWN (3) under --check.
+        p = subprocess.run([sys.executable, STAT, "--check", "--busy-window", "0",
+                            s.url + "/authn-hmac-status"], capture_output=True, text=True)
+        assert p.returncode == 3 and "--busy-window must be" in p.stderr, p
+        # The handler unreadable: CRITICAL.
+        p = subprocess.run([sys.executable, STAT, "--check", "http://127.0.0.1:1/x"],
+                           capture_output=True, text=True)
+        assert p.returncode == 2 and p.stdout.startswith(
+            "AUTHN_HMAC CRITICAL - cannot read http://127.0.0.1:1/x"), p
+    finally:
+        s.stop()
+        redis.cleanup()

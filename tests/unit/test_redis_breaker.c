@@ -18,26 +18,26 @@ static void test_health(apr_pool_t *p)
     memset(&h, 0, sizeof(h));
     CHECK(authn_hmac_redis_allowed(&h, now, w) == 1);
     /* A failure or two (a loaded machine) are not an outage. */
-    CHECK(authn_hmac_redis_failed(&h, now - 2, now - 2, 0) == 0);
-    CHECK(authn_hmac_redis_failed(&h, now - 1, now - 1, 0) == 0);
+    CHECK(authn_hmac_redis_failed(&h, now - 2, now - 2, 0, "refused") == 0);
+    CHECK(authn_hmac_redis_failed(&h, now - 1, now - 1, 0, "refused") == 0);
     CHECK(h.down_since == 0 && h.epoch == 0);
     CHECK(authn_hmac_redis_allowed(&h, now, w) == 1);
     /* The third opens the breaker: the outage begins, logged once. */
-    CHECK(authn_hmac_redis_failed(&h, now, now, 0) == 1);
+    CHECK(authn_hmac_redis_failed(&h, now, now, 0, "refused") == 1);
     CHECK(authn_hmac_redis_breaker_open(&h));
-    CHECK(authn_hmac_redis_failed(&h, now + 1, now + 1, 0) == 0);
+    CHECK(authn_hmac_redis_failed(&h, now + 1, now + 1, 0, "refused") == 0);
     CHECK(!authn_hmac_redis_allowed(&h, now + SEC(2) - 1, w));
     /* More failures of requests already in flight do not push it further. */
-    authn_hmac_redis_failed(&h, now - 10, now, 0);
-    authn_hmac_redis_failed(&h, now - 10, now, 0);
-    authn_hmac_redis_failed(&h, now - 10, now, 0);
-    authn_hmac_redis_failed(&h, now - 10, now, 0);
+    authn_hmac_redis_failed(&h, now - 10, now, 0, "refused");
+    authn_hmac_redis_failed(&h, now - 10, now, 0, "refused");
+    authn_hmac_redis_failed(&h, now - 10, now, 0, "refused");
+    authn_hmac_redis_failed(&h, now - 10, now, 0, "refused");
     /* Half open: when the wait ends one request probes, the others skip. */
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(2), w) == 2);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(2), w) == 0);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(2) + w - 1, w) == 0);
     /* The probe fails: open again, for longer (backoff 4 s). */
-    authn_hmac_redis_failed(&h, now + SEC(2), now + SEC(2), 1);
+    authn_hmac_redis_failed(&h, now + SEC(2), now + SEC(2), 1, "refused");
     CHECK(!authn_hmac_redis_allowed(&h, now + SEC(6) - 1, w));
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(6), w) == 2);
     /* A probe that never reports (its process died) is replaced once its
@@ -58,11 +58,12 @@ static void test_health(apr_pool_t *p)
                                      &outage) == 0);
     CHECK(authn_hmac_redis_allowed(&h, now + SEC(8), w) == 1);
     CHECK(h.epoch == 1); /* connections made before it are stale */
-    CHECK(authn_hmac_redis_failed(&h, now + SEC(9), now + SEC(9), 0) == 0);
-    CHECK(authn_hmac_redis_failed(&h, now + SEC(9) + 1, now + SEC(9) + 1, 0) ==
-          0);
-    CHECK(authn_hmac_redis_failed(&h, now + SEC(9) + 2, now + SEC(9) + 2, 0) ==
-          1); /* a new one */
+    CHECK(authn_hmac_redis_failed(&h, now + SEC(9), now + SEC(9), 0,
+                                  "refused") == 0);
+    CHECK(authn_hmac_redis_failed(&h, now + SEC(9) + 1, now + SEC(9) + 1, 0,
+                                  "refused") == 0);
+    CHECK(authn_hmac_redis_failed(&h, now + SEC(9) + 2, now + SEC(9) + 2, 0,
+                                  "refused") == 1); /* a new one */
     CHECK(h.epoch == 2);
     /* The forged-value warning is given once. */
     CHECK(authn_hmac_redis_forged_first(&h) == 1);
@@ -82,14 +83,15 @@ static void test_breaker_sees_intermittent_failures(apr_pool_t *p)
     memset(&h, 0, sizeof(h));
     for (i = 0; i < 3; i++) {
         authn_hmac_redis_succeeded(&h, now + i, now + i, 0, &o);
-        authn_hmac_redis_failed(&h, now + i, now + i, 0);
+        authn_hmac_redis_failed(&h, now + i, now + i, 0, "refused");
     }
     CHECK(authn_hmac_redis_breaker_open(&h));
     CHECK(!authn_hmac_redis_allowed(&h, now + SEC(1), w));
     /* Sporadic failures, farther apart than the window, do not. */
     memset(&h, 0, sizeof(h));
     for (i = 0; i < 10; i++) {
-        authn_hmac_redis_failed(&h, now + SEC(11) * i, now + SEC(11) * i, 0);
+        authn_hmac_redis_failed(&h, now + SEC(11) * i, now + SEC(11) * i, 0,
+                                "refused");
         authn_hmac_redis_succeeded(&h, now + SEC(11) * i + 1,
                                    now + SEC(11) * i + 1, 0, &o);
     }
@@ -109,13 +111,16 @@ static void test_failures_in_flight_together_are_one_incident(apr_pool_t *p)
     (void)p;
     memset(&h, 0, sizeof(h));
     for (i = 0; i < 16; i++)
-        CHECK(authn_hmac_redis_failed(&h, now - 50000 + i, now + i, 0) == 0);
+        CHECK(authn_hmac_redis_failed(&h, now - 50000 + i, now + i, 0,
+                                      "refused") == 0);
     CHECK(!authn_hmac_redis_breaker_open(&h));
     CHECK(authn_hmac_redis_allowed(&h, now + 100, w) == 1);
     CHECK(h.down_since == 0 && h.epoch == 0);
     /* Begun after the first incident was seen: a second, then a third. */
-    CHECK(authn_hmac_redis_failed(&h, now + 100, now + 50100, 0) == 0);
-    CHECK(authn_hmac_redis_failed(&h, now + 50200, now + 100200, 0) == 1);
+    CHECK(authn_hmac_redis_failed(&h, now + 100, now + 50100, 0, "refused") ==
+          0);
+    CHECK(authn_hmac_redis_failed(&h, now + 50200, now + 100200, 0,
+                                  "refused") == 1);
     CHECK(authn_hmac_redis_breaker_open(&h));
 }
 
@@ -134,9 +139,11 @@ static void test_long_timeouts_still_open_the_breaker(apr_pool_t *p)
         memset(&h, 0, sizeof(h));
         for (i = 0; i < 2; i++)
             CHECK(authn_hmac_redis_failed(&h, now + i * (t + 1),
-                                          now + i * (t + 1) + t, 0) == 0);
+                                          now + i * (t + 1) + t, 0,
+                                          "refused") == 0);
         CHECK(authn_hmac_redis_failed(&h, now + 2 * (t + 1),
-                                      now + 2 * (t + 1) + t, 0) == 1);
+                                      now + 2 * (t + 1) + t, 0,
+                                      "refused") == 1);
         CHECK(authn_hmac_redis_breaker_open(&h));
     }
 }
@@ -158,6 +165,53 @@ static void test_probe_closes_a_breaker_without_outage(apr_pool_t *p)
     CHECK(authn_hmac_redis_allowed(&h, now + 20, w) == 1);
 }
 
+/* What the status page reads: up (since when) or not, and the breaker's
+ * reason while it is open, cleared when it closes and by a restart. */
+static void test_health_read(apr_pool_t *p)
+{
+    authn_hmac_redis_health_t h;
+    apr_time_t now = SEC(5000), since = 0, o = 0;
+    char why[AUTHN_HMAC_REDIS_REASON_MAX];
+    char longer[AUTHN_HMAC_REDIS_REASON_MAX * 2];
+    int i;
+
+    (void)p;
+    memset(&h, 0, sizeof(h));
+    CHECK(authn_hmac_redis_health_read(&h, &since, why) == 0);
+    CHECK(since == 0 && why[0] == '\0'); /* never answered yet */
+    authn_hmac_redis_succeeded(&h, now, now + 1, 0, &o);
+    CHECK(authn_hmac_redis_health_read(&h, &since, why) == 1);
+    CHECK(since > 0 && why[0] == '\0');
+    /* Failures that leave the breaker closed: still up, no reason. */
+    authn_hmac_redis_failed(&h, now + 2, now + 2, 0, "timeout");
+    CHECK(authn_hmac_redis_health_read(&h, &since, why) == 1 && !why[0]);
+    authn_hmac_redis_failed(&h, now + 3, now + 3, 0, "timeout");
+    authn_hmac_redis_failed(&h, now + 4, now + 4, 0, "connect: refused");
+    CHECK(authn_hmac_redis_health_read(&h, &since, why) == 0);
+    CHECK(since == 0 && strcmp(why, "connect: refused") == 0);
+    /* The failed probe's reason is the last one. */
+    authn_hmac_redis_failed(&h, now + SEC(2), now + SEC(2), 1, "AUTH refused");
+    CHECK(authn_hmac_redis_health_read(&h, &since, why) == 0);
+    CHECK(strcmp(why, "AUTH refused") == 0);
+    /* Closed: up again, since now, no reason. */
+    authn_hmac_redis_succeeded(&h, now + SEC(7), now + SEC(7), 1, &o);
+    CHECK(authn_hmac_redis_health_read(&h, &since, why) == 1);
+    CHECK(since > 0 && why[0] == '\0');
+    /* A reason too long is cut, never past its place. */
+    for (i = 0; i < (int)sizeof(longer) - 1; i++)
+        longer[i] = 'x';
+    longer[sizeof(longer) - 1] = '\0';
+    for (i = 0; i < 3; i++)
+        authn_hmac_redis_failed(&h, now + SEC(30) + i, now + SEC(30) + i, 0,
+                                longer);
+    CHECK(authn_hmac_redis_health_read(&h, &since, why) == 0);
+    CHECK(strlen(why) == AUTHN_HMAC_REDIS_REASON_MAX - 1);
+    /* A restart: nothing known. */
+    authn_hmac_redis_health_restart(&h);
+    CHECK(authn_hmac_redis_health_read(&h, &since, why) == 0);
+    CHECK(since == 0 && why[0] == '\0');
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -167,5 +221,6 @@ int main(void)
     RUN(test_failures_in_flight_together_are_one_incident, p);
     RUN(test_long_timeouts_still_open_the_breaker, p);
     RUN(test_probe_closes_a_breaker_without_outage, p);
+    RUN(test_health_read, p);
     return unit_end();
 }

@@ -58,7 +58,7 @@ static authn_hmac_userfile_t *view(apr_pool_t *p, const char *path,
 {
     authn_hmac_userfile_t *uf = authn_hmac_userfile_make(path, p);
 
-    authn_hmac_userfile_share(uf, sh, 0, mac, note_warning, NULL);
+    authn_hmac_userfile_share(uf, sh, 0, mac, NULL, note_warning, NULL);
     CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
     /* NB: watched (on a local file system): an unwatched view cannot vouch
      * for a racy version another made, and reads the file itself. */
@@ -339,6 +339,38 @@ static void test_idle_process_lets_go(apr_pool_t *p)
     CHECK(hash_is(a, "alice", "BBBB", p));
 }
 
+/* A process that cannot share the index (its directory went) keeps its
+ * own, says so, and is counted (the status page's index_private, which
+ * authn-hmac-stat --check warns of). */
+static void test_cannot_share_is_counted(apr_pool_t *p)
+{
+    char *path = apr_pstrcat(p, dir, "/unshared", NULL);
+    char *gone = apr_pstrcat(p, dir, "/gone", NULL);
+    size_t size = authn_hmac_table_size(1 << 20);
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    authn_hmac_table_t *t;
+    authn_hmac_share_t *sh = NULL;
+    authn_hmac_userfile_t *uf;
+    const char *why = NULL;
+
+    CHECK(m != MAP_FAILED);
+    CHECK(authn_hmac_table_format(m, size, apr_time_now()) == APR_SUCCESS);
+    t = authn_hmac_table_attach(m, NULL, p);
+    CHECK(authn_hmac_share_create(&sh, gone, 1, (uid_t)-1, 0, &why, p) ==
+          APR_SUCCESS);
+    CHECK(rmdir(gone) == 0);
+    write_text(path, "alice:AAAA\n");
+    uf = authn_hmac_userfile_make(path, p);
+    authn_hmac_userfile_share(uf, sh, 0, mac, t, note_warning, NULL);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    warnings = 0;
+    CHECK(hash_is(uf, "alice", "AAAA", p));
+    CHECK(warnings == 1 && strstr(last_warning, "keeps its own"));
+    CHECK(authn_hmac_table_counter(t, AUTHN_HMAC_C_INDEX_PRIVATE) == 1);
+    munmap(m, size);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -360,6 +392,7 @@ int main(void)
         RUN(test_builder_killed_mid_build, tp);
         RUN(test_altered_version_is_refused, tp);
         RUN(test_version_of_another_file, tp);
+        RUN(test_cannot_share_is_counted, tp);
         RUN(test_idle_process_lets_go, tp);
     }
     if (system(apr_pstrcat(p, "rm -rf ", dir, NULL)) != 0)

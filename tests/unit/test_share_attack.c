@@ -117,7 +117,7 @@ static authn_hmac_userfile_t *child(setup_t *s, apr_pool_t *p)
     authn_hmac_userfile_t *uf = authn_hmac_userfile_make(s->path, p);
 
     CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
-    authn_hmac_userfile_share(uf, s->sh, 0, s->mac, NULL, NULL);
+    authn_hmac_userfile_share(uf, s->sh, 0, s->mac, NULL, NULL, NULL);
     return uf;
 }
 

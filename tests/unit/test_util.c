@@ -138,7 +138,9 @@ static void test_status_format(apr_pool_t *p)
     CHECK(strstr(json, "\"entries\": 1,"));
     CHECK(strstr(json, "\"evictions\": 0,"));
     CHECK(strstr(json, "\"verify_seconds\": 0.5,"));
-    CHECK(strstr(json, "\"start_time_seconds\": 1764000000\n}\n"));
+    CHECK(strstr(json, "\"start_time_seconds\": 1764000000,\n"));
+    CHECK(strstr(json, "\"redis_primary\": \"\",\n  "
+                       "\"redis_breaker_reason\": \"\"\n}\n"));
     /* Prometheus: counters end in _total, each with HELP and TYPE. */
     CHECK(strstr(prom, "# HELP authn_hmac_hits_total credentials found in "
                        "shared memory\n# TYPE authn_hmac_hits_total counter\n"
@@ -181,6 +183,31 @@ static void test_status_format(apr_pool_t *p)
           !strstr(html, "_bucket"));
     CHECK(strstr(html, "<tr><td>hits</td><td>12</td>"));
     CHECK(strstr(html, "</table>\n"));
+
+    /* The Redis tier's words, escaped for each: a reason is Redis's text. */
+    s.redis = 1;
+    s.redis_up = 0;
+    s.sentinel_switches = 3;
+    strcpy(s.redis_primary, "[fd00::1]:6379");
+    strcpy(s.redis_reason, "AUTH refused: \"x\\y\"\n<b>");
+    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, p);
+    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
+    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, p);
+    aut = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_AUTO, p);
+    html = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_HTML, p);
+    CHECK(strstr(txt, "redis_up: 0\n"));
+    CHECK(strstr(txt, "redis_primary: [fd00::1]:6379\n"));
+    CHECK(strstr(txt, "redis_breaker_reason: AUTH refused: \"x\\y\"?<b>\n"));
+    CHECK(strstr(json, "\"redis_breaker_reason\": \"AUTH refused: "
+                       "\\\"x\\\\y\\\"\\u000a<b>\"\n}"));
+    CHECK(strstr(json, "\"sentinel_switches\": 3,"));
+    CHECK(strstr(prom, "# TYPE authn_hmac_sentinel_switches_total counter\n"
+                       "authn_hmac_sentinel_switches_total 3\n"));
+    CHECK(strstr(prom,
+                 "authn_hmac_redis_info{primary=\"[fd00::1]:6379\","
+                 "breaker_reason=\"AUTH refused: \\\"x\\\\y\\\"\\n<b>\"} 1\n"));
+    CHECK(strstr(aut, "authn_hmac_redis_primary: [fd00::1]:6379\n"));
+    CHECK(strstr(html, "<td>AUTH refused: &#34;x\\y&#34;?&#60;b&#62;</td>"));
 }
 
 /* XXH64's published values (seed 0), and one change of one bit. */

@@ -646,7 +646,7 @@ static authn_hmac_userfile_t *shared_view(const char *path,
 {
     authn_hmac_userfile_t *uf = authn_hmac_userfile_make(path, p);
 
-    authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL);
+    authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL, NULL);
     CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
     return uf;
 }
