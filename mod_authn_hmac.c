@@ -65,13 +65,17 @@ static int pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
  * ends it all with the process. */
 /* NB: a new layout of retained_t needs a new key: the old generation's
  * data is read by the new module after an upgrade and a restart. */
-#define RETAINED "authn_hmac_retained/1"
+#define RETAINED "authn_hmac_retained/2"
 
 typedef struct {
     apr_shm_t *shm;
     apr_size_t size;
     apr_global_mutex_t *mutex;
     authn_hmac_secret_t *random_pepper; /* when there is no pepper file */
+    /* Keys the digest of the Redis settings: random, kept out of core
+     * dumps, the same for the whole run (a pepper rotation is no change
+     * of the Redis settings). */
+    authn_hmac_secret_t *settings_key;
     unsigned char fingerprint[AUTHN_HMAC_KEY_LEN];    /* the segment's pepper */
     unsigned char redis_settings[AUTHN_HMAC_KEY_LEN]; /* the last start's */
 } retained_t;
@@ -124,7 +128,7 @@ static int attach_segment(retained_t *rd, apr_size_t size, server_rec *s,
                           apr_pool_t *pconf)
 {
     apr_pool_t *pglobal = s->process->pool;
-    unsigned char fp[AUTHN_HMAC_KEY_LEN];
+    unsigned char fp[AUTHN_HMAC_KEY_LEN], fp_prev[AUTHN_HMAC_KEY_LEN] = {0};
     apr_status_t rv;
 
     if (!rd->mutex) {
@@ -136,13 +140,23 @@ static int attach_segment(retained_t *rd, apr_size_t size, server_rec *s,
     hmac_conf.mutex = rd->mutex;
     hmac_conf.table = NULL;
     authn_hmac_subkey(hmac_conf.pepper, "authn_hmac v2 fingerprint", fp);
+    if (hmac_conf.pepper_prev)
+        authn_hmac_subkey(hmac_conf.pepper_prev, "authn_hmac v2 fingerprint",
+                          fp_prev);
     /* NB: a kept segment of another layout (the module was upgraded) does
-     * not attach: it is replaced like one of another pepper or size. */
+     * not attach: it is replaced like one of another pepper or size. One
+     * made under what is now the previous pepper is kept (a rotation's
+     * flip): its entries are found under that pepper, and stored again
+     * under the current one. */
     if (rd->shm && rd->size == size &&
-        memcmp(rd->fingerprint, fp, sizeof(fp)) == 0)
+        (memcmp(rd->fingerprint, fp, sizeof(fp)) == 0 ||
+         (hmac_conf.pepper_prev &&
+          memcmp(rd->fingerprint, fp_prev, sizeof(fp_prev)) == 0)))
         hmac_conf.table = authn_hmac_table_attach(apr_shm_baseaddr_get(rd->shm),
                                                   hmac_conf.mutex, pconf);
+    explicit_bzero(fp_prev, sizeof(fp_prev));
     if (hmac_conf.table) {
+        memcpy(rd->fingerprint, fp, sizeof(fp));
         explicit_bzero(fp, sizeof(fp));
         ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
                      "AHMAC0010: shared-memory cache kept across the restart");
@@ -288,10 +302,11 @@ static void default_verifications(void)
 
 /* A digest of every Redis and Sentinel setting (the passwords as the
  * HKDF's input, never copied), and when the TLS files last changed, keyed
- * with the pepper. NB: it is kept in the parent's ordinary memory, which
- * every child's core dump holds: unkeyed, it would let a weak Redis
- * password be guessed offline (found by review). */
-static void redis_settings(apr_pool_t *p, unsigned char out[AUTHN_HMAC_KEY_LEN])
+ * with key (the run's, out of core dumps). NB: it is kept in the parent's
+ * ordinary memory, which every child's core dump holds: unkeyed, it would
+ * let a weak Redis password be guessed offline (found by review). */
+static void redis_settings(apr_pool_t *p, const authn_hmac_secret_t *key,
+                           unsigned char out[AUTHN_HMAC_KEY_LEN])
 {
     const authn_hmac_redis_conf_t *r = &hmac_conf.redis;
     const authn_hmac_sentinel_conf_t *sc = &hmac_conf.sentinel;
@@ -315,10 +330,9 @@ static void redis_settings(apr_pool_t *p, unsigned char out[AUTHN_HMAC_KEY_LEN])
             text = apr_psprintf(p, "%s|%" APR_TIME_T_FMT "|%" APR_OFF_T_FMT,
                                 text, fi.mtime, fi.size);
     }
-    authn_hmac_hkdf(hmac_conf.pepper->data, hmac_conf.pepper->len,
-                    (const unsigned char *)text, strlen(text),
-                    (const unsigned char *)"redis settings", 14, out,
-                    AUTHN_HMAC_KEY_LEN);
+    authn_hmac_hkdf(key->data, key->len, (const unsigned char *)text,
+                    strlen(text), (const unsigned char *)"redis settings", 14,
+                    out, AUTHN_HMAC_KEY_LEN);
     if (r->password)
         authn_hmac_hkdf(out, AUTHN_HMAC_KEY_LEN,
                         (const unsigned char *)r->password, r->password_len,
@@ -339,7 +353,11 @@ static void redis_restart(retained_t *rd, apr_pool_t *ptemp, server_rec *s)
 {
     unsigned char now[AUTHN_HMAC_KEY_LEN];
 
-    redis_settings(ptemp, now);
+    if ((!rd->settings_key || !rd->settings_key->data) &&
+        authn_hmac_secret_random_retained(&rd->settings_key, 32,
+                                          s->process->pool) != APR_SUCCESS)
+        return; /* NB: out of memory: the tier is not reset */
+    redis_settings(ptemp, rd->settings_key, now);
     if (memcmp(now, rd->redis_settings, sizeof(now)) != 0) {
         authn_hmac_redis_health_restart(
             authn_hmac_table_redis_health(hmac_conf.table));
@@ -373,6 +391,9 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     if (status != OK)
         return status;
     rv = authn_hmac_mac_create(&hmac_conf.mac, hmac_conf.pepper, pconf);
+    if (rv == APR_SUCCESS && hmac_conf.pepper_prev)
+        rv = authn_hmac_mac_create(&hmac_conf.mac_prev, hmac_conf.pepper_prev,
+                                   pconf);
     if (rv != APR_SUCCESS) {
         ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
                      "AHMAC0015: cannot derive the keys");
@@ -408,10 +429,14 @@ static void engine_log(void *baton, int level, const char *msg)
 static void relock_secrets(void)
 {
     authn_hmac_mac_relock(hmac_conf.mac);
+    if (hmac_conf.mac_prev)
+        authn_hmac_mac_relock(hmac_conf.mac_prev);
     authn_hmac_secret_relock(hmac_conf.redis_secret);
     authn_hmac_secret_relock(hmac_conf.sentinel_secret);
     authn_hmac_secret_wipe(hmac_conf.pepper);
     hmac_conf.pepper = NULL;
+    authn_hmac_secret_wipe(hmac_conf.pepper_prev);
+    hmac_conf.pepper_prev = NULL;
 }
 
 /* This child's pool of Redis connections, with its Sentinel thread if the
@@ -448,6 +473,7 @@ static void start_redis(apr_pool_t *pchild, server_rec *s)
 static void init_engine(void)
 {
     hmac_child.engine.mac = hmac_conf.mac;
+    hmac_child.engine.mac_prev = hmac_conf.mac_prev;
     hmac_child.engine.table = hmac_conf.table;
     hmac_child.engine.redis = hmac_child.redis_pool;
     hmac_child.engine.redis_conf = &hmac_conf.redis;

@@ -15,6 +15,8 @@
 #include "apr_lib.h"
 #include "apr_strings.h"
 
+#include <openssl/crypto.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -244,23 +246,50 @@ static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
     return NULL;
 }
 
-static const char *set_pepper(cmd_parms *cmd, void *dc, const char *arg)
+/* One pepper file (which: "" or "the previous pepper: "). */
+static const char *read_pepper(cmd_parms *cmd, const char *arg,
+                               authn_hmac_secret_t **out, const char *which)
+{
+    const char *path = ap_server_root_relative(cmd->pool, arg);
+    const char *err =
+        path ? authn_hmac_secret_read(out, path, AUTHN_HMAC_PEPPER_MIN,
+                                      AUTHN_HMAC_SECRET_MAX, cmd->pool)
+             : apr_pstrcat(cmd->pool, "invalid path '", arg, "'", NULL);
+
+    if (err)
+        return apr_psprintf(cmd->pool,
+                            D_PEPPER ": %s%s (a file of %d to %d random "
+                                     "bytes, mode 0600 or 0400, owned by root)",
+                            which, err, AUTHN_HMAC_PEPPER_MIN,
+                            AUTHN_HMAC_SECRET_MAX);
+    return NULL;
+}
+
+/* AuthHMACPepperFile current [previous]: the current pepper makes every
+ * entry and value; the previous one only checks them, during a rotation. */
+static const char *set_pepper(cmd_parms *cmd, void *dc, const char *arg,
+                              const char *prev)
 {
     const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
-    const char *path = ap_server_root_relative(cmd->pool, arg);
 
     (void)dc;
     if (err)
         return err;
-    err = path ? authn_hmac_secret_read(&hmac_conf.pepper, path,
-                                        AUTHN_HMAC_PEPPER_MIN,
-                                        AUTHN_HMAC_SECRET_MAX, cmd->pool)
-               : apr_pstrcat(cmd->pool, "invalid path '", arg, "'", NULL);
-    if (err)
+    hmac_conf.pepper_prev = NULL;
+    if ((err = read_pepper(cmd, arg, &hmac_conf.pepper, "")) != NULL ||
+        (prev && (err = read_pepper(cmd, prev, &hmac_conf.pepper_prev,
+                                    "the previous pepper: ")) != NULL))
+        return err;
+    if (prev && hmac_conf.pepper && hmac_conf.pepper_prev &&
+        hmac_conf.pepper->len == hmac_conf.pepper_prev->len &&
+        CRYPTO_memcmp(hmac_conf.pepper->data, hmac_conf.pepper_prev->data,
+                      hmac_conf.pepper->len) == 0)
         return apr_psprintf(cmd->pool,
-                            D_PEPPER ": %s (a file of %d to %d random bytes, "
-                                     "mode 0600 or 0400, owned by root)",
-                            err, AUTHN_HMAC_PEPPER_MIN, AUTHN_HMAC_SECRET_MAX);
+                            D_PEPPER ": '%s' and '%s' hold the same pepper "
+                                     "(the second file is the previous "
+                                     "pepper, during a rotation: see "
+                                     "docs/operations.md)",
+                            arg, prev);
     return NULL;
 }
 
@@ -591,10 +620,11 @@ const command_rec hmac_cmds[] = {
                  "On (default): an unknown or locked user costs what a "
                  "known user's wrong password does, so that timing does not "
                  "tell names"),
-    AP_INIT_TAKE1(
+    AP_INIT_TAKE12(
         D_PEPPER, set_pepper, NULL, RSRC_CONF,
         "file holding the secret pepper (default: random, kept until httpd "
-        "stops)"),
+        "stops), and optionally the previous pepper's file (during a "
+        "rotation: it only checks)"),
     AP_INIT_TAKE1(D_SIZE, set_size, NULL, RSRC_CONF,
                   "shared-memory cache size (default 4M)"),
     AP_INIT_TAKE1(D_REDIS, set_redis, NULL, RSRC_CONF,

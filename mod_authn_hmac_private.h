@@ -87,7 +87,8 @@ typedef struct {
 typedef struct {
     /* AuthHMACPepperFile's, else a random one (post_config). */
     authn_hmac_secret_t *pepper;
-    uint64_t size;          /* AuthHMACCacheSize */
+    authn_hmac_secret_t *pepper_prev; /* its second file: only checks */
+    uint64_t size;                    /* AuthHMACCacheSize */
     apr_hash_t *userfiles;  /* path -> authn_hmac_userfile_t (not .htaccess) */
     const char *redis_name; /* as configured; NULL: no Redis */
     authn_hmac_redis_conf_t redis;
@@ -104,6 +105,7 @@ typedef struct {
     int server_status; /* the counters in mod_status's server-status */
     /* Made in post_config. */
     authn_hmac_mac_t *mac;
+    authn_hmac_mac_t *mac_prev; /* the previous pepper's, or NULL */
     apr_global_mutex_t *mutex;
     authn_hmac_table_t *table;
 } hmac_conf_t;

@@ -9,6 +9,10 @@
  *      entries (hit; AuthHMACCacheTTL is an idle timeout: a hit once half
  *      of it has passed extends the entry, in shared memory and Redis, up
  *      to AuthHMACCacheMaxAge from its verification);
+ *      With a previous pepper (AuthHMACPepperFile's second file), a miss
+ *      looks there under it too (from_previous), and so does a miss in
+ *      Redis (3): an entry found is a hit, stored again under the current
+ *      pepper with the time of its verification (previous_hits);
  *   2. from_negative, the negative region of shared memory: the same wrong
  *      password seen within the negative TTL is denied again without the
  *      verifier (negative-hit);
@@ -183,16 +187,22 @@ static authn_hmac_redis_conn_t *redis_begin(redis_req *rq, apr_time_t *deadline)
     return conn;
 }
 
-/* Looks the user's entry up in Redis; on a hit for this credential, fills
- * shared memory with its times (verified, last used). A value whose tag
- * does not verify is a miss, whoever wrote it. again: the request looked
- * before, and counted (and told) what it found then: only a hit counts. */
-static int redis_lookup(redis_req *rq, const unsigned char *key,
-                        const unsigned char *uid, apr_time_t now,
-                        const authn_hmac_policy_t *pol, int never, int again)
+/* What a look in Redis counts and tells: a miss (the request's first look
+ * at the current pepper's entry), and a value that does not verify. */
+enum { LOOK_MISS = 1, LOOK_FORGED = 2 };
+
+/* Looks the user's entry (uid, under mac) up in Redis into es: 1 with the
+ * credential's times (key's) if it is there and live. A value whose tag
+ * does not verify is a miss, whoever wrote it. Only a hit is counted,
+ * unless look says more. */
+static int redis_lookup(redis_req *rq, const authn_hmac_mac_t *mac,
+                        const unsigned char *key, const unsigned char *uid,
+                        authn_hmac_entries_t *es, apr_time_t now,
+                        const authn_hmac_policy_t *pol, int never, int look,
+                        apr_time_t *verified, apr_time_t *used)
 {
     const authn_hmac_engine_t *e = rq->e;
-    apr_time_t deadline = 0, verified = 0, used = 0;
+    apr_time_t deadline = 0;
     authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
     authn_hmac_value_state st = AUTHN_HMAC_VALUE_NONE;
     const char *why = "";
@@ -201,12 +211,12 @@ static int redis_lookup(redis_req *rq, const unsigned char *key,
 
     if (!conn)
         return 0;
-    rc = authn_hmac_redis_get(conn, e->redis_conf, e->mac, uid, deadline,
-                              &rq->es, &st, &why, rq->p);
+    rc = authn_hmac_redis_get(conn, e->redis_conf, mac, uid, deadline, es, &st,
+                              &why, rq->p);
     redis_end(rq, conn, rc, why);
     if (rc != AUTHN_HMAC_REDIS_OK)
         return 0;
-    if (st == AUTHN_HMAC_VALUE_FORGED && !again) {
+    if (st == AUTHN_HMAC_VALUE_FORGED && (look & LOOK_FORGED)) {
         count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
         authn_hmac_logf(
             e->log, rq->baton,
@@ -221,13 +231,11 @@ static int redis_lookup(redis_req *rq, const unsigned char *key,
             e->redis_name);
     }
     found = st == AUTHN_HMAC_VALUE_VALID && !never &&
-            authn_hmac_entries_find(&rq->es, key, now, pol->ttl, pol->max_age,
-                                    &verified, &used);
-    if (found || !again)
+            authn_hmac_entries_find(es, key, now, pol->ttl, pol->max_age,
+                                    verified, used);
+    if (found || (look & LOOK_MISS))
         count(e, found ? AUTHN_HMAC_C_REDIS_HITS : AUTHN_HMAC_C_REDIS_MISSES,
               1);
-    if (found)
-        authn_hmac_table_store(e->table, key, uid, verified, used, pol->ttl);
     return found;
 }
 
@@ -244,6 +252,27 @@ static void redis_store(redis_req *rq, const unsigned char *key,
     authn_hmac_redis_rc rc;
 
     authn_hmac_entries_add(&rq->es, key, now, now);
+    conn = redis_begin(rq, &deadline);
+    if (!conn)
+        return;
+    rc = authn_hmac_redis_set(conn, e->redis_conf, e->mac, uid, &rq->es, now,
+                              max_age, deadline, &why, rq->p);
+    redis_end(rq, conn, rc, why);
+}
+
+/* Stores again under the current pepper an entry found under the previous
+ * one, verified at verified, among the entries the first GET found. */
+static void redis_restore(redis_req *rq, const unsigned char *key,
+                          const unsigned char *uid, apr_time_t verified,
+                          apr_time_t now, apr_interval_time_t max_age)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn;
+    const char *why = "";
+    authn_hmac_redis_rc rc;
+
+    authn_hmac_entries_add(&rq->es, key, verified, now);
     conn = redis_begin(rq, &deadline);
     if (!conn)
         return;
@@ -572,6 +601,9 @@ typedef struct {
     unsigned char key[AUTHN_HMAC_KEY_LEN];  /* the credential MAC */
     unsigned char nkey[AUTHN_HMAC_KEY_LEN]; /* its negative MAC */
     unsigned char uid[AUTHN_HMAC_KEY_LEN];
+    unsigned char pkey[AUTHN_HMAC_KEY_LEN]; /* key under the previous pepper */
+    unsigned char puid[AUTHN_HMAC_KEY_LEN]; /* uid under it */
+    int pkeys;                              /* made (on the first miss) */
     unsigned char d[AUTHN_HMAC_DIGEST_LEN];
     redis_req rq; /* made by the first miss: the hit needs none of it */
     authn_hmac_flight_rc flight; /* RUN: this request's flight to end */
@@ -615,6 +647,22 @@ static void keys(req_t *q)
                            q->uid);
 }
 
+/* The credential's key and the user's id under the previous pepper, made
+ * once, on the first miss. */
+static void prev_keys(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+    const authn_hmac_cred_t *c = q->c;
+
+    if (q->pkeys)
+        return;
+    authn_hmac_cred_mac(e->mac_prev, q->d, c->password, c->password_len,
+                        q->pkey);
+    authn_hmac_user_id(e->mac_prev, c->scope, c->scope_len, c->user,
+                       c->user_len, q->puid);
+    q->pkeys = 1;
+}
+
 /* The throttle's ids of the request's client and user, made once. */
 static void throttle_ids(req_t *q)
 {
@@ -653,6 +701,32 @@ static int from_ban(req_t *q)
 
 /* 1. Shared memory: the credential MAC among the user's entries. A miss
  * is counted here, and the miss path's Redis state made. */
+/* 1b. Shared memory under the previous pepper: an entry found there is
+ * a hit, stored again under the current pepper (here, and in Redis), with
+ * the time of its verification. NB: an unknown user looks too. */
+static int from_previous(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+    const authn_hmac_policy_t *pol = q->pol;
+    apr_time_t verified = 0, used = 0;
+
+    if (!e->mac_prev)
+        return 0;
+    prev_keys(q);
+    if (!authn_hmac_table_lookup(e->table, q->pkey, q->puid, q->t0, pol->ttl,
+                                 pol->max_age, &verified, &used) ||
+        q->never)
+        return 0;
+    authn_hmac_table_store(e->table, q->key, q->uid, verified, q->t0, pol->ttl);
+    if (e->redis)
+        redis_refresh(e, q->baton, q->p, q->key, q->uid, q->t0, verified,
+                      pol->max_age);
+    count(e, AUTHN_HMAC_C_HITS, 1);
+    count(e, AUTHN_HMAC_C_PREVIOUS_HITS, 1);
+    q->o = AUTHN_HMAC_HIT;
+    return 1;
+}
+
 static int from_shm(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
@@ -674,6 +748,8 @@ static int from_shm(req_t *q)
             q->o = AUTHN_HMAC_HIT;
             return 1;
         }
+        if (from_previous(q))
+            return 1;
     }
     count(e, AUTHN_HMAC_C_MISSES, 1);
     /* NB: after the hit path, which needs none of this. */
@@ -710,9 +786,34 @@ static int from_negative(req_t *q)
  * (again: a second look, see from_farm). */
 static int from_redis(req_t *q, int again)
 {
-    if (!q->cache ||
-        !redis_lookup(&q->rq, q->key, q->uid, q->t0, q->pol, q->never, again))
+    const authn_hmac_engine_t *e = q->e;
+    apr_time_t verified = 0, used = 0;
+    authn_hmac_entries_t prev;
+
+    if (!q->cache)
         return 0;
+    if (redis_lookup(&q->rq, e->mac, q->key, q->uid, &q->rq.es, q->t0, q->pol,
+                     q->never, again ? 0 : LOOK_MISS | LOOK_FORGED, &verified,
+                     &used)) {
+        authn_hmac_table_store(e->table, q->key, q->uid, verified, used,
+                               q->pol->ttl);
+        q->o = AUTHN_HMAC_REDIS_HIT;
+        return 1;
+    }
+    /* NB: the previous pepper's entry, for every first look that missed
+     * (an unknown user's too: the same GETs on the wire); found, it is
+     * stored again under the current pepper, here and in Redis, with the
+     * time of its verification. */
+    if (again || !e->mac_prev)
+        return 0;
+    prev_keys(q);
+    if (!redis_lookup(&q->rq, e->mac_prev, q->pkey, q->puid, &prev, q->t0,
+                      q->pol, q->never, LOOK_FORGED, &verified, &used))
+        return 0;
+    authn_hmac_table_store(e->table, q->key, q->uid, verified, q->t0,
+                           q->pol->ttl);
+    redis_restore(&q->rq, q->key, q->uid, verified, q->t0, q->pol->max_age);
+    count(e, AUTHN_HMAC_C_PREVIOUS_HITS, 1);
     q->o = AUTHN_HMAC_REDIS_HIT;
     return 1;
 }
@@ -929,6 +1030,7 @@ static authn_hmac_outcome finish(req_t *q)
         guessed(q, q->ran && q->result == 0);
     explicit_bzero(q->key, sizeof(q->key));
     explicit_bzero(q->nkey, sizeof(q->nkey));
+    explicit_bzero(q->pkey, sizeof(q->pkey));
     if (q->o == AUTHN_HMAC_VERIFIED)
         authn_hmac_logf(e->log, q->baton, AUTHN_HMAC_LOG_DEBUG,
                         "verified in %" APR_TIME_T_FMT " us, cached", q->took);
@@ -962,6 +1064,7 @@ static void begin(req_t *q, const authn_hmac_engine_t *e,
     q->took = 0;
     q->ran = 0;
     q->ids_made = 0;
+    q->pkeys = 0;
     q->entered = 0;
     q->o = AUTHN_HMAC_ERROR;
 }

@@ -36,6 +36,9 @@ typedef apr_status_t (*authn_hmac_verify_fn)(const char *password,
 /* The tiers and tools of one process. */
 typedef struct {
     const authn_hmac_mac_t *mac;
+    /* The previous pepper's (AuthHMACPepperFile's second file), or NULL:
+     * it only checks, and what it finds is stored again under mac. */
+    const authn_hmac_mac_t *mac_prev;
     authn_hmac_table_t *table;
     authn_hmac_redis_pool_t *redis; /* NULL: no Redis */
     const authn_hmac_redis_conf_t *redis_conf;

@@ -94,6 +94,9 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
       "many wrong passwords")                                                  \
     X(BANS, C, "bans",                                                         \
       "bans started on a client, for one user or for all (the throttle)")      \
+    X(PREVIOUS_HITS, C, "previous_hits",                                       \
+      "credentials found under the previous pepper (AuthHMACPepperFile's "     \
+      "second file) and stored again under the current one")                   \
     X(INDEX_PRIVATE, C, "index_private",                                       \
       "times a process could not share an htpasswd file's index and kept "     \
       "its own")

@@ -133,7 +133,7 @@ def test_docs_have_apache_blocks_and_few_opt_outs():
 
 def make_paths(root, text):
     """text with every host path moved under root, and what it names made:
-    a pepper or Redis auth file as the module requires it (mode 0600), an
+    a pepper (or two) or Redis auth file as the module requires it (mode 0600), an
     htpasswd file by the real htpasswd, real PEM files for the Redis TLS
     directives (a CA, and a client certificate it signs with its key), a
     directory for a <Directory>, DocumentRoot or Mutex, and the parent
@@ -166,9 +166,11 @@ def make_paths(root, text):
         if directive in ("Directory", "DocumentRoot", "Mutex"):
             os.makedirs(arg, exist_ok=True)
         elif directive == "AuthHMACPepperFile":
-            with open(arg, "wb") as f:
-                f.write(os.urandom(32))
-            os.chmod(arg, 0o600)
+            # NB: and the previous pepper's, during a rotation.
+            for path in [arg] + [w for w in words[2:] if w.startswith(root)]:
+                with open(path, "wb") as f:
+                    f.write(os.urandom(32))
+                os.chmod(path, 0o600)
         elif directive in ("AuthHMACRedisAuthFile", "AuthHMACRedisSentinelAuthFile"):
             with open(arg, "w") as f:
                 f.write("authn-hmac a-long-random-password\n")

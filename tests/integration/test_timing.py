@@ -22,7 +22,7 @@ ROUNDS = 30
 LOCKED = ("carol", "dave")  # "carol:" and "dave:!"
 
 
-def timing_server(name, redis=None, proxy=None, cost=COST):
+def timing_server(name, redis=None, proxy=None, cost=COST, previous=False):
     # NB: the throttle on, its limits out of reach: its work (its count,
     # and with Redis its commands) is in every first try compared here.
     srv = Httpd(mpm="event", name=name, throttle=True)
@@ -36,6 +36,12 @@ def timing_server(name, redis=None, proxy=None, cost=COST):
         with open(pepper, "wb") as f:
             f.write(os.urandom(32))
         os.chmod(pepper, 0o600)
+        if previous:  # a rotation: the previous pepper's file too
+            prev = srv.path("pepper.previous")
+            with open(prev, "wb") as f:
+                f.write(os.urandom(32))
+            os.chmod(prev, 0o600)
+            pepper += " " + prev
         lines = ["AuthHMACPepperFile %s" % pepper,
                  "AuthHMACRedisServer %s" % proxy.address,
                  "AuthHMACRedisTimeout 1000",
@@ -222,3 +228,32 @@ def test_first_tries_make_the_same_redis_commands(remote):
     for user in ("alice", "nobody-repeat", "carol"):
         timed(srv, user, "repeated guess")
         assert monitor(redis, lambda u=user: timed(srv, u, "repeated guess")) == []
+
+
+def test_first_tries_during_a_rotation_make_the_same_redis_commands():
+    """With a previous pepper (AuthHMACPepperFile's second file), a first
+    try that misses looks there too: one more GET, for a known user's wrong
+    password as for an unknown or a locked user's, as close on the wire."""
+    redis = Redis().start()
+    proxy = DelayProxy(redis.port, delay=0.001).start()
+    srv = timing_server("timing-rotation", redis, proxy, cost=4, previous=True).start()
+    try:
+        for i in range(4):
+            timed(srv, "alice", "warm %d" % i)
+        known = monitor(redis, lambda: timed(srv, "alice", "monitored guess"))
+        assert [c for c, _ in known][:2] == ["GET", "GET"], known
+        assert [c for c, _ in known].count("GET") == 2, known
+        for user in ("nobody-monitored", "carol", "dave"):
+            seen = monitor(redis, lambda u=user: timed(srv, u, "monitored guess"))
+            assert seen == known, (user, seen, known)
+        m = first_tries(srv, "redis", rounds=60)
+        show("first tries during a rotation, Redis 1 ms away", m)
+        for k in ("unknown", "carol", "dave"):
+            assert abs(m[k] - m["known"]) < 0.001, (k, m)
+    finally:
+        srv.stop()
+        problems = srv.log_problems()
+        srv.cleanup()
+        proxy.stop()
+        redis.cleanup()
+    assert not problems, "\n".join(problems)

@@ -182,6 +182,74 @@ static void test_given_user_id(apr_pool_t *p)
     CHECK(*calls == 4);
 }
 
+/* A pepper rotation: an entry made under the pepper that is now the
+ * previous one is a hit without a verification, counted, and stored again
+ * under the current one (the next hit is the current pepper's); its time
+ * of verification goes with it (max_age still counts from it). An entry
+ * made with a pepper that is neither current nor previous is nothing, and
+ * an unknown user finds nothing under either. */
+static void test_previous_pepper(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20), rot = e, rogue = e;
+    authn_hmac_secret_t *pb = NULL, *pc = NULL;
+    authn_hmac_mac_t *mb = NULL, *mc = NULL;
+
+    CHECK(authn_hmac_secret_random(&pb, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_secret_random(&pc, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&mb, pb, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&mc, pc, p) == APR_SUCCESS);
+    /* Under A: verified, cached. */
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) ==
+          AUTHN_HMAC_VERIFIED);
+    CHECK(check(&e, 300, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    CHECK(*calls == 1);
+    /* Current B, previous A: a hit, stored again under B. */
+    rot.mac = mb;
+    rot.mac_prev = e.mac;
+    CHECK(check(&rot, 300, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    CHECK(*calls == 1);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_PREVIOUS_HITS) == 1);
+    /* B alone (the old file gone): B's own entry. */
+    rot.mac_prev = NULL;
+    CHECK(check(&rot, 300, "alice", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    CHECK(*calls == 1);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_PREVIOUS_HITS) == 1);
+    /* A wrong password, and an unknown user, under either: refused, by a
+     * verification, never from the previous pepper's entries. */
+    rot.mac_prev = e.mac;
+    CHECK(check(&rot, 300, "alice", "wrong", "H-right", p) ==
+          AUTHN_HMAC_DENIED);
+    CHECK(check(&rot, 300, "mallory", "right", NULL, p) ==
+          AUTHN_HMAC_UNKNOWN_USER);
+    CHECK(*calls == 2); /* hide_unknown off: no dummy */
+    /* A pepper that is neither: C, with B as its previous, finds B's
+     * entry; C alone, or C with A's, verifies. */
+    rogue.mac = mc;
+    rogue.mac_prev = NULL;
+    CHECK(check(&rogue, 300, "bob", "secret", "H-secret", p) ==
+          AUTHN_HMAC_VERIFIED);
+    CHECK(*calls == 3);
+    CHECK(check(&rot, 300, "bob", "secret", "H-secret", p) ==
+          AUTHN_HMAC_VERIFIED); /* B, previous A: C's entry is nothing */
+    CHECK(*calls == 4);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_PREVIOUS_HITS) == 1);
+    /* The time of verification goes with the entry: past max_age, the
+     * previous pepper's entry is nothing. */
+    {
+        apr_interval_time_t keep = max_age_us;
+
+        CHECK(check(&e, 300, "carol", "pw", "H-pw", p) == AUTHN_HMAC_VERIFIED);
+        CHECK(*calls == 5);
+        sleep(2);
+        max_age_us = apr_time_from_sec(1);
+        CHECK(check(&rot, 300, "carol", "pw", "H-pw", p) ==
+              AUTHN_HMAC_VERIFIED);
+        CHECK(*calls == 6);
+        max_age_us = keep;
+    }
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_PREVIOUS_HITS) == 1);
+}
+
 /* The credential's digest, given as the index keeps it, finds what the
  * engine's own made; the digest of another hash (the user's hash before a
  * change) names another credential: the right password for the new hash
@@ -1178,6 +1246,7 @@ int main(void)
     RUN(test_outcomes, p);
     RUN(test_given_user_id, p);
     RUN(test_given_digest, p);
+    RUN(test_previous_pepper, p);
     RUN(test_forked_processes, p);
     RUN(test_negative_cache, p);
     RUN(test_idle_timeout_and_max_age, p);

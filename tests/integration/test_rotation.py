@@ -1,0 +1,211 @@
+"""A pepper rotation (AuthHMACPepperFile current [previous]) on a farm, as
+docs/operations.md gives it: every server learns the new file as previous,
+then the order flips, then the old file goes; by graceful restarts under
+load, with no verification of a cached user and no failed request. And a
+Redis value made with a pepper that is neither current nor previous grants
+nothing."""
+import http.client
+import os
+import re
+import threading
+import time
+
+import pytest
+
+from harness import Redis, basic, htpasswd
+from harness.farm import FarmFiles
+from test_redis import farm_server
+
+USERS = ["user%02d" % i for i in range(50)]
+
+
+def password(user):
+    return "pass of %s" % user
+
+
+def pepper_file(path):
+    with open(path, "wb") as f:
+        f.write(os.urandom(32))
+    os.chmod(path, 0o600)
+    return path
+
+
+def use_peppers(srv, *files):
+    """The server's AuthHMACPepperFile line: current, then previous."""
+    srv.global_conf = re.sub(r"(?m)^AuthHMACPepperFile .*$",
+                             "AuthHMACPepperFile " + " ".join(files), srv.global_conf)
+    srv.write_config()
+
+
+class Load:
+    """Each server in a loop over the 50 cached users, on keep-alive
+    connections: every status; an exception only on a fresh connection (a
+    kept one that the server closed, as a graceful restart's old child does,
+    is opened again and the request sent again, as browsers do)."""
+
+    def __init__(self, servers):
+        self.statuses, self.errors = [], []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(s,)) for s in servers]
+
+    def run(self, srv):
+        conn, reused, i = None, False, 0
+        while not self.stop.is_set():
+            user = USERS[i % len(USERS)]
+            try:
+                if conn is None:
+                    conn, reused = http.client.HTTPConnection("127.0.0.1", srv.port,
+                                                              timeout=30), False
+                conn.request("GET", "/w/", headers={
+                    "Authorization": basic(user, password(user))})
+                r = conn.getresponse()
+                r.read()
+                self.statuses.append(r.status)
+                i += 1
+                reused = True
+                if r.will_close:
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException) as e:
+                if not reused:
+                    self.errors.append(repr(e))
+                    i += 1
+                conn = None
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+
+def redis_user_keys(redis):
+    """The user entries' keys (prefix and a user id in hex)."""
+    return {k for k in redis.cli("--scan").split()
+            if re.fullmatch(r".*[0-9a-f]{64}", k) and ":f:" not in k}
+
+
+@pytest.mark.slow
+def test_rotation_on_a_farm_under_load():
+    redis = Redis(password=None).start()
+    shared = FarmFiles(prefix="authn_hmac_rotation_")
+    for user in USERS + ["zed"]:
+        htpasswd(shared.users, user, password(user), cost=4)
+    old = shared.pepper
+    new = pepper_file(os.path.join(shared.dir, "pepper.new"))
+    rogue = pepper_file(os.path.join(shared.dir, "pepper.rogue"))
+    a = farm_server(shared, redis, name="rotA")
+    b = farm_server(shared, redis, name="rotB")
+    c = None
+    try:
+        for s in (a, b):
+            s.start()
+        # 50 users cached on both servers: verified on A, from Redis on B.
+        for user in USERS:
+            assert a.status_code("/w/", user, password(user)) == 200
+            assert b.status_code("/w/", user, password(user)) == 200
+        assert b.status()["verifications"] == 0
+        before = {s: s.status()["verifications"] for s in (a, b)}
+        with Load([a, b]) as load:
+            time.sleep(1)
+            # 1. Every server learns the new file as previous.
+            for s in (a, b):
+                use_peppers(s, old, new)
+                s.restart()
+            time.sleep(1)
+            # 2. The order flips, one server after the other: B reads what
+            # A now writes under the new pepper as its previous one's.
+            use_peppers(a, new, old)
+            a.restart()
+            time.sleep(1)
+            use_peppers(b, new, old)
+            b.restart()
+            time.sleep(1)
+        assert load.errors == [], load.errors[:5]
+        assert load.statuses and set(load.statuses) == {200}, \
+            {c_: load.statuses.count(c_) for c_ in set(load.statuses)}
+        for s in (a, b):
+            st = s.status()
+            assert st["verifications"] == before[s], (s.name, st)
+            assert st["previous_hits"] >= 1, (s.name, st)
+        # Every user once more on each server, fresh from Redis on a server
+        # whose memory never held it under the new pepper: B's, after a
+        # full restart (a new segment), finds A's values under the new
+        # pepper, or the old values under the previous one.
+        b.restart(graceful=False)
+        for user in USERS:
+            assert b.status_code("/w/", user, password(user)) == 200
+        st = b.status()
+        assert st["verifications"] == 0 and st["redis_hits"] == len(USERS), st
+
+        # A value made with a pepper that is neither current nor previous,
+        # put under zed's key: nothing. (C is a server of that pepper, on
+        # the same Redis: its value for zed's right password, copied.)
+        keys0 = redis_user_keys(redis)
+        assert a.status_code("/w/", "zed", password("zed")) == 200
+        (zed_key,) = redis_user_keys(redis) - keys0
+        c = farm_server(shared, redis, name="rotC")
+        use_peppers(c, rogue)
+        c.start()
+        assert c.status_code("/w/", "zed", password("zed")) == 200
+        (rogue_key,) = redis_user_keys(redis) - keys0 - {zed_key}
+        redis.cli("SET", zed_key, redis.cli("GET", rogue_key))
+        st0 = b.status()
+        assert b.status_code("/w/", "zed", "not zed's") == 401
+        assert b.status_code("/w/", "zed", password("zed")) == 200
+        st = b.status()
+        assert st["redis_hits"] == st0["redis_hits"], (st0, st)
+        assert st["redis_forged"] > st0["redis_forged"], (st0, st)
+        assert st["verifications"] == st0["verifications"] + 2, (st0, st)
+        assert st["previous_hits"] == st0["previous_hits"], (st0, st)
+
+        # 3. The old file goes.
+        for s in (a, b):
+            use_peppers(s, new)
+            s.restart()
+        for user in USERS[:10]:
+            for s in (a, b):
+                assert s.status_code("/w/", user, password(user)) == 200
+        for s in (a, b):
+            assert "AuthHMACPepperFile" not in s.error_log()
+    finally:
+        for s in (a, b, c):
+            if s:
+                s.stop()
+        redis.cleanup()
+        shared.cleanup()
+
+
+def test_the_previous_file_gets_the_same_checks():
+    """The second file is read as the first is: mode, owner, size; an error
+    names it; the same pepper twice is refused."""
+    shared = FarmFiles(prefix="authn_hmac_rotation_")
+    redis = Redis(password=None).start()
+    try:
+        srv = farm_server(shared, redis, name="rotcheck")
+        loose = pepper_file(os.path.join(shared.dir, "pepper.loose"))
+        os.chmod(loose, 0o644)
+        use_peppers(srv, shared.pepper, loose)
+        rc, out = srv.configtest()
+        assert rc != 0 and "AuthHMACPepperFile: the previous pepper: " in out, out
+        assert "pepper.loose" in out, out
+        use_peppers(srv, shared.pepper, shared.pepper)
+        rc, out = srv.configtest()
+        assert rc != 0 and "hold the same pepper" in out, out
+        short = os.path.join(shared.dir, "pepper.short")
+        with open(short, "wb") as f:
+            f.write(b"x" * 8)
+        os.chmod(short, 0o600)
+        use_peppers(srv, shared.pepper, short)
+        rc, out = srv.configtest()
+        assert rc != 0 and "the previous pepper: " in out, out
+        use_peppers(srv, shared.pepper, pepper_file(os.path.join(shared.dir, "p2")))
+        rc, out = srv.configtest()
+        assert rc == 0, out
+    finally:
+        redis.cleanup()
+        shared.cleanup()
