@@ -313,3 +313,185 @@ def test_tls_farm_example_certificates_and_users_work():
         if redis:
             redis.cleanup()
         shutil.rmtree(d, ignore_errors=True)
+
+
+def tls_cli(cafiles, ip, port, password, *args):
+    """redis-cli over TLS, with the web servers' client certificate."""
+    ca, cert, key = cafiles
+    cmd = ["redis-cli", "--no-auth-warning", "--tls", "--cacert", ca, "--cert", cert,
+           "--key", key, "-h", ip, "-p", str(port)]
+    if password:
+        cmd += ["-a", password]
+    try:
+        p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return ""
+    return p.stdout.strip()
+
+
+@pytest.mark.slow
+def test_sentinel_over_tls_example_runs_and_fails_over():
+    """docs/operations.md's Sentinel over TLS, as given: its certificates
+    (after the TLS farm's CA), both Redis servers and three Sentinels with
+    its lines (on 127.0.0.11 to .13 for 10.0.0.11 to .13, each connecting
+    from its own address, free ports for 6379 and 26379, shorter failover
+    times), and two web servers with its
+    apache block: the primary is found over TLS, a login is shared, and
+    after a kill -9 of the primary the replica is found and shared through."""
+    import time
+    from harness import Httpd, htpasswd
+    from harness.env import free_port
+    from harness.farm import FarmFiles
+    from test_redis import note_of_last, wiki
+    ops = read("docs", "operations.md")
+    sec = ops.split("#### Sentinel over TLS, the whole example", 1)[1].split("\n### ", 1)[0]
+    ca_script = re.search(r"```sh\n(# The CA\..*?)```", ops, re.S).group(1)
+    cert_script = re.search(r"```sh\n(# One certificate per Redis machine.*?)```", sec,
+                            re.S).group(1)
+    redis_conf = re.search(r"```\n(bind 10\.0\.0\.11\nport 0\ntls-port 6379\n.*?)```", sec,
+                           re.S).group(1)
+    sentinel_conf = re.search(r"```\n(bind 10\.0\.0\.11\nport 0\ntls-port 26379\n.*?)```",
+                              sec, re.S).group(1)
+    apache = re.search(r"```apache\n(.*?)```", sec, re.S).group(1)
+    assert "tls-replication yes" in redis_conf and "tls-auth-clients yes" in redis_conf
+    assert "tls-replication yes" in sentinel_conf
+    admin = re.search(r"requirepass (\S+)", redis_conf).group(1)
+    sentinel_pass = re.search(r"requirepass (\S+)", sentinel_conf).group(1)
+    module_pass = re.search(r"user authn-hmac on >(\S+)", redis_conf).group(1)
+    rport, sport = free_port(), free_port()
+    d = tempfile.mkdtemp(prefix="authn_hmac_sentls_")
+    os.chmod(d, 0o755)
+    procs, servers, shared = [], [], None
+
+    def local(text, ip, mdir):
+        text = text.replace("26379", str(sport)).replace("6379", str(rport))
+        text = re.sub(r"10\.0\.0\.(\d+)", r"127.0.0.\1", text)
+        text = re.sub(r"(?m)^bind .*$", "bind " + ip, text)
+        # NB: and on one host, each "machine" connects from its own
+        # address, as it would from its own host (else a Sentinel and the
+        # replica announce 127.0.0.1, the source the kernel picks).
+        if ip:
+            text += "bind-source-addr %s\n" % ip
+        return text.replace("/etc/redis/tls/", mdir + "/")
+
+    def machine(n):
+        mdir = os.path.join(d, "m%d" % n)
+        os.makedirs(mdir, exist_ok=True)
+        for src, dst in (("redis-127.0.0.%d.pem" % n, "redis.pem"),
+                         ("redis-127.0.0.%d.key" % n, "redis.key"), ("ca.pem", "ca.pem")):
+            shutil.copy(os.path.join(d, src), os.path.join(mdir, dst))
+        return mdir
+
+    def start(conf_text, mdir, name, sentinel=False):
+        path = os.path.join(mdir, name + ".conf")
+        with open(path, "w") as f:
+            f.write(conf_text + "daemonize no\nsave \"\"\nappendonly no\ndir %s\n"
+                    "logfile %s/%s.log\n" % (mdir, mdir, name))
+        p = subprocess.Popen(["redis-server", path] + (["--sentinel"] if sentinel else []),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        procs.append(p)
+        return p
+
+    def wait_for(cond, seconds, what):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if cond():
+                return
+            time.sleep(0.2)
+        logs = ""
+        for root, _, files in os.walk(d):
+            for f in files:
+                if f.endswith(".log"):
+                    with open(os.path.join(root, f), errors="replace") as fh:
+                        logs += "== %s\n%s" % (f, "".join(fh.readlines()[-15:]))
+        raise AssertionError("%s: not within %d s\n%s" % (what, seconds, logs + "".join(
+            s.error_log_tail() for s in servers)))
+
+    try:
+        # NB: the certificates for the addresses used here.
+        p = subprocess.run(["bash", "-e", "-c", ca_script + re.sub(
+            r"10\.0\.0\.(\d+)", r"127.0.0.\1", cert_script)], cwd=d,
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+        client = (os.path.join(d, "ca.pem"), os.path.join(d, "redis-client.pem"),
+                  os.path.join(d, "redis-client.key"))
+        m = {n: machine(n) for n in (11, 12, 13)}
+        start(local(redis_conf, "127.0.0.11", m[11]), m[11], "redis")
+        # NB: the replica's one line more, as the text says.
+        start(local(redis_conf, "127.0.0.12", m[12]) + "replicaof 127.0.0.11 %d\n" % rport,
+              m[12], "redis")
+        wait_for(lambda: "master_link_status:up" in tls_cli(
+            client, "127.0.0.12", rport, admin, "INFO", "replication"), 30,
+            "the replica syncs over TLS")
+        fast = (sentinel_conf.replace("down-after-milliseconds authcache 5000",
+                                      "down-after-milliseconds authcache 1000")
+                .replace("failover-timeout authcache 60000", "failover-timeout authcache 3000"))
+        for n in (11, 12, 13):
+            start(local(fast, "127.0.0.%d" % n, m[n]), m[n], "sentinel", sentinel=True)
+        wait_for(lambda: all(
+            tls_cli(client, "127.0.0.%d" % n, sport, sentinel_pass, "SENTINEL", "sentinels",
+                    "authcache").splitlines().count("name") >= 2 and
+            tls_cli(client, "127.0.0.%d" % n, sport, sentinel_pass, "SENTINEL", "replicas",
+                    "authcache").splitlines().count("name") >= 1 for n in (11, 12, 13)),
+            40, "the Sentinels know each other and the replica, over TLS")
+
+        shared = FarmFiles(prefix="authn_hmac_sentls_farm_")
+        files = {"/etc/apache2/authn_hmac.pepper": shared.pepper,
+                 "/etc/apache2/redis-ca.pem": client[0],
+                 "/etc/apache2/redis-client.pem": client[1],
+                 "/etc/apache2/redis-client.key": client[2]}
+        for path, text in (("/etc/apache2/authn_hmac.sentinel-auth", sentinel_pass + "\n"),
+                           ("/etc/apache2/authn_hmac.redis-auth",
+                            "authn-hmac %s\n" % module_pass)):
+            files[path] = os.path.join(d, os.path.basename(path))
+            with open(files[path], "w") as f:
+                f.write(text)
+            os.chmod(files[path], 0o600)
+        os.chmod(client[2], 0o600)
+        conf = local(apache, "", "")
+        for path, real in files.items():
+            conf = conf.replace(path, real)
+        # NB: the example's 50 ms is a LAN's; this machine runs the suite.
+        conf = re.sub(r"AuthHMACRedisTimeout +50", "AuthHMACRedisTimeout 2000", conf)
+        for name in ("sentlsA", "sentlsB"):
+            srv = Httpd(mpm="event", name=name)
+            srv.global_conf = conf
+            srv.body = wiki(srv, shared.users)
+            srv.write_config()
+            with open(srv.path("htdocs", "index.html"), "w") as f:
+                f.write("wiki page\n")
+            servers.append(srv)
+            srv.start()
+        a, b = servers
+        wait_for(lambda: all(re.search(r"AHMAC0024: the primary of 'authcache' is "
+                                       r"127\.0\.0\.11:%d" % rport, s.error_log())
+                             for s in servers), 30, "the primary is found over TLS")
+        assert a.status_code("/w/", "alice", "alice farm pass") == 200
+        assert b.status_code("/w/", "alice", "alice farm pass") == 200
+        assert note_of_last(b, "alice") == "redis-hit"
+        # kill -9 of the primary: the Sentinels promote the replica, over
+        # TLS, and the servers follow it.
+        procs[0].kill()
+        procs[0].wait()
+        wait_for(lambda: all(re.search(r"AHMAC0024: the primary of 'authcache' is now "
+                                       r"127\.0\.0\.12:%d" % rport, s.error_log())
+                             for s in servers), 40, "the replica is found over TLS")
+        htpasswd(shared.users, "bob", "bob farm pass", cost=4)
+        for _ in range(50):
+            assert a.status_code("/w/", "bob", "bob farm pass") == 200
+            if b.status_code("/w/", "bob", "bob farm pass") == 200 and \
+                    note_of_last(b, "bob") == "redis-hit":
+                break
+            time.sleep(0.2)
+        assert note_of_last(b, "bob") == "redis-hit", b.error_log_tail()
+    finally:
+        for s in servers:
+            s.stop()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if shared:
+            shared.cleanup()
+        shutil.rmtree(d, ignore_errors=True)
