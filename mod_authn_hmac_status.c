@@ -107,8 +107,12 @@ int hmac_status_hook(request_rec *r, int flags)
     if (flags & AP_STATUS_SHORT)
         ap_rputs(status_text(AUTHN_HMAC_FMT_AUTO, r->pool), r);
     else if (flags & AP_STATUS_NOTABLE)
-        ap_rvputs(r, "<h2>mod_authn_hmac</h2>\n<pre>\n",
-                  status_text(AUTHN_HMAC_FMT_TEXT, r->pool), "</pre>\n", NULL);
+        /* NB: escaped: the breaker's reason is Redis's text (found by
+         * review: whatever answers as Redis could put HTML there). */
+        ap_rvputs(
+            r, "<h2>mod_authn_hmac</h2>\n<pre>\n",
+            ap_escape_html(r->pool, status_text(AUTHN_HMAC_FMT_TEXT, r->pool)),
+            "</pre>\n", NULL);
     else
         ap_rputs(status_text(AUTHN_HMAC_FMT_HTML, r->pool), r);
     return OK;

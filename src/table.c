@@ -46,7 +46,7 @@
  * the throttle's records) makes
  * a kept segment start afresh, across a graceful restart after an upgrade
  * too. */
-#define TABLE_MAGIC 0x61686d616374000fULL
+#define TABLE_MAGIC 0x61686d6163740010ULL
 
 #define WAYS        8 /* slots per set */
 #define HIT_STRIPES 8

@@ -7,6 +7,7 @@
  * logged when it begins and when it ends); when that wait ends, one
  * request probes Redis (half open) while the others keep skipping it. */
 #include "authn_hmac/redis.h"
+#include "authn_hmac/util.h"
 
 #include <string.h>
 
@@ -67,24 +68,35 @@ static int new_incident(authn_hmac_redis_health_t *h, apr_time_t started,
 }
 
 /* The breaker's reason, why ("" clears it), under a count that readers
- * check; a writer that finds another inside leaves it the word. */
-static void set_reason(authn_hmac_redis_health_t *h, const char *why)
+ * check; a writer that finds another inside leaves it the word, unless
+ * that one began a second ago or more (it died inside: taken over). now
+ * is monotonic; APR_INT64_MAX takes over in any case (a restart). */
+static void set_reason(authn_hmac_redis_health_t *h, const char *why,
+                       apr_time_t now)
 {
-    uint64_t seq = __atomic_load_n(&h->reason_seq, __ATOMIC_RELAXED);
+    uint64_t seq = __atomic_load_n(&h->reason_seq, __ATOMIC_RELAXED), next;
     char *r = h->reason;
     size_t i, n;
 
-    if ((seq & 1) ||
-        !__atomic_compare_exchange_n(&h->reason_seq, &seq, seq + 1, 0,
+    if (!(seq & 1))
+        next = seq + 1;
+    else if (now - __atomic_load_n(&h->reason_at, __ATOMIC_RELAXED) >=
+             apr_time_from_sec(1))
+        next = seq + 2;
+    else
+        return;
+    if (!__atomic_compare_exchange_n(&h->reason_seq, &seq, next, 0,
                                      __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return;
+    __atomic_store_n(&h->reason_at, now == APR_INT64_MAX ? 0 : now,
+                     __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     /* NB: byte by byte, atomically: readers copy it at the same time. */
     n = strnlen(why, sizeof(h->reason) - 1);
     for (i = 0; i < n; i++)
         __atomic_store_n(&r[i], why[i], __ATOMIC_RELAXED);
     __atomic_store_n(&r[n], '\0', __ATOMIC_RELAXED);
-    __atomic_store_n(&h->reason_seq, seq + 2, __ATOMIC_RELEASE);
+    __atomic_store_n(&h->reason_seq, next + 1, __ATOMIC_RELEASE);
 }
 
 int authn_hmac_redis_health_read(const authn_hmac_redis_health_t *h,
@@ -107,7 +119,9 @@ int authn_hmac_redis_health_read(const authn_hmac_redis_health_t *h,
             break;
     }
     reason[AUTHN_HMAC_REDIS_REASON_MAX - 1] = '\0';
-    if (tries == 100)
+    /* NB: a reason only while the breaker is open (a clear that lost a
+     * race with a late failure's reason left it there). */
+    if (tries == 100 || !__atomic_load_n(&h->breaker_until, __ATOMIC_RELAXED))
         reason[0] = '\0';
     return *up_since != 0 &&
            !__atomic_load_n(&h->breaker_until, __ATOMIC_RELAXED) &&
@@ -164,7 +178,7 @@ int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
      * counted (and logged at debug) but is not an outage to warn about. */
     if (!authn_hmac_redis_breaker_open(h))
         return 0;
-    set_reason(h, why ? why : "");
+    set_reason(h, why ? why : "", now);
     __atomic_store_n(&h->up_since, 0, __ATOMIC_RELAXED);
     if (!__atomic_compare_exchange_n(&h->down_since, &zero, now, 0,
                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
@@ -193,7 +207,7 @@ int authn_hmac_redis_succeeded(authn_hmac_redis_health_t *h, apr_time_t started,
     if (ended || probe) {
         __atomic_store_n(&h->opens, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
-        set_reason(h, "");
+        set_reason(h, "", now);
     }
     /* NB: since the first answer, or the end of the last outage. */
     if ((ended || probe || !__atomic_load_n(&h->up_since, __ATOMIC_RELAXED)) &&
@@ -220,7 +234,7 @@ void authn_hmac_redis_health_restart(authn_hmac_redis_health_t *h)
     __atomic_store_n(&h->forged_warned, 0, __ATOMIC_RELAXED);
     __atomic_add_fetch(&h->epoch, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&h->up_since, 0, __ATOMIC_RELAXED);
-    set_reason(h, "");
+    set_reason(h, "", APR_INT64_MAX);
     __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
 }
 
@@ -228,7 +242,7 @@ void authn_hmac_redis_breaker_reset(authn_hmac_redis_health_t *h)
 {
     __atomic_store_n(&h->failures, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->opens, 0, __ATOMIC_RELAXED);
-    set_reason(h, "");
+    set_reason(h, "", authn_hmac_monotonic());
     __atomic_store_n(&h->breaker_until, 0, __ATOMIC_RELEASE);
 }
 

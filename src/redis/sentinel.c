@@ -294,12 +294,22 @@ void authn_hmac_sentinel_restart(authn_hmac_sentinel_shared_t *sh,
 
 /* ------------------------------------------------------- the discovery */
 
+/* How long a name may take to resolve: the timeout, and at least a
+ * second (a resolver's answer that is not cached takes more than a LAN's
+ * Redis timeout); a stop ends the wait at once (the cancel descriptor). */
+#define RESOLVE_MIN apr_time_from_sec(1)
+
 /* Up to MAX_RESOLVED addresses of host:port; numeric only for a primary
  * named by address. 0 and *why if none. */
-static int resolve(const char *host, int port, authn_hmac_redis_addr_t *out,
-                   const char **why, apr_pool_t *p)
+static int resolve(const authn_hmac_sentinel_conf_t *sc, const char *host,
+                   int port, authn_hmac_redis_addr_t *out, const char **why,
+                   apr_pool_t *p)
 {
-    return authn_hmac_redis_resolve(host, port, out, MAX_RESOLVED, why, p);
+    apr_interval_time_t t = apr_time_from_msec(sc->conn.timeout_ms);
+
+    return authn_hmac_redis_resolve(
+        host, port, out, MAX_RESOLVED,
+        authn_hmac_monotonic() + (t > RESOLVE_MIN ? t : RESOLVE_MIN), why, p);
 }
 
 /* How much of an error's text goes to the log: its printable start, up
@@ -409,7 +419,7 @@ static int is_a_sentinel(const authn_hmac_sentinel_conf_t *sc,
         authn_hmac_redis_addr_t s[MAX_RESOLVED];
         const char *w = NULL;
 
-        n = resolve(sc->host[i], sc->port[i], s, &w, p);
+        n = resolve(sc, sc->host[i], sc->port[i], s, &w, p);
         for (j = 0; j < n; j++)
             if (same_addr(&s[j], a))
                 return 1;
@@ -428,7 +438,7 @@ static int confirm(const authn_hmac_sentinel_conf_t *sc,
     authn_hmac_redis_addr_t addrs[MAX_RESOLVED];
     const struct sockaddr *sa;
     redisReply *r = NULL;
-    int ok, n = resolve(host, port, addrs, why, p);
+    int ok, n = resolve(sc, host, port, addrs, why, p);
 
     if (n > 0 && is_a_sentinel(sc, &addrs[0], p)) {
         *why = "a Sentinel's address: the Redis password is not sent there";
@@ -481,7 +491,7 @@ authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
         const char *w = NULL;
         int n, ok;
 
-        n = resolve(sc->host[i], sc->port[i], addrs, &w, p);
+        n = resolve(sc, sc->host[i], sc->port[i], addrs, &w, p);
         if (n && ask(&sc->conn, addrs, n, sc->host[i], 3, get, &r, &w, p) ==
                      AUTHN_HMAC_REDIS_OK) {
             ok = authn_hmac_sentinel_addr_reply(r, host, port);

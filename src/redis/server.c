@@ -52,6 +52,6 @@ authn_hmac_redis_server(const authn_hmac_redis_conf_t *conf, apr_pool_t *p)
     }
     sv->naddr =
         authn_hmac_redis_resolve(conf->host, conf->port, sv->addr,
-                                 AUTHN_HMAC_REDIS_ADDRS, &sv->unresolved, p);
+                                 AUTHN_HMAC_REDIS_ADDRS, 0, &sv->unresolved, p);
     return src;
 }

@@ -7,11 +7,14 @@
 #include "authn_hmac/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -65,21 +68,122 @@ authn_hmac_redis_rc authn_hmac_redis_io_fail(const char **why,
 
 /* ------------------------------------------------------------- addresses */
 
+/* A name being resolved by a thread of its own: freed by the last of the
+ * waiter and the thread to let go of it. */
+typedef struct {
+    int refs;
+    int done[2]; /* a pipe: the thread writes when the answer is in */
+    int rc;
+    struct addrinfo *res;
+    char port[8];
+    char host[]; /* NUL-terminated */
+} lookup_t;
+
+static void lookup_put(lookup_t *l)
+{
+    if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    if (l->res)
+        freeaddrinfo(l->res);
+    close(l->done[0]);
+    close(l->done[1]);
+    free(l);
+}
+
+static void lookup_hints(struct addrinfo *hints, int flags)
+{
+    memset(hints, 0, sizeof(*hints));
+    hints->ai_family = AF_UNSPEC;
+    hints->ai_socktype = SOCK_STREAM;
+    hints->ai_flags = flags;
+}
+
+static void *lookup_run(void *data)
+{
+    lookup_t *l = data;
+    struct addrinfo hints;
+
+    lookup_hints(&hints, 0);
+    l->rc = getaddrinfo(l->host, l->port, &hints, &l->res);
+    if (write(l->done[1], "x", 1) < 0) {
+        /* NB: cannot be (a pipe with room); the waiter times out. */
+    }
+    lookup_put(l);
+    return NULL;
+}
+
+/* getaddrinfo of host:port, by a detached thread, until the deadline or
+ * the cancel descriptor: its rc (EAI_AGAIN at the deadline), and *res to
+ * free with *l (lookup_put) if 0. */
+static int lookup_until(const char *host, const char *port, apr_time_t deadline,
+                        lookup_t **out)
+{
+    size_t hl = strlen(host);
+    lookup_t *l = calloc(1, sizeof(*l) + hl + 1);
+    pthread_attr_t attr;
+    pthread_t t;
+    int started;
+
+    *out = NULL;
+    if (!l)
+        return EAI_MEMORY;
+    memcpy(l->host, host, hl + 1);
+    snprintf(l->port, sizeof(l->port), "%s", port);
+    if (pipe2(l->done, O_CLOEXEC) != 0) {
+        free(l);
+        return EAI_SYSTEM;
+    }
+    l->refs = 2;
+    started = pthread_attr_init(&attr) == 0;
+    started =
+        started &&
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+        pthread_create(&t, &attr, lookup_run, l) == 0;
+    pthread_attr_destroy(&attr);
+    if (!started) {
+        l->refs = 1;
+        lookup_put(l);
+        return EAI_SYSTEM;
+    }
+    if (authn_hmac_redis_wait_fd(l->done[0], POLLIN, deadline) != 1) {
+        lookup_put(l); /* NB: the thread frees it when it ends */
+        return EAI_AGAIN;
+    }
+    *out = l;
+    return l->rc;
+}
+
 int authn_hmac_redis_resolve(const char *host, int port,
                              authn_hmac_redis_addr_t *out, int max,
-                             const char **why, apr_pool_t *p)
+                             apr_time_t deadline, const char **why,
+                             apr_pool_t *p)
 {
     struct addrinfo hints, *res = NULL, *ai;
+    lookup_t *l = NULL;
     char ps[8];
     int rc, n = 0;
 
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
     snprintf(ps, sizeof(ps), "%d", port);
+    /* NB: an address needs no resolver: no thread, no wait. */
+    lookup_hints(&hints, AI_NUMERICHOST);
     rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc == EAI_NONAME) {
+        if (deadline) {
+            rc = lookup_until(host, ps, deadline, &l);
+            res = l ? l->res : NULL;
+        }
+        else {
+            lookup_hints(&hints, 0);
+            rc = getaddrinfo(host, ps, &hints, &res);
+        }
+    }
     if (rc != 0) {
-        *why = apr_psprintf(p, "cannot resolve %s: %s", host, gai_strerror(rc));
+        *why = apr_psprintf(p, "cannot resolve %s: %s", host,
+                            l || !deadline || rc != EAI_AGAIN
+                                ? gai_strerror(rc)
+                                : "no answer in time");
+        if (l)
+            lookup_put(l);
         return 0;
     }
     for (ai = res; ai && n < max; ai = ai->ai_next)
@@ -87,7 +191,10 @@ int authn_hmac_redis_resolve(const char *host, int port,
             memcpy(&out[n].sa, ai->ai_addr, ai->ai_addrlen);
             out[n++].len = ai->ai_addrlen;
         }
-    freeaddrinfo(res);
+    if (l)
+        lookup_put(l);
+    else
+        freeaddrinfo(res);
     if (!n)
         *why = apr_psprintf(p, "no address for %s", host);
     return n;

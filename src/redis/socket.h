@@ -63,9 +63,13 @@ int authn_hmac_redis_socket_open(const authn_hmac_redis_addr_t *addrs,
                                  const char **why, apr_pool_t *p);
 
 /* Up to max addresses of host:port (DNS: never on a request's time).
- * 0 and *why if none. */
+ * 0 and *why if none. With a deadline (not 0), a name that is not an
+ * address is resolved by a thread of its own, and waited for until the
+ * deadline or this thread's cancel descriptor: a resolver that does not
+ * answer holds no one longer (it finishes, or not, alone). */
 int authn_hmac_redis_resolve(const char *host, int port,
                              authn_hmac_redis_addr_t *out, int max,
-                             const char **why, apr_pool_t *p);
+                             apr_time_t deadline, const char **why,
+                             apr_pool_t *p);
 
 #endif /* AUTHN_HMAC_REDIS_SOCKET_H */

@@ -11,6 +11,7 @@ Modes (set `mode` at any time; it applies to the next command):
   trickle  every reply is sent one byte every `gap` seconds
   late     every reply is sent whole, `delay` seconds late
   huge     every GET is answered with a 10 MB bulk string
+  error    every command but AUTH and SELECT is answered with `error`
 
 With tls (a server-side ssl.SSLContext) it speaks TLS on its port, as a
 redis-server with tls-port does.
@@ -39,6 +40,7 @@ class FakeRedis:
         self.replicas = 0    # how many replicas ROLE lists
         self.gap = 0.03
         self.delay = 0.3
+        self.error = b"-ERR refused"
         self.store = {}      # key -> value, as SET wrote it
         self.written = []    # (key, value) of every SET, in order
         self.commands = []   # command names, in order
@@ -147,6 +149,8 @@ class FakeRedis:
                     reply = b"+OK\r\n" if ok else b"-WRONGPASS invalid password\r\n"
                 elif name == b"SELECT":
                     reply = b"+OK\r\n"
+                elif self.mode == "error":
+                    reply = self.error + b"\r\n"
                 elif name == b"SENTINEL" and self.names:
                     reply = b"*2\r\n" + bulk(self.names[0].encode()) \
                         + bulk(b"%d" % self.names[1])

@@ -466,3 +466,38 @@ def test_redis_health_and_the_check():
     finally:
         s.stop()
         redis.cleanup()
+
+
+def test_a_reason_from_redis_is_escaped_on_every_page():
+    """The breaker's reason is whatever answers as Redis said: HTML in it
+    is text on mod_status's pages (?notable's <pre> too), in JSON and in
+    Prometheus's label, never markup."""
+    from fake_redis import FakeRedis
+    fake = FakeRedis().start()
+    fake.mode = "error"
+    fake.error = b"-ERR <img src=x onerror=alert(1)> & more"
+    s = make_server("event", global_conf=STATUS.format(moddir=S["moddir"]) +
+                    "AuthHMACServerStatus On\n")
+    pepper = s.path("pepper")
+    with open(pepper, "wb") as f:
+        f.write(os.urandom(32))
+    os.chmod(pepper, 0o600)
+    s.global_conf += ("AuthHMACPepperFile %s\nAuthHMACRedisServer %s\n"
+                      "AuthHMACRedisTimeout 1000\n" % (pepper, fake.address))
+    s.write_config()
+    try:
+        s.start()
+        for i in range(6):
+            assert s.status_code("/a/index.html", "nobody%d" % i, "guess %d" % i) == 401
+            if s.status()["redis_breaker_open"]:
+                break
+        js = s.status()
+        assert js["redis_breaker_open"] == 1 and "<img" in js["redis_breaker_reason"], js
+        for path in ("/server-status", "/server-status?notable"):
+            _, body = get(s, path)
+            assert "<img" not in body, (path, body[-1500:])
+            assert re.search(r"&(lt|#60);img src=x onerror=alert\(1\)&(gt|#62);", body), \
+                (path, body[-1500:])
+    finally:
+        s.stop()
+        fake.stop()

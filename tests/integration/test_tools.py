@@ -178,3 +178,52 @@ def test_stat_server_words_reach_the_terminal_escaped(reply, says):
     assert p.returncode == 1, p
     assert says in err, err
     assert not [c for c in err.rstrip("\n") if not c.isprintable()], ascii(err)
+
+
+def page(body):
+    return (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n"
+            b"Date: Thu, 26 Nov 2026 10:00:00 GMT\r\n\r\n" + body.encode())
+
+
+FIELDS = ("redis redis_sentinel redis_up redis_up_since_seconds redis_breaker_open "
+          "busy busy_last_time_seconds index_private").split()
+
+
+def fake_status(values, info=None):
+    lines = []
+    for name in FIELDS:
+        lines += ["# TYPE authn_hmac_%s gauge" % name,
+                  "authn_hmac_%s %d" % (name, values.get(name, 0))]
+    if info is not None:
+        lines.append("authn_hmac_redis_info{%s} 1" % info)
+    return "\n".join(lines) + "\n"
+
+
+def check_of(body):
+    p = subprocess.run([sys.executable, STAT, "--check",
+                        "http://127.0.0.1:%d/s" % answer_once(page(body))],
+                       capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout.strip()
+
+
+def test_check_reads_escaped_words_and_the_servers_clock():
+    """The reason in the info metric's label, with Prometheus's escapes
+    (a quote, a backslash, a newline), reaches the line whole; a '|' in it
+    (a plugin's performance data) is shown as '/'; a 503 is recent by the
+    server's clock (its Date header), not this host's; a page without the
+    fields the check reads is UNKNOWN (3), never OK."""
+    opened = fake_status({"redis": 1, "redis_breaker_open": 1},
+                         r'primary="10.0.0.12:6379",breaker_reason="ERR \"x\\y\" a|b"')
+    rc, out = check_of(opened)
+    assert rc == 2, out
+    assert out == ('AUTHN_HMAC CRITICAL - Redis at 10.0.0.12:6379 unreachable: breaker '
+                   'open (ERR "x\\y" a/b)'), out
+    # 10:00:00 on the server; the last 503 a minute before it (this host's
+    # clock is a day or more on: by it, the 503 is old).
+    busy = fake_status({"redis": 0, "busy": 3, "busy_last_time_seconds": 1795687140}, "")
+    rc, out = check_of(busy)
+    assert rc == 1 and "refused requests (503) within 300 s" in out, out
+    rc, out = check_of(fake_status({"redis": 0}, ""))
+    assert rc == 0 and out == "AUTHN_HMAC OK - no Redis (shared memory only)", out
+    rc, out = check_of("authn_hmac_hits_total 3\n")
+    assert rc == 3 and out.startswith("AUTHN_HMAC UNKNOWN - the page has no redis, "), out

@@ -206,6 +206,19 @@ static void test_health_read(apr_pool_t *p)
                                 longer);
     CHECK(authn_hmac_redis_health_read(&h, &since, why) == 0);
     CHECK(strlen(why) == AUTHN_HMAC_REDIS_REASON_MAX - 1);
+    /* A writer that died inside (its count left odd): its word is taken
+     * over after a second, not kept from every later writer. */
+    authn_hmac_redis_succeeded(&h, now + SEC(40), now + SEC(40), 1, &o);
+    h.reason_seq |= 1;
+    h.reason_at = now + SEC(41);
+    for (i = 0; i < 3; i++)
+        authn_hmac_redis_failed(&h, now + SEC(41) + i, now + SEC(41) + i, 0,
+                                "timeout");
+    CHECK(authn_hmac_redis_breaker_open(&h));
+    CHECK(authn_hmac_redis_health_read(&h, &since, why) == 0 && !why[0]);
+    authn_hmac_redis_failed(&h, now + SEC(43), now + SEC(43), 1, "refused");
+    CHECK(authn_hmac_redis_health_read(&h, &since, why) == 0);
+    CHECK(strcmp(why, "refused") == 0 && !(h.reason_seq & 1));
     /* A restart: nothing known. */
     authn_hmac_redis_health_restart(&h);
     CHECK(authn_hmac_redis_health_read(&h, &since, why) == 0);

@@ -6,10 +6,18 @@
 #include "authn_hmac/util.h"
 #include "unit.h"
 #include "../../src/redis/conn.h"
+#include "../../src/redis/socket.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -265,6 +273,82 @@ static void test_error_text_hides_arguments(apr_pool_t *p)
     CHECK(strcmp(error_text("", p), "") == 0);
 }
 
+/* In a child of its own mount namespace, whose resolver asks a name server
+ * (127.0.0.2:53, this child's silent socket) that never answers: 0 if all
+ * held, 77 if the namespace cannot be made here, else 1. */
+static int silent_resolver_child(apr_pool_t *p)
+{
+    char conf[] = "/tmp/authn_hmac_resolv.XXXXXX";
+    struct sockaddr_in sa;
+    authn_hmac_redis_addr_t a[4];
+    const char *why = NULL;
+    apr_time_t t0;
+    int fd, udp, cancel[2], n, ok = 1;
+    FILE *f;
+
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        return 77;
+    fd = mkstemp(conf);
+    f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f)
+        return 1;
+    fputs("nameserver 127.0.0.2\noptions timeout:30 attempts:1\n", f);
+    fclose(f);
+    if (mount(conf, "/etc/resolv.conf", NULL, MS_BIND, NULL) != 0)
+        return 77;
+    udp = socket(AF_INET, SOCK_DGRAM, 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(53);
+    sa.sin_addr.s_addr = htonl(0x7f000002);
+    if (udp < 0 || bind(udp, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+        return 77;
+    /* An address: no resolver, at once. */
+    t0 = authn_hmac_monotonic();
+    n = authn_hmac_redis_resolve("127.0.0.1", 26379, a, 4,
+                                 t0 + apr_time_from_msec(300), &why, p);
+    ok &= n == 1;
+    /* A name the resolver does not answer: no more than the deadline. */
+    t0 = authn_hmac_monotonic();
+    n = authn_hmac_redis_resolve("sentinel.example.net", 26379, a, 4,
+                                 t0 + apr_time_from_msec(300), &why, p);
+    ok &= n == 0 && strstr(why, "no answer in time") != NULL;
+    ok &= authn_hmac_monotonic() - t0 < apr_time_from_msec(1500);
+    /* A stop (the cancel descriptor): at once, whatever the deadline. */
+    ok &= pipe(cancel) == 0 && write(cancel[1], "x", 1) == 1;
+    authn_hmac_redis_cancel_fd(cancel[0]);
+    t0 = authn_hmac_monotonic();
+    n = authn_hmac_redis_resolve("sentinel.example.net", 26379, a, 4,
+                                 t0 + apr_time_from_sec(20), &why, p);
+    ok &= n == 0 && authn_hmac_monotonic() - t0 < apr_time_from_msec(500);
+    authn_hmac_redis_cancel_fd(-1);
+    umount("/etc/resolv.conf");
+    unlink(conf);
+    if (!ok)
+        fprintf(stderr, "    resolve: n=%d why=%s\n", n, why ? why : "");
+    return ok ? 0 : 1;
+}
+
+/* A name is resolved under a deadline, and a stop ends the wait: a
+ * resolver that does not answer held a discovery (and so `apache2 -k
+ * stop`) for its own timeouts (issue 29's review, item 4). */
+static void test_resolve_under_a_deadline(apr_pool_t *p)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0)
+        _exit(silent_resolver_child(p));
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) {
+        fprintf(stderr, "    SKIPPED: no mount namespace here (needs root "
+                        "and CAP_SYS_ADMIN) for a silent resolver\n");
+        return;
+    }
+    CHECK(WEXITSTATUS(status) == 0);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -274,5 +358,6 @@ int main(void)
     RUN(test_trickle_deadline, p);
     RUN(test_long_replies, p);
     RUN(test_error_text_hides_arguments, p);
+    RUN(test_resolve_under_a_deadline, p);
     return unit_end();
 }
