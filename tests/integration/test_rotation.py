@@ -172,10 +172,21 @@ def test_rotation_on_a_farm_under_load():
                 assert s.status_code("/w/", user, password(user)) == 200
         for s in (a, b):
             assert "AuthHMACPepperFile" not in s.error_log()
+        # Nothing else went wrong through the steps: no index that would not
+        # verify or was kept apart (AHMAC0026), no forged value but the
+        # rogue one, no warning the harness does not expect.
+        problems = []
+        for s in (a, b, c):
+            s.stop()
+            problems += ["%s: %s" % (s.name, p) for p in s.log_problems()]
+        assert not [p for p in problems if "AHMAC0006" not in p], problems
+        for s in (a, b):
+            assert "AHMAC0026" not in s.error_log(), s.error_log()[-3000:]
     finally:
         for s in (a, b, c):
             if s:
                 s.stop()
+                s.cleanup()
         redis.cleanup()
         shared.cleanup()
 

@@ -446,10 +446,11 @@ def dump_holds(path, needles):
                     reason="gcore of a child; a sanitized child maps terabytes of shadow memory")
 @pytest.mark.skipif(shutil.which("gcore") is None, reason="needs gdb's gcore")
 def test_core_dump_of_a_child_holds_no_secret(site):
-    """A child's core dump (gcore) holds none of the secrets: the pepper, its
-    subkeys and their HMAC states, the Redis password, and the TLS client
-    key, as PEM, as DER (PKCS#8 and SEC1) or as its private scalar (found by
-    review: the PEM decoder left the DER in the ordinary heap)."""
+    """A child's core dump (gcore) holds none of the secrets: the pepper and
+    the previous one (a rotation), their subkeys and HMAC states, the Redis
+    password, and the TLS client key, as PEM, as DER (PKCS#8 and SEC1) or as
+    its private scalar (found by review: the PEM decoder left the DER in the
+    ordinary heap)."""
     ca = TestCA(dir=os.path.join(site.dir, "ca"))
     cert, key = ca.issue()
     client = ca.issue(cn="web", dns=(), ips=(), client=True)
@@ -462,6 +463,14 @@ def test_core_dump_of_a_child_holds_no_secret(site):
                  "AuthHMACRedisTLSKeyFile %s" % (ca.cert, client[0], client[1]))
     srv = site.server(redis.address, auth_secret=redis.password, extra=one_child,
                       mpm="prefork")
+    previous = os.urandom(32)
+    with open(srv.path("pepper.previous"), "wb") as f:
+        f.write(previous)
+    os.chmod(srv.path("pepper.previous"), 0o600)
+    srv.global_conf = srv.global_conf.replace(
+        "AuthHMACPepperFile %s" % site.pepper,
+        "AuthHMACPepperFile %s %s" % (site.pepper, srv.path("pepper.previous")))
+    srv.write_config()
     core_dir = tempfile.mkdtemp(prefix="authn_hmac_core_")
     try:
         srv.start()
@@ -482,6 +491,8 @@ def test_core_dump_of_a_child_holds_no_secret(site):
             alice_hash = f.read().split("alice:", 1)[1].split("\n", 1)[0].encode()
         secrets = {"pepper": site.pepper_bytes, "Redis password": redis.password.encode()}
         secrets.update(keyed_states(site.pepper_bytes))
+        secrets["previous pepper"] = previous
+        secrets.update({"previous " + k: v for k, v in keyed_states(previous).items()})
         secrets.update(key_forms(client[1]))
         seen = dump_holds(path, list(secrets.values()) + [alice_hash])
         # The dump is real: the child's heap is in it (the htpasswd index).
