@@ -56,7 +56,8 @@ def site(request):
 
 def delta(srv, before):
     after = srv.status()
-    return {k: after[k] - before[k] for k in before}
+    # NB: the numbers; the Redis tier's words (redis_primary...) are text.
+    return {k: after[k] - before[k] for k in before if not isinstance(before[k], str)}
 
 
 def alternate(srv, user, paths, n=12):
