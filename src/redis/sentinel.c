@@ -405,13 +405,16 @@ static int same_addr(const authn_hmac_redis_addr_t *a,
     return memcmp(x, y, 16) == 0 || (is_local(x) && is_local(y));
 }
 
-/* Whether a is the address of one of the configured Sentinels. NB: the
- * primary is sent AUTH with the Redis password; a Sentinel that names
- * itself (or another Sentinel) as the primary must not get it (found by
- * review: with TLS and a private CA, a Sentinel holds a certificate the
- * primary's checks accept). */
-static int is_a_sentinel(const authn_hmac_sentinel_conf_t *sc,
-                         const authn_hmac_redis_addr_t *a, apr_pool_t *p)
+/* Whether a may be the address of one of the configured Sentinels: NULL
+ * if not, else why the Redis password is not sent there. NB: the primary
+ * is sent AUTH with the Redis password; a Sentinel that names itself (or
+ * another Sentinel) as the primary must not get it (found by review: with
+ * TLS and a private CA, a Sentinel holds a certificate the primary's
+ * checks accept). A Sentinel whose name does not resolve now may be that
+ * address: the password is not sent either (it failed open). */
+static const char *is_a_sentinel(const authn_hmac_sentinel_conf_t *sc,
+                                 const authn_hmac_redis_addr_t *a,
+                                 apr_pool_t *p)
 {
     int i, j, n;
 
@@ -420,11 +423,17 @@ static int is_a_sentinel(const authn_hmac_sentinel_conf_t *sc,
         const char *w = NULL;
 
         n = resolve(sc, sc->host[i], sc->port[i], s, &w, p);
+        if (n <= 0)
+            return apr_psprintf(p,
+                                "Sentinel %s:%d cannot be told apart from it "
+                                "(%s): the Redis password is not sent",
+                                sc->host[i], sc->port[i], w ? w : "no address");
         for (j = 0; j < n; j++)
             if (same_addr(&s[j], a))
-                return 1;
+                return "a Sentinel's address: the Redis password is not sent "
+                       "there";
     }
-    return 0;
+    return NULL;
 }
 
 /* The primary a Sentinel named at host:port, confirmed by the primary
@@ -439,9 +448,10 @@ static int confirm(const authn_hmac_sentinel_conf_t *sc,
     const struct sockaddr *sa;
     redisReply *r = NULL;
     int ok, n = resolve(sc, host, port, addrs, why, p);
+    const char *sentinel = n > 0 ? is_a_sentinel(sc, &addrs[0], p) : NULL;
 
-    if (n > 0 && is_a_sentinel(sc, &addrs[0], p)) {
-        *why = "a Sentinel's address: the Redis password is not sent there";
+    if (sentinel) {
+        *why = sentinel;
         n = 0;
     }
     if (n <= 0 || ask(redis, addrs, 1,

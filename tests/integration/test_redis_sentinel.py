@@ -361,6 +361,30 @@ def test_a_sentinel_named_as_the_primary_never_gets_the_redis_password(named):
     assert not problems, "\n".join(problems)
 
 
+def test_a_sentinel_whose_name_does_not_resolve_keeps_the_password_back():
+    """A configured Sentinel whose name does not resolve may be the address
+    another Sentinel names as the primary: the Redis password is not sent
+    there either (it failed open: the check skipped a Sentinel it could not
+    resolve), and the error log says why."""
+    sentinel, primary = FakeRedis().start(), FakeRedis().start()
+    sentinel.names = ("127.0.0.1", primary.port)
+    farm = Farm()
+    problems, log = [], ""
+    try:
+        srv = farm.server([sentinel.address, "no-such-sentinel.invalid:26379"], "unresolved")
+        log = failed_discovery(srv)
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+    finally:
+        problems = farm.cleanup()
+        for f in (sentinel, primary):
+            f.stop()
+    assert "AUTH" not in primary.commands, primary.commands
+    assert re.search(r"it named 127\.0\.0\.1:%d: Sentinel no-such-sentinel\.invalid:26379 "
+                     r"cannot be told apart from it \(cannot resolve no-such-sentinel\.invalid: "
+                     r"[^)]*\): the Redis password is not sent" % primary.port, log), log
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["stop", "graceful"])
 def test_a_discovery_under_way_never_holds_a_stop_or_a_restart(how):
