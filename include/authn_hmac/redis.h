@@ -204,8 +204,10 @@ typedef struct authn_hmac_redis_health {
     uint64_t tls_handshakes; /* TLS connections made */
     uint64_t tls_resumed;    /* of which resumed a session */
     int64_t up_since;        /* wall clock: answering since; 0: not now */
-    uint64_t reason_seq;     /* odd while reason is written */
-    int64_t reason_at;       /* monotonic: when its writer began */
+    /* reason's lock word: even, the count of its writes (as reason_done);
+     * odd, a writer inside: (when it began, monotonic) << 1 | 1. */
+    uint64_t reason_seq;
+    uint64_t reason_done;
     char reason[AUTHN_HMAC_REDIS_REASON_MAX]; /* while the breaker is open */
 } authn_hmac_redis_health_t;
 

@@ -67,36 +67,37 @@ static int new_incident(authn_hmac_redis_health_t *h, apr_time_t started,
     return 0;
 }
 
-/* The breaker's reason, why ("" clears it), under a count that readers
- * check; a writer that finds another inside leaves it the word, unless
- * that one began a second ago or more (it died inside: taken over). now
- * is monotonic; APR_INT64_MAX takes over in any case (a restart). */
+/* The breaker's reason, why ("" clears it), under a lock word that
+ * readers check (reason_seq); a writer that finds another inside leaves it
+ * the word, unless that one began a second ago or more (it died inside:
+ * taken over; the time is in the word itself, read in one load). now is
+ * monotonic; APR_INT64_MAX takes over in any case (a restart). */
 static void set_reason(authn_hmac_redis_health_t *h, const char *why,
                        apr_time_t now)
 {
-    uint64_t seq = __atomic_load_n(&h->reason_seq, __ATOMIC_RELAXED), next;
+    uint64_t w = __atomic_load_n(&h->reason_seq, __ATOMIC_RELAXED), next, done;
+    int force = now == APR_INT64_MAX;
     char *r = h->reason;
     size_t i, n;
 
-    if (!(seq & 1))
-        next = seq + 1;
-    else if (now - __atomic_load_n(&h->reason_at, __ATOMIC_RELAXED) >=
-             apr_time_from_sec(1))
-        next = seq + 2;
-    else
+    if ((w & 1) && !force && now - (apr_time_t)(w >> 1) < apr_time_from_sec(1))
         return;
-    if (!__atomic_compare_exchange_n(&h->reason_seq, &seq, next, 0,
+    next = ((uint64_t)(force ? 0 : now) << 1) | 1;
+    if (next == w ||
+        !__atomic_compare_exchange_n(&h->reason_seq, &w, next, 0,
                                      __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return;
-    __atomic_store_n(&h->reason_at, now == APR_INT64_MAX ? 0 : now,
-                     __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     /* NB: byte by byte, atomically: readers copy it at the same time. */
     n = strnlen(why, sizeof(h->reason) - 1);
     for (i = 0; i < n; i++)
         __atomic_store_n(&r[i], why[i], __ATOMIC_RELAXED);
     __atomic_store_n(&r[n], '\0', __ATOMIC_RELAXED);
-    __atomic_store_n(&h->reason_seq, next + 1, __ATOMIC_RELEASE);
+    /* NB: the next even count, after every write done (one taken over
+     * included); and only if this writer still holds the word. */
+    done = __atomic_add_fetch(&h->reason_done, 2, __ATOMIC_RELAXED);
+    (void)__atomic_compare_exchange_n(&h->reason_seq, &next, done, 0,
+                                      __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
 int authn_hmac_redis_health_read(const authn_hmac_redis_health_t *h,

@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -299,17 +300,24 @@ void authn_hmac_sentinel_restart(authn_hmac_sentinel_shared_t *sh,
  * Redis timeout); a stop ends the wait at once (the cancel descriptor). */
 #define RESOLVE_MIN apr_time_from_sec(1)
 
-/* Up to MAX_RESOLVED addresses of host:port; numeric only for a primary
- * named by address. 0 and *why if none. */
-static int resolve(const authn_hmac_sentinel_conf_t *sc, const char *host,
-                   int port, authn_hmac_redis_addr_t *out, const char **why,
-                   apr_pool_t *p)
+/* Up to max addresses of host:port; numeric only for a primary named by
+ * address. 0 and *why if none. */
+static int resolve_n(const authn_hmac_sentinel_conf_t *sc, const char *host,
+                     int port, authn_hmac_redis_addr_t *out, int max,
+                     const char **why, apr_pool_t *p)
 {
     apr_interval_time_t t = apr_time_from_msec(sc->conn.timeout_ms);
 
     return authn_hmac_redis_resolve(
-        host, port, out, MAX_RESOLVED,
+        host, port, out, max,
         authn_hmac_monotonic() + (t > RESOLVE_MIN ? t : RESOLVE_MIN), why, p);
+}
+
+static int resolve(const authn_hmac_sentinel_conf_t *sc, const char *host,
+                   int port, authn_hmac_redis_addr_t *out, const char **why,
+                   apr_pool_t *p)
+{
+    return resolve_n(sc, host, port, out, MAX_RESOLVED, why, p);
 }
 
 /* How much of an error's text goes to the log: its printable start, up
@@ -412,18 +420,49 @@ static int same_addr(const authn_hmac_redis_addr_t *a,
  * TLS and a private CA, a Sentinel holds a certificate the primary's
  * checks accept). A Sentinel whose name does not resolve now may be that
  * address: the password is not sent either (it failed open). */
+/* Every address of each Sentinel (a name may stand for many: a service
+ * of all the Sentinels, IPv4 and IPv6), and the last ones each name
+ * resolved to in this process, for a name that does not resolve now. NB:
+ * only the process's discovery thread uses it (made on its first look). */
+#define SENTINEL_ADDRS 64
+
+typedef struct {
+    int n;
+    authn_hmac_redis_addr_t a[SENTINEL_ADDRS];
+} known_t;
+
+static known_t *known;
+
+/* Whether a may be the address of one of the configured Sentinels: NULL
+ * if not, else why the Redis password is not sent there. NB: the primary
+ * is sent AUTH with the Redis password; a Sentinel that names itself (or
+ * another Sentinel) as the primary must not get it (found by review: with
+ * TLS and a private CA, a Sentinel holds a certificate the primary's
+ * checks accept). A Sentinel whose name does not resolve now is taken at
+ * the addresses it last resolved to; one that never resolved may be that
+ * address: the password is not sent (it failed open). */
 static const char *is_a_sentinel(const authn_hmac_sentinel_conf_t *sc,
                                  const authn_hmac_redis_addr_t *a,
                                  apr_pool_t *p)
 {
     int i, j, n;
 
-    for (i = 0; i < sc->n; i++) {
-        authn_hmac_redis_addr_t s[MAX_RESOLVED];
+    if (!known)
+        known = calloc(AUTHN_HMAC_SENTINEL_MAX, sizeof(*known));
+    for (i = 0; i < sc->n && i < AUTHN_HMAC_SENTINEL_MAX; i++) {
+        authn_hmac_redis_addr_t s[SENTINEL_ADDRS];
         const char *w = NULL;
 
-        n = resolve(sc, sc->host[i], sc->port[i], s, &w, p);
-        if (n <= 0)
+        n = resolve_n(sc, sc->host[i], sc->port[i], s, SENTINEL_ADDRS, &w, p);
+        if (n > 0 && known) {
+            memcpy(known[i].a, s, sizeof(s[0]) * (size_t)n);
+            known[i].n = n;
+        }
+        else if (n <= 0 && known && known[i].n > 0) {
+            n = known[i].n;
+            memcpy(s, known[i].a, sizeof(s[0]) * (size_t)n);
+        }
+        else if (n <= 0)
             return apr_psprintf(p,
                                 "Sentinel %s:%d cannot be told apart from it "
                                 "(%s): the Redis password is not sent",
@@ -573,6 +612,23 @@ static void look(authn_hmac_sentinel_t *s, int64_t claim, apr_pool_t *p)
             : "");
 }
 
+/* How long a discovery may spend resolving names: none for Sentinels
+ * given by address; else each name, for each Sentinel's answer, and the
+ * primary's (a review: a slow resolver made discoveries outlive their
+ * claim, overlap, and throw their answers away). */
+static apr_interval_time_t names_time(const authn_hmac_sentinel_conf_t *sc)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    apr_interval_time_t t = apr_time_from_msec(sc->conn.timeout_ms);
+    int i, names = 0;
+
+    for (i = 0; i < sc->n; i++)
+        names += inet_pton(AF_INET, sc->host[i], buf) != 1 &&
+                 inet_pton(AF_INET6, sc->host[i], buf) != 1;
+    return names ? (t > RESOLVE_MIN ? t : RESOLVE_MIN) * sc->n * (sc->n + 2)
+                 : 0;
+}
+
 static void *run(void *arg)
 {
     authn_hmac_sentinel_t *s = arg;
@@ -581,7 +637,7 @@ static void *run(void *arg)
     apr_pool_t *p = NULL;
     apr_interval_time_t hold =
         apr_time_from_msec(s->redis->timeout_ms) * (2 * s->sc->n + 2) +
-        apr_time_from_sec(2);
+        apr_time_from_sec(2) + names_time(s->sc);
 
     if (apr_pool_create_unmanaged_ex(&p, NULL, NULL) != APR_SUCCESS)
         return NULL;

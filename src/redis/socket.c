@@ -98,51 +98,81 @@ static void lookup_hints(struct addrinfo *hints, int flags)
     hints->ai_flags = flags;
 }
 
+/* Lookups under way in this process: at most LOOKUPS (a resolver that
+ * hangs for minutes, as an NSS module may, must not pile threads up). */
+#define LOOKUPS      8
+#define LOOKUP_STACK ((size_t)512 * 1024)
+static int lookups;
+
 static void *lookup_run(void *data)
 {
     lookup_t *l = data;
-    struct addrinfo hints;
+    struct addrinfo hints, *res = NULL;
+    int rc;
 
     lookup_hints(&hints, 0);
-    l->rc = getaddrinfo(l->host, l->port, &hints, &l->res);
+    rc = getaddrinfo(l->host, l->port, &hints, &res);
+    l->res = res;
+    __atomic_store_n(&l->rc, rc, __ATOMIC_RELEASE);
     if (write(l->done[1], "x", 1) < 0) {
         /* NB: cannot be (a pipe with room); the waiter times out. */
     }
+    __atomic_sub_fetch(&lookups, 1, __ATOMIC_RELAXED);
     lookup_put(l);
     return NULL;
 }
 
+/* Whether this thread's cancel descriptor says stop (a look, no wait). */
+static int cancelled(void)
+{
+    struct pollfd pfd = {cancel_fd, POLLIN, 0};
+
+    return cancel_fd >= 0 && poll(&pfd, 1, 0) > 0;
+}
+
 /* getaddrinfo of host:port, by a detached thread, until the deadline or
- * the cancel descriptor: its rc (EAI_AGAIN at the deadline), and *res to
- * free with *l (lookup_put) if 0. */
+ * the cancel descriptor: its rc (EAI_AGAIN at the deadline, after a stop,
+ * or with LOOKUPS under way), and *out (its res to free with it, by
+ * lookup_put) if 0. */
 static int lookup_until(const char *host, const char *port, apr_time_t deadline,
                         lookup_t **out)
 {
     size_t hl = strlen(host);
-    lookup_t *l = calloc(1, sizeof(*l) + hl + 1);
+    lookup_t *l;
     pthread_attr_t attr;
     pthread_t t;
-    int started;
+    int started = 0;
 
     *out = NULL;
-    if (!l)
-        return EAI_MEMORY;
+    /* NB: a stop under way: no thread to leave behind. */
+    if (cancelled())
+        return EAI_AGAIN;
+    if (__atomic_add_fetch(&lookups, 1, __ATOMIC_RELAXED) > LOOKUPS) {
+        __atomic_sub_fetch(&lookups, 1, __ATOMIC_RELAXED);
+        return EAI_AGAIN;
+    }
+    l = calloc(1, sizeof(*l) + hl + 1);
+    if (!l || pipe2(l->done, O_CLOEXEC) != 0) {
+        free(l);
+        __atomic_sub_fetch(&lookups, 1, __ATOMIC_RELAXED);
+        return l ? EAI_SYSTEM : EAI_MEMORY;
+    }
     memcpy(l->host, host, hl + 1);
     snprintf(l->port, sizeof(l->port), "%s", port);
-    if (pipe2(l->done, O_CLOEXEC) != 0) {
-        free(l);
-        return EAI_SYSTEM;
-    }
     l->refs = 2;
-    started = pthread_attr_init(&attr) == 0;
-    started =
-        started &&
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-        pthread_create(&t, &attr, lookup_run, l) == 0;
-    pthread_attr_destroy(&attr);
+    /* NB: a stack of its own size (a resolver's NSS modules need some;
+     * not the default's 8 MiB). */
+    if (pthread_attr_init(&attr) == 0) {
+        started =
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+            pthread_attr_setstacksize(&attr, LOOKUP_STACK) == 0 &&
+            pthread_create(&t, &attr, lookup_run, l) == 0;
+        pthread_attr_destroy(&attr);
+    }
     if (!started) {
         l->refs = 1;
         lookup_put(l);
+        __atomic_sub_fetch(&lookups, 1, __ATOMIC_RELAXED);
         return EAI_SYSTEM;
     }
     if (authn_hmac_redis_wait_fd(l->done[0], POLLIN, deadline) != 1) {
@@ -150,7 +180,7 @@ static int lookup_until(const char *host, const char *port, apr_time_t deadline,
         return EAI_AGAIN;
     }
     *out = l;
-    return l->rc;
+    return __atomic_load_n(&l->rc, __ATOMIC_ACQUIRE);
 }
 
 int authn_hmac_redis_resolve(const char *host, int port,

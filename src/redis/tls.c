@@ -17,11 +17,13 @@
  * connection) costs a resumption, not a full handshake. */
 #include "tls.h"
 #include "authn_hmac/secret.h"
+#include "authn_hmac/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -267,6 +269,9 @@ static EVP_PKEY *make_key(unsigned char *buf, size_t len, unsigned char *store,
     return pkey;
 }
 
+/* How long the child that parses the key may take. */
+#define KEY_CHILD_TIME apr_time_from_sec(10)
+
 /* The client key, from its PEM text in a secret page, parsed in a child
  * process; NULL and *why if it is not one. */
 static EVP_PKEY *load_key(const authn_hmac_secret_t *key, const char **why,
@@ -277,7 +282,8 @@ static EVP_PKEY *load_key(const authn_hmac_secret_t *key, const char **why,
     EVP_PKEY *pkey = NULL;
     size_t len = 0;
     ssize_t n = 1;
-    int fds[2], status = -1; /* NB: not reaped: not exited well */
+    int fds[2], status = -1, waited = 1; /* NB: not reaped: not exited well */
+    apr_time_t deadline;
     pid_t pid;
 
     *why = "out of memory";
@@ -294,15 +300,23 @@ static EVP_PKEY *load_key(const authn_hmac_secret_t *key, const char **why,
         parse_key(fds[1], key);
     }
     close(fds[1]);
+    /* NB: under a deadline: httpd's start is never held by it (a parse
+     * takes milliseconds; a child that does not answer is killed). */
+    deadline = authn_hmac_monotonic() + KEY_CHILD_TIME;
     while (pid > 0 && len < KEY_PARAMS_MAX &&
+           (waited = authn_hmac_redis_wait_fd(fds[0], POLLIN, deadline)) == 1 &&
            ((n = read(fds[0], buf + len, KEY_PARAMS_MAX - len)) > 0 ||
             (n < 0 && errno == EINTR)))
         len += n > 0 ? (size_t)n : 0;
     close(fds[0]);
+    if (pid > 0 && waited != 1)
+        kill(pid, SIGKILL);
     while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     if (pid < 0)
         *why = "cannot start a process to read it";
+    else if (waited != 1)
+        *why = "the process that read it did not answer in time";
     else if (len >= KEY_PARAMS_MAX)
         *why = "the key is too large";
     else

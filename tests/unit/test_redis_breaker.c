@@ -209,8 +209,7 @@ static void test_health_read(apr_pool_t *p)
     /* A writer that died inside (its count left odd): its word is taken
      * over after a second, not kept from every later writer. */
     authn_hmac_redis_succeeded(&h, now + SEC(40), now + SEC(40), 1, &o);
-    h.reason_seq |= 1;
-    h.reason_at = now + SEC(41);
+    h.reason_seq = (uint64_t)(now + SEC(41)) << 1 | 1; /* began at 41 s */
     for (i = 0; i < 3; i++)
         authn_hmac_redis_failed(&h, now + SEC(41) + i, now + SEC(41) + i, 0,
                                 "timeout");
