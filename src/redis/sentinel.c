@@ -439,30 +439,44 @@ static known_t *known;
  * another Sentinel) as the primary must not get it (found by review: with
  * TLS and a private CA, a Sentinel holds a certificate the primary's
  * checks accept). A Sentinel whose name does not resolve now is taken at
- * the addresses it last resolved to; one that never resolved may be that
- * address: the password is not sent (it failed open). */
+ * the addresses it last resolved to in this process (each name is
+ * resolved when the discovery thread starts); one that never resolved may
+ * be that address: the password is not sent (it failed open). */
+/* Every address of Sentinel i, now, or else the last ones its name
+ * resolved to in this process: their number, or 0 (and *why). */
+static int sentinel_addrs(const authn_hmac_sentinel_conf_t *sc, int i,
+                          authn_hmac_redis_addr_t *s, const char **why,
+                          apr_pool_t *p)
+{
+    int n = resolve_n(sc, sc->host[i], sc->port[i], s, SENTINEL_ADDRS, why, p);
+
+    if (!known)
+        known = calloc(AUTHN_HMAC_SENTINEL_MAX, sizeof(*known));
+    if (!known || i >= AUTHN_HMAC_SENTINEL_MAX)
+        return n;
+    if (n > 0) {
+        memcpy(known[i].a, s, sizeof(s[0]) * (size_t)n);
+        known[i].n = n;
+    }
+    else if (known[i].n > 0) {
+        n = known[i].n;
+        memcpy(s, known[i].a, sizeof(s[0]) * (size_t)n);
+    }
+    return n;
+}
+
 static const char *is_a_sentinel(const authn_hmac_sentinel_conf_t *sc,
                                  const authn_hmac_redis_addr_t *a,
                                  apr_pool_t *p)
 {
     int i, j, n;
 
-    if (!known)
-        known = calloc(AUTHN_HMAC_SENTINEL_MAX, sizeof(*known));
-    for (i = 0; i < sc->n && i < AUTHN_HMAC_SENTINEL_MAX; i++) {
+    for (i = 0; i < sc->n; i++) {
         authn_hmac_redis_addr_t s[SENTINEL_ADDRS];
         const char *w = NULL;
 
-        n = resolve_n(sc, sc->host[i], sc->port[i], s, SENTINEL_ADDRS, &w, p);
-        if (n > 0 && known) {
-            memcpy(known[i].a, s, sizeof(s[0]) * (size_t)n);
-            known[i].n = n;
-        }
-        else if (n <= 0 && known && known[i].n > 0) {
-            n = known[i].n;
-            memcpy(s, known[i].a, sizeof(s[0]) * (size_t)n);
-        }
-        else if (n <= 0)
+        n = sentinel_addrs(sc, i, s, &w, p);
+        if (n <= 0)
             return apr_psprintf(p,
                                 "Sentinel %s:%d cannot be told apart from it "
                                 "(%s): the Redis password is not sent",
@@ -642,6 +656,18 @@ static void *run(void *arg)
     if (apr_pool_create_unmanaged_ex(&p, NULL, NULL) != APR_SUCCESS)
         return NULL;
     authn_hmac_redis_cancel_fd(s->cancel[0]);
+    /* NB: each Sentinel's addresses known from the start, in this process
+     * (a name that stops resolving later is taken at them). */
+    {
+        authn_hmac_redis_addr_t addrs[SENTINEL_ADDRS];
+        const char *w = NULL;
+        int i;
+
+        for (i = 0;
+             i < s->sc->n && !__atomic_load_n(&s->stop, __ATOMIC_RELAXED); i++)
+            (void)sentinel_addrs(s->sc, i, addrs, &w, p);
+        apr_pool_clear(p);
+    }
     pthread_mutex_lock(&s->lock);
     while (!s->stop) {
         struct timespec ts;

@@ -386,6 +386,66 @@ def test_a_sentinel_whose_name_does_not_resolve_keeps_the_password_back():
 
 
 @pytest.mark.slow
+def test_a_sentinel_name_that_stops_resolving_is_taken_at_its_last_addresses(tmp_path):
+    """A Sentinel named by a host name that stops resolving (its record
+    removed, the resolver silent) is taken at the addresses it last resolved
+    to: a failover named by the other Sentinel is followed (a review: one
+    dead name stopped every failover). httpd runs in a mount namespace of
+    its own, whose /etc/hosts and /etc/resolv.conf are the test's: the name
+    in the hosts file, and a name server (127.0.0.2:53, a socket of the
+    test's) that never answers."""
+    import socket
+    import subprocess
+    hosts, resolv = tmp_path / "hosts", tmp_path / "resolv.conf"
+    named, by_addr = FakeRedis().start(), FakeRedis().start()
+    first, second = FakeRedis().start(), FakeRedis().start()
+    hosts.write_text("127.0.0.1 localhost\n127.0.0.1 sentinel-two.test\n")
+    resolv.write_text("nameserver 127.0.0.2\noptions timeout:30 attempts:1\n")
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        silent.bind(("127.0.0.2", 53))
+    except OSError as e:
+        silent.close()
+        pytest.skip("cannot bind 127.0.0.2:53 for a silent name server: %s" % e)
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        silent.close()
+        pytest.skip("no mount namespace here (unshare -m needs CAP_SYS_ADMIN)")
+    by_addr.names = named.names = ("127.0.0.1", first.port)
+    farm = Farm()
+    problems, log = [], ""
+    try:
+        srv = farm.server([by_addr.address, "sentinel-two.test:%d" % named.port], "renamed")
+        plain = srv._cmd
+
+        def in_namespace(*args):
+            return ["unshare", "-m", "sh", "-c",
+                    'mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/resolv.conf '
+                    '&& shift 2 && exec "$@"', "sh", str(hosts), str(resolv)] + plain(*args)
+        srv._cmd = in_namespace
+        srv.start()
+        wait_for(lambda: re.search(r"AHMAC0024: the primary of '%s' is 127\.0\.0\.1:%d"
+                                   % (MASTER, first.port), srv.error_log()), 30,
+                 "the primary is found")
+        # The name goes (in place: the bind mount holds the file), and the
+        # Sentinels name another primary.
+        hosts.write_text("127.0.0.1 localhost\n")
+        by_addr.names = named.names = ("127.0.0.1", second.port)
+        wait_for(lambda: re.search(r"AHMAC0024: the primary of '%s' is now 127\.0\.0\.1:%d"
+                                   % (MASTER, second.port), srv.error_log()), 40,
+                 "the new primary is followed")
+        log = srv.error_log()
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+    finally:
+        problems = farm.cleanup()
+        for f in (named, by_addr, first, second):
+            f.stop()
+        silent.close()
+    assert "AUTH" in second.commands, second.commands
+    assert "cannot be told apart" not in log, log
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["stop", "graceful"])
 def test_a_discovery_under_way_never_holds_a_stop_or_a_restart(how):
     """Two Sentinels that accept and never answer, under a 4 s timeout: a
