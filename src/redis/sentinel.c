@@ -452,7 +452,7 @@ static int sentinel_addrs(const authn_hmac_sentinel_conf_t *sc, int i,
 
     if (!known)
         known = calloc(AUTHN_HMAC_SENTINEL_MAX, sizeof(*known));
-    if (!known || i >= AUTHN_HMAC_SENTINEL_MAX)
+    if (!known)
         return n;
     if (n > 0) {
         memcpy(known[i].a, s, sizeof(s[0]) * (size_t)n);
