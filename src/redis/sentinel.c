@@ -697,6 +697,10 @@ static void *run(void *arg)
     }
     pthread_mutex_unlock(&s->lock);
     apr_pool_destroy(p);
+    /* NB: the Sentinels' addresses go with the thread that kept them (the
+     * module is unloaded at exit: valgrind counted them lost). */
+    free(known);
+    known = NULL;
     return NULL;
 }
 
