@@ -234,7 +234,10 @@ def test_failover_keeps_serving_and_sharing_resumes_on_the_new_primary(mpm):
 
         # The old primary comes back, and the Sentinels make it a replica.
         top.primary.start()
-        wait_for(lambda: top.primary.cli("ROLE").splitlines()[:1] == ["slave"], 30,
+        # NB: 60 s: a Sentinel converts a returning primary once it has
+        # reported that role for 4 publish periods (8 s), seen by INFO every
+        # 10 s; under the two CI lanes' load it once took over 30 s.
+        wait_for(lambda: top.primary.cli("ROLE").splitlines()[:1] == ["slave"], 60,
                  "the old primary is a replica")
         wait_for(lambda: "master_link_status:up" in top.primary.cli("INFO", "replication"),
                  20, "the old primary is in sync")
