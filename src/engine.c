@@ -239,32 +239,12 @@ static int redis_lookup(redis_req *rq, const authn_hmac_mac_t *mac,
     return found;
 }
 
-/* Makes the credential, verified now, the user's first entry in Redis,
- * keeping the most recently used other one that GET found. */
+/* Makes the credential, verified at verified (now, or under the previous
+ * pepper before), the user's first entry in Redis, keeping the most
+ * recently used other one that GET found. */
 static void redis_store(redis_req *rq, const unsigned char *key,
-                        const unsigned char *uid, apr_time_t now,
-                        apr_interval_time_t max_age)
-{
-    const authn_hmac_engine_t *e = rq->e;
-    apr_time_t deadline = 0;
-    authn_hmac_redis_conn_t *conn;
-    const char *why = "";
-    authn_hmac_redis_rc rc;
-
-    authn_hmac_entries_add(&rq->es, key, now, now);
-    conn = redis_begin(rq, &deadline);
-    if (!conn)
-        return;
-    rc = authn_hmac_redis_set(conn, e->redis_conf, e->mac, uid, &rq->es, now,
-                              max_age, deadline, &why, rq->p);
-    redis_end(rq, conn, rc, why);
-}
-
-/* Stores again under the current pepper an entry found under the previous
- * one, verified at verified, among the entries the first GET found. */
-static void redis_restore(redis_req *rq, const unsigned char *key,
-                          const unsigned char *uid, apr_time_t verified,
-                          apr_time_t now, apr_interval_time_t max_age)
+                        const unsigned char *uid, apr_time_t verified,
+                        apr_time_t now, apr_interval_time_t max_age)
 {
     const authn_hmac_engine_t *e = rq->e;
     apr_time_t deadline = 0;
@@ -812,7 +792,7 @@ static int from_redis(req_t *q, int again)
         return 0;
     authn_hmac_table_store(e->table, q->key, q->uid, verified, q->t0,
                            q->pol->ttl);
-    redis_restore(&q->rq, q->key, q->uid, verified, q->t0, q->pol->max_age);
+    redis_store(&q->rq, q->key, q->uid, verified, q->t0, q->pol->max_age);
     count(e, AUTHN_HMAC_C_PREVIOUS_HITS, 1);
     q->o = AUTHN_HMAC_REDIS_HIT;
     return 1;
@@ -1018,7 +998,8 @@ static authn_hmac_outcome finish(req_t *q)
         authn_hmac_flight_end(e->table, &q->fl, q->key, q->result,
                               authn_hmac_monotonic());
     if (verified)
-        redis_store(&q->rq, q->key, q->uid, q->learned, q->pol->max_age);
+        redis_store(&q->rq, q->key, q->uid, q->learned, q->learned,
+                    q->pol->max_age);
     /* NB: the farm's waiters take a refusal only where this section keeps
      * refusals; else they verify by themselves. */
     if (q->farm == 1)

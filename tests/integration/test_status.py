@@ -177,18 +177,23 @@ def test_server_status_shows_no_counters_unless_asked(plain_status):
     assert plain_status.status()["hits"] >= 2  # the module's own handler still
 
 
-@pytest.fixture(scope="module", params=MPMS)
-def redis_srv(request):
-    """A server with Redis (and so a pepper file): misses make round trips."""
-    redis = Redis(password=None).start()
-    s = make_server(request.param)
+def with_redis(s, address):
+    """s configured with Redis at address (and so a pepper file)."""
     pepper = s.path("pepper")
     with open(pepper, "wb") as f:
         f.write(os.urandom(32))
     os.chmod(pepper, 0o600)
     s.global_conf += ("AuthHMACPepperFile %s\nAuthHMACRedisServer %s\n"
-                      "AuthHMACRedisTimeout 1000\n" % (pepper, redis.address))
+                      "AuthHMACRedisTimeout 1000\n" % (pepper, address))
     s.write_config()
+
+
+@pytest.fixture(scope="module", params=MPMS)
+def redis_srv(request):
+    """A server with Redis (and so a pepper file): misses make round trips."""
+    redis = Redis(password=None).start()
+    s = make_server(request.param)
+    with_redis(s, redis.address)
     try:
         yield from serve(s)
     finally:
@@ -367,13 +372,7 @@ def test_redis_health_and_the_check():
                                          "AuthHMACVerifyBacklog 0\n"
                                          "AuthHMACMaxFailures 0\n"
                                          "AuthHMACMaxClientFailures 0\n")
-    pepper = s.path("pepper")
-    with open(pepper, "wb") as f:
-        f.write(os.urandom(32))
-    os.chmod(pepper, 0o600)
-    s.global_conf += ("AuthHMACPepperFile %s\nAuthHMACRedisServer %s\n"
-                      "AuthHMACRedisTimeout 1000\n" % (pepper, redis.address))
-    s.write_config()
+    with_redis(s, redis.address)
     try:
         s.start()
         js = s.status()
@@ -478,13 +477,7 @@ def test_a_reason_from_redis_is_escaped_on_every_page():
     fake.error = b"-ERR <img src=x onerror=alert(1)> & more"
     s = make_server("event", global_conf=STATUS.format(moddir=S["moddir"]) +
                     "AuthHMACServerStatus On\n")
-    pepper = s.path("pepper")
-    with open(pepper, "wb") as f:
-        f.write(os.urandom(32))
-    os.chmod(pepper, 0o600)
-    s.global_conf += ("AuthHMACPepperFile %s\nAuthHMACRedisServer %s\n"
-                      "AuthHMACRedisTimeout 1000\n" % (pepper, fake.address))
-    s.write_config()
+    with_redis(s, fake.address)
     try:
         s.start()
         for i in range(6):
