@@ -320,6 +320,10 @@ static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
          * answer, if it verifies. */
         if (first && st == AUTHN_HMAC_FARM_GRANTED)
             return 2;
+        if (first && st == AUTHN_HMAC_FARM_REFUSED) {
+            count(e, AUTHN_HMAC_C_FARM_LATE, 1);
+            return -1;
+        }
         if (first && st != AUTHN_HMAC_FARM_RUNNING)
             st = AUTHN_HMAC_FARM_NONE;
         switch (st) {
@@ -336,6 +340,7 @@ static int farm_wait(redis_req *rq, const unsigned char *key, apr_time_t until)
             return -1;
         }
     }
+    count(e, AUTHN_HMAC_C_FARM_TIMEOUTS, 1);
     return -1;
 }
 

@@ -43,10 +43,11 @@
  * times are (verified, used), no longer (stored, expires); 9: the queue's
  * reap cursor, head and places' times; 10: the histograms; 11: the Redis
  * health's TLS handshake counts; 12: the Sentinel's shared primary; 13:
- * the throttle's records) makes
+ * the throttle's records; 14 to 16: the Redis health, the Sentinel state
+ * and the previous pepper; 17: the farm's late and timed-out waits) makes
  * a kept segment start afresh, across a graceful restart after an upgrade
  * too. */
-#define TABLE_MAGIC 0x61686d6163740010ULL
+#define TABLE_MAGIC 0x61686d6163740011ULL
 
 #define WAYS        8 /* slots per set */
 #define HIT_STRIPES 8

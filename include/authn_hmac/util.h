@@ -80,6 +80,13 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
     X(COALESCED, C, "coalesced",                                               \
       "misses answered by another request's verification of the same "         \
       "credential")                                                            \
+    X(FARM_LATE, C, "farm_late",                                               \
+      "misses verified here though another server had just verified the same " \
+      "credential: its refusal ended before they came (a wrong password is "   \
+      "not shared outside its burst)")                                         \
+    X(FARM_TIMEOUTS, C, "farm_timeouts",                                       \
+      "misses verified here after waiting in vain for another server's "       \
+      "verification of the same credential")                                   \
     X(QUEUED, C, "queued", "verifications that waited for a turn")             \
     X(BUSY, C, "busy",                                                         \
       "misses refused with 503: the verification queue was full")              \
