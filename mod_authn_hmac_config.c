@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "authn_hmac/dbm.h"
 #include "authn_hmac/redis.h"
 #include "authn_hmac/secret.h"
 #include "authn_hmac/sentinel.h"
@@ -95,9 +96,16 @@ void *hmac_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
 {
     hmac_dir_conf *base = basev, *add = addv, *c = apr_pcalloc(p, sizeof(*c));
 
-    c->uf = add->uf ? add->uf : base->uf;
-    c->scope = add->uf ? add->scope : base->scope;
-    c->scope_len = add->uf ? add->scope_len : base->scope_len;
+    const hmac_dir_conf *src = add->source ? add : base;
+
+    c->source = src->source;
+    c->uf = src->uf;
+    c->scope = src->scope;
+    c->scope_len = src->scope_len;
+    c->dbm_path = src->dbm_path;
+    c->dbd_label = src->dbd_label;
+    c->hashes = src->hashes;
+    c->dbm_type = add->dbm_type ? add->dbm_type : base->dbm_type;
     c->ttl_set = add->ttl_set || base->ttl_set;
     c->ttl = add->ttl_set ? add->ttl : base->ttl;
     c->negative_ttl_set = add->negative_ttl_set || base->negative_ttl_set;
@@ -168,12 +176,31 @@ static authn_hmac_userfile_t *htaccess_userfile(const char *path,
 
 /* ------------------------------------------------------------- directives */
 
+static const char *const source_names[] = {NULL, D_USERFILE, D_DBMFILE,
+                                           D_DBDQUERY};
+
+/* Sets the section's source of users to s, unless another is set there:
+ * NULL, or what is wrong. */
+static const char *set_source(cmd_parms *cmd, hmac_dir_conf *c, hmac_source s)
+{
+    if (c->source && c->source != s)
+        return apr_psprintf(cmd->pool,
+                            "%s: this section has %s already: one source "
+                            "of users per section (" D_SOURCES ")",
+                            source_names[s], source_names[c->source]);
+    c->source = s;
+    return NULL;
+}
+
 static const char *set_userfile(cmd_parms *cmd, void *dc, const char *arg)
 {
     hmac_dir_conf *c = dc;
     const char *path = ap_server_root_relative(cmd->pool, arg);
+    const char *err = set_source(cmd, c, HMAC_SOURCE_FILE);
     char *real;
 
+    if (err)
+        return err;
     if (!path)
         return apr_pstrcat(cmd->pool, D_USERFILE ": invalid path '", arg,
                            "' (a path to an htpasswd file)", NULL);
@@ -199,6 +226,60 @@ static const char *set_userfile(cmd_parms *cmd, void *dc, const char *arg)
     c->scope = real ? apr_pstrdup(cmd->pool, real) : path;
     c->scope_len = strlen(c->scope);
     free(real);
+    return NULL;
+}
+
+static const char *set_dbmfile(cmd_parms *cmd, void *dc, const char *arg)
+{
+    hmac_dir_conf *c = dc;
+    const char *path = ap_server_root_relative(cmd->pool, arg);
+    const char *err = set_source(cmd, c, HMAC_SOURCE_DBM);
+
+    if (err)
+        return err;
+    if (!path)
+        return apr_pstrcat(cmd->pool, D_DBMFILE ": invalid path '", arg,
+                           "' (a path to a DBM file, as htdbm writes it)",
+                           NULL);
+    c->dbm_path = path;
+    c->scope = apr_pstrcat(cmd->pool, "dbm:", path, NULL);
+    c->scope_len = strlen(c->scope);
+    c->hashes = authn_hmac_source_make(cmd->pool);
+    return NULL;
+}
+
+static const char *set_dbmtype(cmd_parms *cmd, void *dc, const char *arg)
+{
+    hmac_dir_conf *c = dc;
+    const char *why = authn_hmac_dbm_type_check(arg, cmd->temp_pool);
+
+    if (why)
+        return apr_pstrcat(cmd->pool, D_DBMTYPE ": ", why, NULL);
+    c->dbm_type = arg;
+    return NULL;
+}
+
+static const char *set_dbdquery(cmd_parms *cmd, void *dc, const char *arg)
+{
+    static unsigned labels;
+    hmac_dir_conf *c = dc;
+    const char *err = set_source(cmd, c, HMAC_SOURCE_DBD);
+
+    if (err)
+        return err;
+    if (!hmac_dbd_prepare && !hmac_dbd_find())
+        return D_DBDQUERY ": mod_dbd is not loaded (LoadModule dbd_module, "
+                          "or a2enmod dbd) and configured (DBDriver, "
+                          "DBDParams)";
+    if (!*arg)
+        return D_DBDQUERY ": an empty query (an SQL query whose first "
+                          "column is the user's password hash, with %s "
+                          "where the user's name goes)";
+    c->dbd_label = apr_psprintf(cmd->pool, "authn_hmac_%u", ++labels);
+    hmac_dbd_prepare(cmd->server, arg, c->dbd_label);
+    c->scope = apr_pstrcat(cmd->pool, "dbd:", arg, NULL);
+    c->scope_len = strlen(c->scope);
+    c->hashes = authn_hmac_source_make(cmd->pool);
     return NULL;
 }
 
@@ -602,6 +683,18 @@ const command_rec hmac_cmds[] = {
     AP_INIT_TAKE1(D_USERFILE, set_userfile, NULL,
                   RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
                   "the htpasswd file to check credentials against"),
+    AP_INIT_TAKE1(D_DBMFILE, set_dbmfile, NULL,
+                  RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
+                  "the DBM file to check credentials against (as htdbm "
+                  "writes it)"),
+    AP_INIT_TAKE1(D_DBMTYPE, set_dbmtype, NULL,
+                  RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
+                  "the type of " D_DBMFILE ": default, db, gdbm, ndbm or "
+                  "sdbm (as AuthDBMType)"),
+    AP_INIT_TAKE1(D_DBDQUERY, set_dbdquery, NULL, RSRC_CONF | ACCESS_CONF,
+                  "an SQL query (through mod_dbd) whose first column is the "
+                  "user's password hash, %s the user's name (as "
+                  "AuthDBDUserPWQuery)"),
     AP_INIT_TAKE1(D_TTL, set_ttl, &ttl_spec_cache,
                   RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
                   "idle timeout of a verified credential: how long it stays "
@@ -893,6 +986,12 @@ static int is(const ap_directive_t *d, const char *name)
     return d->directive && !strcasecmp(d->directive, name);
 }
 
+/* Whether d sets a section's source of users. */
+static int is_source(const ap_directive_t *d)
+{
+    return is(d, D_USERFILE) || is(d, D_DBMFILE) || is(d, D_DBDQUERY);
+}
+
 /* Whether the children's User (uid, gid, its groups) may do what mask
  * asks (S_IRUSR for read, S_IXUSR for search, as the owner's bits) on a
  * file of sb. */
@@ -989,7 +1088,7 @@ static void survey(check_state *st, const ap_directive_t *d,
     for (; d; d = d->next) {
         if (is(d, D_USERFILE) && st->warn)
             check_opens(st, d);
-        if (is(d, D_USERFILE))
+        if (is_source(d))
             APR_ARRAY_PUSH(st->userfiles, const ap_directive_t *) = vhost;
         else if ((is(d, "AllowOverride") &&
                   (has_word(d->args, "All", st->p) ||
@@ -1036,7 +1135,7 @@ scan_level(const check_state *st, const ap_directive_t *first, check_scope *sc)
     const ap_directive_t *d, *provider = NULL;
 
     for (d = first; d; d = d->next) {
-        if (is(d, D_USERFILE))
+        if (is_source(d))
             sc->userfile = 1;
         else if (is(d, "AuthUserFile"))
             sc->authuserfile = d;

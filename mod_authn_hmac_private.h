@@ -21,6 +21,8 @@
 #include "http_config.h"
 #include "http_log.h"
 #include "mod_auth.h"
+#include "apr_dbd.h"
+#include "mod_dbd.h"
 
 #include "apr_global_mutex.h"
 #include "apr_hash.h"
@@ -29,6 +31,7 @@
 #include "authn_hmac/engine.h"
 #include "authn_hmac/htpasswd.h"
 #include "authn_hmac/sentinel.h"
+#include "authn_hmac/source.h"
 
 /* Every file of the module logs as authn_hmac (its tag in the error log,
  * its LogLevel), as mod_ssl's files do through ssl_private.h; this also
@@ -36,6 +39,11 @@
 APLOG_USE_MODULE(authn_hmac);
 
 #define D_USERFILE "AuthHMACUserFile"
+#define D_DBMFILE  "AuthHMACUserDBMFile"
+#define D_DBMTYPE  "AuthHMACUserDBMType"
+#define D_DBDQUERY "AuthHMACDBDUserPWQuery"
+/* The sources of users, one per section. */
+#define D_SOURCES  D_USERFILE ", " D_DBMFILE " or " D_DBDQUERY
 #define D_TTL      "AuthHMACCacheTTL"
 #define D_MAXAGE   "AuthHMACCacheMaxAge"
 #define D_NEGTTL   "AuthHMACNegativeTTL"
@@ -63,11 +71,26 @@ APLOG_USE_MODULE(authn_hmac);
 #define D_FWINDOW  "AuthHMACFailureWindow"
 #define D_BANTIME  "AuthHMACBanTime"
 
+/* Where a section's users are. */
+typedef enum {
+    HMAC_SOURCE_NONE,
+    HMAC_SOURCE_FILE, /* AuthHMACUserFile */
+    HMAC_SOURCE_DBM,  /* AuthHMACUserDBMFile */
+    HMAC_SOURCE_DBD   /* AuthHMACDBDUserPWQuery */
+} hmac_source;
+
 /* A section's configuration (per directory). */
 typedef struct {
+    hmac_source source;        /* the source's fields below go together */
     authn_hmac_userfile_t *uf; /* shared by every section naming the file */
-    const char *scope;         /* canonical path: keeps two files apart */
+    const char *scope;         /* keeps two sources apart: the canonical
+                                  path of a file, "dbm:" and a DBM file's,
+                                  "dbd:" and the query */
     size_t scope_len;
+    const char *dbm_path;        /* AuthHMACUserDBMFile */
+    const char *dbd_label;       /* the query, as mod_dbd prepared it */
+    authn_hmac_source_t *hashes; /* a DBM or SQL source's state */
+    const char *dbm_type;        /* AuthHMACUserDBMType; NULL: default */
     apr_interval_time_t ttl;
     int ttl_set;
     apr_interval_time_t negative_ttl;
@@ -148,6 +171,10 @@ void hmac_htaccess_child_init(apr_pool_t *pchild);
 
 /* mod_authn_hmac_provider.c */
 extern const authn_provider hmac_provider;
+/* mod_dbd's functions, once hmac_dbd_find has found them (it returns
+ * whether it did: mod_dbd is loaded). */
+extern APR_OPTIONAL_FN_TYPE(ap_dbd_prepare) * hmac_dbd_prepare;
+int hmac_dbd_find(void);
 void hmac_busy_error(request_rec *r);
 int hmac_busy_redirect(request_rec *r);
 int hmac_busy_log(request_rec *r);

@@ -21,6 +21,7 @@
 
 #include <string.h>
 
+#include "authn_hmac/dbm.h"
 #include "authn_hmac/engine.h"
 #include "authn_hmac/htpasswd.h"
 #include "authn_hmac/table.h"
@@ -150,6 +151,100 @@ static void policy_of(const hmac_dir_conf *c, authn_hmac_policy_t *pol)
     pol->hide_unknown = c->hide_unknown != 0;
 }
 
+/* ------------------------------------------------ SQL, through mod_dbd */
+
+APR_OPTIONAL_FN_TYPE(ap_dbd_prepare) * hmac_dbd_prepare;
+static APR_OPTIONAL_FN_TYPE(ap_dbd_acquire) * dbd_acquire;
+
+int hmac_dbd_find(void)
+{
+    hmac_dbd_prepare = APR_RETRIEVE_OPTIONAL_FN(ap_dbd_prepare);
+    dbd_acquire = APR_RETRIEVE_OPTIONAL_FN(ap_dbd_acquire);
+    return hmac_dbd_prepare && dbd_acquire;
+}
+
+/* The user's hash from the section's query, as mod_authn_dbd reads it
+ * (its first row's first column; every row is read, so that the driver
+ * is done with the result) into *hash, or NULL for no such user. Returns
+ * NULL, or what kept the query from answering. */
+static const char *dbd_hash(request_rec *r, const hmac_dir_conf *c,
+                            const char *user, const char **hash)
+{
+    ap_dbd_t *dbd = dbd_acquire ? dbd_acquire(r) : NULL;
+    apr_dbd_prepared_t *st;
+    apr_dbd_results_t *res = NULL;
+    apr_dbd_row_t *row = NULL;
+    int rc;
+
+    *hash = NULL;
+    if (!dbd)
+        return "no connection to the database (mod_dbd)";
+    st = apr_hash_get(dbd->prepared, c->dbd_label, APR_HASH_KEY_STRING);
+    if (!st)
+        return "mod_dbd did not prepare the query (is DBDriver set for this "
+               "virtual host?)";
+    rc = apr_dbd_pvbselect(dbd->driver, r->pool, dbd->handle, &res, st, 0, user,
+                           NULL);
+    if (rc != 0)
+        return apr_pstrcat(r->pool, "the query failed: ",
+                           apr_dbd_error(dbd->driver, dbd->handle, rc), NULL);
+    for (rc = apr_dbd_get_row(dbd->driver, r->pool, res, &row, -1); rc != -1;
+         rc = apr_dbd_get_row(dbd->driver, r->pool, res, &row, -1)) {
+        if (rc != 0)
+            return apr_pstrcat(r->pool, "a row could not be read: ",
+                               apr_dbd_error(dbd->driver, dbd->handle, rc),
+                               NULL);
+        if (!*hash) {
+            const char *v = apr_dbd_get_entry(dbd->driver, row, 0);
+
+            *hash = v ? apr_pstrdup(r->pool, v) : NULL;
+        }
+    }
+    return NULL;
+}
+
+/* The outcome from the section's source of users: the htpasswd file, a
+ * DBM file or SQL. *rv an error (logged here, but the htpasswd file's) that
+ * kept the source from being read. */
+static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
+                                      const authn_hmac_policy_t *pol,
+                                      authn_hmac_cred_t *cred, apr_status_t *rv)
+{
+    const authn_hmac_engine_t *e = &hmac_child.engine;
+    const char *hash, *why;
+
+    switch (c->source) {
+    case HMAC_SOURCE_DBM: {
+        authn_hmac_outcome o = authn_hmac_check_dbm(
+            e, pol, c->hashes, c->dbm_path,
+            c->dbm_type ? c->dbm_type : "default", cred, r, r->pool, rv);
+
+        if (*rv != APR_SUCCESS)
+            ap_log_rerror(APLOG_MARK, APLOG_ERR, *rv, r,
+                          "AHMAC0034: could not open the DBM file %s "
+                          "(" D_DBMTYPE " %s) to look up user %s",
+                          c->dbm_path, c->dbm_type ? c->dbm_type : "default",
+                          cred->user);
+        return o;
+    }
+    case HMAC_SOURCE_DBD:
+        if ((why = dbd_hash(r, c, cred->user, &hash)) != NULL) {
+            ap_log_rerror(
+                APLOG_MARK, APLOG_ERR, 0, r,
+                "AHMAC0033: could not look up user %s with " D_DBDQUERY ": %s",
+                cred->user, why);
+            *rv = APR_EGENERAL;
+            return AUTHN_HMAC_ERROR;
+        }
+        *rv = APR_SUCCESS;
+        return authn_hmac_check_hash(e, pol, c->hashes, cred, hash, NULL, r,
+                                     r->pool);
+    default:
+        return authn_hmac_check_user(e, pol, c->uf, cred, log_bad_line, r,
+                                     r->pool, rv);
+    }
+}
+
 /* The provider: the engine (src/engine.c) finds the user's stored hash
  * and does the rest; here its outcome becomes an authn_status. */
 static authn_status check_password(request_rec *r, const char *user,
@@ -162,7 +257,7 @@ static authn_status check_password(request_rec *r, const char *user,
     authn_hmac_outcome o;
     apr_status_t rv;
 
-    if (!c->uf || !hmac_conf.table) {
+    if (!c->source || !hmac_conf.table) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
                       "AHMAC0003: AuthBasicProvider hmac needs " D_USERFILE
                       "%s",
@@ -179,8 +274,11 @@ static authn_status check_password(request_rec *r, const char *user,
     cred.password_len = strlen(password);
     cred.client = r->useragent_ip;
     policy_of(c, &pol);
-    o = authn_hmac_check_user(&hmac_child.engine, &pol, c->uf, &cred,
-                              log_bad_line, r, r->pool, &rv);
+    o = from_source(r, c, &pol, &cred, &rv);
+    if (rv != APR_SUCCESS && c->source != HMAC_SOURCE_FILE) {
+        authn_hmac_table_count(hmac_conf.table, AUTHN_HMAC_C_ERRORS, 1);
+        return done(r, "error", AUTH_GENERAL_ERROR);
+    }
     if (rv == APR_ENOSPC) {
         authn_hmac_table_count(hmac_conf.table, AUTHN_HMAC_C_ERRORS, 1);
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,

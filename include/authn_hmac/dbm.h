@@ -1,0 +1,30 @@
+/* authn_hmac/dbm.h: users in a DBM file, as htdbm writes them (the key
+ * the user's name, the value "hash[:extra]"), a source of stored hashes
+ * beside the htpasswd file (src/dbm.c). */
+#ifndef AUTHN_HMAC_DBM_H
+#define AUTHN_HMAC_DBM_H
+
+#include "apr_pools.h"
+
+#include "authn_hmac/engine.h"
+#include "authn_hmac/source.h"
+
+/* Whether apr-util can open DBM files of type (default, db, gdbm, ndbm,
+ * sdbm, as AuthDBMType takes them, in any case): NULL, or what is wrong. */
+const char *authn_hmac_dbm_type_check(const char *type, apr_pool_t *p);
+
+/* The request path from the DBM file at path, of type: looks c->user up
+ * (the value's hash: up to its first ':') and checks the credential as
+ * authn_hmac_check_hash does with the source s. The file is opened afresh
+ * for each lookup, read-only, as mod_authn_dbm does (a gdbm reader that
+ * kept it open would lock htdbm out); a writer's lock is waited for up to a
+ * second. AUTHN_HMAC_ERROR with *rv the error when the file cannot be
+ * read; else *rv is APR_SUCCESS. */
+authn_hmac_outcome authn_hmac_check_dbm(const authn_hmac_engine_t *e,
+                                        const authn_hmac_policy_t *pol,
+                                        authn_hmac_source_t *s,
+                                        const char *path, const char *type,
+                                        authn_hmac_cred_t *c, void *baton,
+                                        apr_pool_t *p, apr_status_t *rv);
+
+#endif /* AUTHN_HMAC_DBM_H */

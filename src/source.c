@@ -1,0 +1,94 @@
+/* source.c: the request path from a source of stored hashes other than
+ * the htpasswd file (a DBM file, SQL through mod_dbd): the hash is the
+ * source's, the rest is the engine's. The hash is in the credential's key,
+ * so a changed or removed password stops working at the next request, as
+ * with the htpasswd file. An unknown user costs a known user's wrong
+ * password: a dummy verification against a hash of another user's scheme
+ * and cost. */
+#include "authn_hmac/source.h"
+#include "authn_hmac/cred.h"
+#include "authn_hmac/index.h"
+
+#include "apr_strings.h"
+#include "apr_thread_mutex.h"
+
+#include <string.h>
+
+/* The template of a process that has found no user yet: bcrypt, cost 10
+ * (authn_hmac_dummy_hash takes its scheme and cost, and draws the rest). */
+#define FIRST_TEMPLATE                                                         \
+    "$2y$10$....................................................."
+
+struct authn_hmac_source_t {
+    apr_thread_mutex_t *lock;        /* over tmpl */
+    char tmpl[AUTHN_HMAC_DUMMY_MAX]; /* "": none yet */
+};
+
+authn_hmac_source_t *authn_hmac_source_make(apr_pool_t *p)
+{
+    authn_hmac_source_t *s = apr_pcalloc(p, sizeof(*s));
+
+    if (apr_thread_mutex_create(&s->lock, APR_THREAD_MUTEX_DEFAULT, p) !=
+        APR_SUCCESS)
+        s->lock = NULL;
+    return s;
+}
+
+/* The template (in p), or NULL: none yet. */
+static const char *template_of(authn_hmac_source_t *s, apr_pool_t *p)
+{
+    const char *t = NULL;
+
+    if (!s->lock || apr_thread_mutex_lock(s->lock) != APR_SUCCESS)
+        return NULL;
+    if (s->tmpl[0])
+        t = apr_pstrdup(p, s->tmpl);
+    apr_thread_mutex_unlock(s->lock);
+    return t;
+}
+
+int authn_hmac_source_has_template(authn_hmac_source_t *s)
+{
+    int has = 0;
+
+    if (s->lock && apr_thread_mutex_lock(s->lock) == APR_SUCCESS) {
+        has = s->tmpl[0] != '\0';
+        apr_thread_mutex_unlock(s->lock);
+    }
+    return has;
+}
+
+/* Keeps hash as the template, unless it is a locked line's. */
+static void keep(authn_hmac_source_t *s, const char *hash)
+{
+    size_t len = hash ? strlen(hash) : 0;
+
+    if (!len || len >= sizeof(s->tmpl) || authn_hmac_hash_locked(hash, len) ||
+        !s->lock || apr_thread_mutex_lock(s->lock) != APR_SUCCESS)
+        return;
+    memcpy(s->tmpl, hash, len + 1);
+    apr_thread_mutex_unlock(s->lock);
+}
+
+authn_hmac_outcome authn_hmac_check_hash(const authn_hmac_engine_t *e,
+                                         const authn_hmac_policy_t *pol,
+                                         authn_hmac_source_t *s,
+                                         authn_hmac_cred_t *c, const char *hash,
+                                         const char *other, void *baton,
+                                         apr_pool_t *p)
+{
+    const char *tmpl;
+
+    keep(s, hash ? hash : other);
+    tmpl = template_of(s, p);
+    if (!tmpl)
+        tmpl = FIRST_TEMPLATE;
+    c->hash = hash;
+    c->hash_len = hash ? strlen(hash) : 0;
+    c->locked = hash && authn_hmac_hash_locked(hash, c->hash_len);
+    c->dummy_hash = tmpl;
+    c->dummy_hash_len = strlen(tmpl);
+    c->uid = NULL;
+    c->digest = NULL;
+    return authn_hmac_check(e, pol, c, baton, p);
+}

@@ -1,0 +1,283 @@
+"""Sources of users other than the htpasswd file, behind the same cache:
+a DBM file as htdbm writes it (AuthHMACUserDBMFile, AuthHMACUserDBMType) and
+SQL through mod_dbd (AuthHMACDBDUserPWQuery, SQLite here). The module reads
+the stored hash and verifies it itself: the hash is in the credential's key,
+so a changed or removed password is refused at the next request, on every
+child. Unknown and locked users take a known user's path (a dummy
+verification)."""
+import os
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import MPMS
+from harness import COST, Httpd, Redis, hmac_location
+from test_redis import Shared, farm_server, finish
+
+HTDBM = shutil.which("htdbm")
+SQLITE_DRIVER = "/usr/lib/x86_64-linux-gnu/apr-util-1/apr_dbd_sqlite3-1.so"
+
+
+def htdbm(path, user, password, dbm_type, create=False, delete=False):
+    """htdbm as an admin runs it: bcrypt of the tests' cost."""
+    if delete:
+        args = [HTDBM, "-x", "-T" + dbm_type, path, user]
+    else:
+        args = [HTDBM, "-b" + ("c" if create else "") + "B", "-C", str(COST),
+                "-T" + dbm_type, path, user, password]
+    subprocess.run(args, check=True, capture_output=True)
+    for f in os.listdir(os.path.dirname(path)):
+        if f.startswith(os.path.basename(path)):
+            os.chmod(os.path.join(os.path.dirname(path), f), 0o644)
+
+
+def bcrypt(password):
+    """A bcrypt hash of password, as htpasswd -B makes it, for SQL rows."""
+    out = subprocess.run([shutil.which("htpasswd"), "-nbB", "-C", str(COST), "x", password],
+                         check=True, capture_output=True, text=True).stdout
+    return out.strip().split(":", 1)[1]
+
+
+def page(srv):
+    """The page each section guards (/d/, /s/, /x/)."""
+    for sub in ("d", "s", "x"):
+        os.makedirs(srv.path("htdocs", sub), exist_ok=True)
+        with open(srv.path("htdocs", sub, "index.html"), "w") as f:
+            f.write("page\n")
+
+
+def delta(srv, before):
+    after = srv.status()
+    return {k: after[k] - before[k] for k in before if not isinstance(before[k], str)}
+
+
+def dbm_section(path, dbm_type, *extra):
+    return hmac_location("/d/", None, "dbm", 'AuthHMACUserDBMFile "%s"' % path,
+                         "AuthHMACUserDBMType %s" % dbm_type, *extra)
+
+
+def revocation(srv, prefix, user, old, change, new, remove):
+    """The old password refused at once after change(), on every child
+    (connections of their own), the new one granted; then remove()."""
+    assert srv.status_code(prefix, user, old) == 200
+    assert srv.notes(user)[-1] == "verified"
+    assert [srv.status_code(prefix, user, old) for _ in range(20)] == [200] * 20
+    change()
+    codes = [srv.status_code(prefix, user, old) for _ in range(20)]
+    assert codes == [401] * 20, codes
+    assert srv.status_code(prefix, user, new) == 200
+    remove()
+    assert srv.status_code(prefix, user, new) == 401
+
+
+@pytest.mark.skipif(not HTDBM, reason="htdbm (apache2-utils) is not installed")
+@pytest.mark.parametrize("mpm", MPMS)
+@pytest.mark.parametrize("dbm_type", ["GDBM", "DB"])
+def test_dbm_file_behind_the_cache(mpm, dbm_type):
+    srv = Httpd(mpm=mpm, name="dbm")
+    users = srv.path("users.dbm")
+    htdbm(users, "alice", "alice dbm pass", dbm_type, create=True)
+    htdbm(users, "bob", "bob dbm pass", dbm_type)
+    srv.body = dbm_section(users, dbm_type.lower())
+    srv.write_config()
+    page(srv)
+    try:
+        srv.start()
+        before = srv.status()
+        assert srv.status_code("/d/", "alice", "alice dbm pass") == 200
+        assert [srv.status_code("/d/", "alice", "alice dbm pass") for _ in range(50)] == [200] * 50
+        d = delta(srv, before)
+        assert d["verifications"] == 1 and d["hits"] == 50, d
+        assert srv.notes("alice") == ["verified"] + ["hit"] * 50
+        # A wrong password, an unknown user: 401, each after one verification
+        # (the unknown user's against a dummy: a known user's path).
+        before = srv.status()
+        assert srv.status_code("/d/", "alice", "not alice's") == 401
+        assert srv.status_code("/d/", "mallory", "a guess") == 401
+        d = delta(srv, before)
+        assert d["verifications"] == 1 and d["dummy_verifications"] == 1, d
+        assert d["denied"] == 1 and d["unknown_user"] == 1, d
+        assert srv.notes("mallory") == ["unknown-user"]
+        revocation(srv, "/d/", "bob", "bob dbm pass",
+                   lambda: htdbm(users, "bob", "bob's new pass", dbm_type),
+                   "bob's new pass", lambda: htdbm(users, "bob", None, dbm_type, delete=True))
+        assert srv.notes("bob")[-1] == "unknown-user"
+    finally:
+        finish(srv)
+
+
+@pytest.mark.skipif(not HTDBM, reason="htdbm (apache2-utils) is not installed")
+def test_a_missing_dbm_file_is_a_500_and_a_log_line():
+    srv = Httpd(name="dbmgone")
+    users = srv.path("nowhere.dbm")
+    srv.body = dbm_section(users, "gdbm")
+    srv.write_config()
+    try:
+        srv.start()
+        assert srv.status_code("/d/", "alice", "alice dbm pass") == 500
+        assert srv.notes("alice") == ["error"]
+    finally:
+        finish(srv, r"AHMAC0034: could not open the DBM file %s \(AuthHMACUserDBMType gdbm\) "
+                    r"to look up user alice" % users,
+               r"AH01617|AH01618|AH01614")
+
+
+SOURCES = {"file": 'AuthHMACUserFile "{d}/users"',
+           "dbm": 'AuthHMACUserDBMFile "{d}/users.dbm"',
+           "dbd": 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"'}
+
+
+@pytest.mark.parametrize("first,second", [("file", "dbm"), ("dbm", "dbd"), ("dbd", "file")])
+def test_one_source_per_section(first, second):
+    srv = Httpd(name="sources", modules=["dbd"],
+                global_conf='DBDriver sqlite3\nDBDParams "%s"\n' % "/nonexistent.db")
+    lines = [SOURCES[first].format(d=srv.dir), SOURCES[second].format(d=srv.dir)]
+    srv.body = hmac_location("/x/", None, "x", *lines)
+    srv.write_config()
+    rc, out = srv.configtest()
+    names = {k: v.split()[0] for k, v in SOURCES.items()}
+    assert rc != 0, out
+    assert ("%s: this section has %s already: one source of users per section "
+            "(AuthHMACUserFile, AuthHMACUserDBMFile or AuthHMACDBDUserPWQuery)"
+            % (names[second], names[first])) in out, out
+    srv.cleanup()
+
+
+@pytest.mark.parametrize("line,message", [
+    ("AuthHMACUserDBMType tdb", "AuthHMACUserDBMType: 'tdb' is not a DBM type this apr-util "
+                                "can open (default, db, gdbm, ndbm or sdbm, where built in)"),
+    ('AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"',
+     "AuthHMACDBDUserPWQuery: mod_dbd is not loaded"),
+])
+def test_bad_source_directives_are_refused(line, message):
+    srv = Httpd(name="badsource")
+    srv.body = hmac_location("/x/", None, "x", line)
+    srv.write_config()
+    rc, out = srv.configtest()
+    assert rc != 0 and message in out, out
+    srv.cleanup()
+
+
+# ------------------------------------------------------------------ SQL
+
+@pytest.fixture
+def db_dir():
+    """A directory for a database that httpd's children can read."""
+    d = tempfile.mkdtemp(prefix="authn_hmac_db_")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def sqlite_db(path, rows):
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE users (name TEXT PRIMARY KEY, hash TEXT NOT NULL)")
+    con.executemany("INSERT INTO users VALUES (?, ?)", rows)
+    con.commit()
+    con.close()
+    os.chmod(path, 0o644)
+
+
+def sql(path, statement, *args):
+    con = sqlite3.connect(path)
+    con.execute(statement, args)
+    con.commit()
+    con.close()
+
+
+def dbd_server(db, name="dbd", mpm=None, extra=""):
+    srv = Httpd(mpm=mpm, name=name, modules=["dbd"],
+                global_conf='DBDriver sqlite3\nDBDParams "%s"\n%s' % (db, extra))
+    srv.body = hmac_location(
+        "/s/", None, "sql", 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"')
+    srv.write_config()
+    page(srv)
+    return srv
+
+
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+@pytest.mark.parametrize("mpm", MPMS)
+def test_sqlite_through_mod_dbd_behind_the_cache(mpm, db_dir):
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("alice", bcrypt("alice sql pass")), ("bob", bcrypt("bob sql pass")),
+                   ("carol", "!" + bcrypt("carol sql pass"))])
+    srv = dbd_server(db, mpm=mpm)
+    try:
+        srv.start()
+        before = srv.status()
+        assert [srv.status_code("/s/", "alice", "alice sql pass") for _ in range(51)] == [200] * 51
+        d1 = delta(srv, before)
+        assert d1["verifications"] == 1 and d1["hits"] == 50, d1
+        before = srv.status()
+        assert srv.status_code("/s/", "alice", "not alice's") == 401
+        assert srv.status_code("/s/", "mallory", "a guess") == 401
+        assert srv.status_code("/s/", "carol", "carol sql pass") == 401  # locked
+        d2 = delta(srv, before)
+        assert d2["verifications"] == 1 and d2["dummy_verifications"] == 2, d2
+        assert srv.notes("carol") == ["denied"] and srv.notes("mallory") == ["unknown-user"]
+        new = bcrypt("bob's new pass")
+        revocation(srv, "/s/", "bob", "bob sql pass",
+                   lambda: sql(db, "UPDATE users SET hash = ? WHERE name = ?", new, "bob"),
+                   "bob's new pass", lambda: sql(db, "DELETE FROM users WHERE name = ?", "bob"))
+    finally:
+        finish(srv)
+
+
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+def test_sql_update_reaches_a_second_server_sharing_redis(db_dir):
+    """Two servers over one database and one Redis: a grant on A is a Redis
+    hit on B; after an UPDATE of the hash, the old password is refused on
+    both at the next request (the hash is in the key)."""
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("dora", bcrypt("dora sql pass"))])
+    shared, redis = Shared(), Redis().start()
+    servers = []
+    try:
+        for name in ("sqlA", "sqlB"):
+            srv = farm_server(shared, redis, name=name, modules=["dbd"])
+            srv.global_conf += 'DBDriver sqlite3\nDBDParams "%s"\n' % db
+            srv.body = hmac_location(
+                "/s/", None, "sql",
+                'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"')
+            srv.write_config()
+            page(srv)
+            servers.append(srv.start())
+        a, b = servers
+        assert a.status_code("/s/", "dora", "dora sql pass") == 200
+        assert b.status_code("/s/", "dora", "dora sql pass") == 200
+        assert a.notes("dora") == ["verified"] and b.notes("dora") == ["redis-hit"]
+        sql(db, "UPDATE users SET hash = ? WHERE name = ?", bcrypt("dora's new pass"), "dora")
+        assert a.status_code("/s/", "dora", "dora sql pass") == 401
+        assert b.status_code("/s/", "dora", "dora sql pass") == 401
+        assert b.status_code("/s/", "dora", "dora's new pass") == 200
+        assert a.status_code("/s/", "dora", "dora's new pass") == 200
+        assert a.notes("dora")[-1] == "redis-hit", a.notes("dora")
+    finally:
+        for s in servers:
+            finish(s)
+        redis.cleanup()
+        shared.cleanup()
+
+
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+def test_a_failing_query_is_a_500_never_a_grant(db_dir):
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("erin", bcrypt("erin sql pass"))])
+    srv = dbd_server(db)
+    try:
+        srv.start()
+        assert srv.status_code("/s/", "erin", "erin sql pass") == 200
+        sql(db, "ALTER TABLE users RENAME TO gone")
+        # NB: erin's grant is cached: a hit asks no database (as for a file
+        # that became unreadable); another user is a 500.
+        assert srv.status_code("/s/", "frank", "frank's pass") == 500
+        assert srv.notes("frank") == ["error"]
+    finally:
+        finish(srv, r"AHMAC0033: could not look up user frank with AuthHMACDBDUserPWQuery: ",
+               r"AH01617|AH01618|AH01614")
