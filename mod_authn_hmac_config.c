@@ -10,6 +10,7 @@
 #include "http_core.h"
 #include "http_log.h"
 #include "http_main.h"
+#include "ap_provider.h"
 #include "unixd.h"
 
 #include "apr_lib.h"
@@ -105,6 +106,8 @@ void *hmac_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
     c->dbm_path = src->dbm_path;
     c->dbd_label = src->dbd_label;
     c->hashes = src->hashes;
+    c->wrapped = src->wrapped;
+    c->wrapped_name = src->wrapped_name;
     c->dbm_type = add->dbm_type ? add->dbm_type : base->dbm_type;
     c->ttl_set = add->ttl_set || base->ttl_set;
     c->ttl = add->ttl_set ? add->ttl : base->ttl;
@@ -176,8 +179,8 @@ static authn_hmac_userfile_t *htaccess_userfile(const char *path,
 
 /* ------------------------------------------------------------- directives */
 
-static const char *const source_names[] = {NULL, D_USERFILE, D_DBMFILE,
-                                           D_DBDQUERY};
+static const char *const source_names[] = {"", D_USERFILE, D_DBMFILE,
+                                           D_DBDQUERY, D_PROVIDER};
 
 /* Sets the section's source of users to s, unless another is set there:
  * NULL, or what is wrong. */
@@ -280,6 +283,42 @@ static const char *set_dbdquery(cmd_parms *cmd, void *dc, const char *arg)
     c->scope = apr_pstrcat(cmd->pool, "dbd:", arg, NULL);
     c->scope_len = strlen(c->scope);
     c->hashes = authn_hmac_source_make(cmd->pool);
+    return NULL;
+}
+
+/* Another authn provider (an AuthnProviderAlias too), found as
+ * mod_auth_basic finds its providers: when the directive is read. */
+static const char *set_provider(cmd_parms *cmd, void *dc, const char *arg)
+{
+    hmac_dir_conf *c = dc;
+    const authn_provider *p;
+    const char *err = set_source(cmd, c, HMAC_SOURCE_PROVIDER);
+
+    if (err)
+        return err;
+    if (!strcasecmp(arg, "hmac"))
+        return D_PROVIDER ": hmac cannot wrap itself (name another authn "
+                          "provider, such as ldap, dbd or an "
+                          "AuthnProviderAlias)";
+    p = ap_lookup_provider(AUTHN_PROVIDER_GROUP, arg, AUTHN_PROVIDER_VERSION);
+    if (!p)
+        return apr_psprintf(cmd->pool,
+                            D_PROVIDER
+                            ": no authn provider named '%s' (load "
+                            "its module first, such as authnz_ldap for "
+                            "ldap, or define its AuthnProviderAlias before "
+                            "this line)",
+                            arg);
+    if (!p->check_password)
+        return apr_psprintf(cmd->pool,
+                            D_PROVIDER ": the authn provider '%s' cannot "
+                                       "check a password (Basic auth)",
+                            arg);
+    c->wrapped = p;
+    c->wrapped_name = apr_pstrdup(cmd->pool, arg);
+    /* NB: the request adds where it is (see the provider). */
+    c->scope = apr_pstrcat(cmd->pool, "provider:", arg, NULL);
+    c->scope_len = strlen(c->scope);
     return NULL;
 }
 
@@ -695,6 +734,10 @@ const command_rec hmac_cmds[] = {
                   "an SQL query (through mod_dbd) whose first column is the "
                   "user's password hash, %s the user's name (as "
                   "AuthDBDUserPWQuery)"),
+    AP_INIT_TAKE1(D_PROVIDER, set_provider, NULL,
+                  RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
+                  "another authn provider to check credentials with, behind "
+                  "the cache (ldap, dbd, an AuthnProviderAlias...)"),
     AP_INIT_TAKE1(D_TTL, set_ttl, &ttl_spec_cache,
                   RSRC_CONF | ACCESS_CONF | OR_AUTHCFG,
                   "idle timeout of a verified credential: how long it stays "
@@ -989,7 +1032,8 @@ static int is(const ap_directive_t *d, const char *name)
 /* Whether d sets a section's source of users. */
 static int is_source(const ap_directive_t *d)
 {
-    return is(d, D_USERFILE) || is(d, D_DBMFILE) || is(d, D_DBDQUERY);
+    return is(d, D_USERFILE) || is(d, D_DBMFILE) || is(d, D_DBDQUERY) ||
+           is(d, D_PROVIDER);
 }
 
 /* Whether the children's User (uid, gid, its groups) may do what mask

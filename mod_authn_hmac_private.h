@@ -42,8 +42,9 @@ APLOG_USE_MODULE(authn_hmac);
 #define D_DBMFILE  "AuthHMACUserDBMFile"
 #define D_DBMTYPE  "AuthHMACUserDBMType"
 #define D_DBDQUERY "AuthHMACDBDUserPWQuery"
+#define D_PROVIDER "AuthHMACProvider"
 /* The sources of users, one per section. */
-#define D_SOURCES  D_USERFILE ", " D_DBMFILE " or " D_DBDQUERY
+#define D_SOURCES  D_USERFILE ", " D_DBMFILE ", " D_DBDQUERY " or " D_PROVIDER
 #define D_TTL      "AuthHMACCacheTTL"
 #define D_MAXAGE   "AuthHMACCacheMaxAge"
 #define D_NEGTTL   "AuthHMACNegativeTTL"
@@ -74,9 +75,10 @@ APLOG_USE_MODULE(authn_hmac);
 /* Where a section's users are. */
 typedef enum {
     HMAC_SOURCE_NONE,
-    HMAC_SOURCE_FILE, /* AuthHMACUserFile */
-    HMAC_SOURCE_DBM,  /* AuthHMACUserDBMFile */
-    HMAC_SOURCE_DBD   /* AuthHMACDBDUserPWQuery */
+    HMAC_SOURCE_FILE,    /* AuthHMACUserFile */
+    HMAC_SOURCE_DBM,     /* AuthHMACUserDBMFile */
+    HMAC_SOURCE_DBD,     /* AuthHMACDBDUserPWQuery */
+    HMAC_SOURCE_PROVIDER /* AuthHMACProvider */
 } hmac_source;
 
 /* A section's configuration (per directory). */
@@ -87,10 +89,12 @@ typedef struct {
                                   path of a file, "dbm:" and a DBM file's,
                                   "dbd:" and the query */
     size_t scope_len;
-    const char *dbm_path;        /* AuthHMACUserDBMFile */
-    const char *dbd_label;       /* the query, as mod_dbd prepared it */
-    authn_hmac_source_t *hashes; /* a DBM or SQL source's state */
-    const char *dbm_type;        /* AuthHMACUserDBMType; NULL: default */
+    const char *dbm_path;          /* AuthHMACUserDBMFile */
+    const char *dbd_label;         /* the query, as mod_dbd prepared it */
+    authn_hmac_source_t *hashes;   /* a DBM or SQL source's state */
+    const char *dbm_type;          /* AuthHMACUserDBMType; NULL: default */
+    const authn_provider *wrapped; /* AuthHMACProvider's */
+    const char *wrapped_name;
     apr_interval_time_t ttl;
     int ttl_set;
     apr_interval_time_t negative_ttl;

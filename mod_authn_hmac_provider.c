@@ -30,6 +30,9 @@
 #include "mod_authn_hmac_private.h"
 
 #define NOTE "authn-hmac"
+/* Set while a wrapped provider answers: hmac inside it is a loop. */
+#define NOTE_WRAPPING   "authn-hmac-wrapping"
+#define WRAPPED_MAX_AGE 600
 #define BUSY_BODY                                                              \
     "<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n"                   \
     "<html><head>\n<title>503 Service Unavailable</title>\n</head><body>\n"    \
@@ -144,9 +147,17 @@ static int authuserfile_set(request_rec *r)
 /* What a section asks of the engine. */
 static void policy_of(const hmac_dir_conf *c, authn_hmac_policy_t *pol)
 {
+    /* NB: a wrapped provider gives no hash to bind a grant to: it lives
+     * 10 minutes unless the section says otherwise (util_ldap's cache
+     * keeps a bind 600 s). */
+    apr_interval_time_t max_age =
+        c->source == HMAC_SOURCE_PROVIDER && !c->max_age_set
+            ? apr_time_from_sec(WRAPPED_MAX_AGE)
+            : c->max_age;
+
     /* NB: no entry outlives its max age, whatever the idle timeout. */
-    pol->ttl = c->ttl < c->max_age ? c->ttl : c->max_age;
-    pol->max_age = c->max_age;
+    pol->ttl = c->ttl < max_age ? c->ttl : max_age;
+    pol->max_age = max_age;
     pol->negative_ttl = c->negative_ttl;
     pol->hide_unknown = c->hide_unknown != 0;
 }
@@ -203,6 +214,65 @@ static const char *dbd_hash(request_rec *r, const hmac_dir_conf *c,
     return NULL;
 }
 
+/* ---------------------------------------------- another provider, wrapped */
+
+typedef struct {
+    request_rec *r;
+    const hmac_dir_conf *c;
+    const char *user;
+} wrapped_t;
+
+/* The wrapped provider's answer, asked as mod_auth_basic asks a provider:
+ * with the provider-name note set to its name (an AuthnProviderAlias finds
+ * its configuration by it). */
+static apr_status_t ask_wrapped(void *ctx, const char *password)
+{
+    wrapped_t *w = ctx;
+    apr_table_t *notes = w->r->notes;
+    const char *was = apr_table_get(notes, AUTHN_PROVIDER_NAME_NOTE);
+    authn_status st;
+
+    apr_table_setn(notes, AUTHN_PROVIDER_NAME_NOTE, w->c->wrapped_name);
+    apr_table_setn(notes, NOTE_WRAPPING, "1");
+    st = w->c->wrapped->check_password(w->r, w->user, password);
+    apr_table_unset(notes, NOTE_WRAPPING);
+    if (was)
+        apr_table_setn(notes, AUTHN_PROVIDER_NAME_NOTE, was);
+    else
+        apr_table_unset(notes, AUTHN_PROVIDER_NAME_NOTE);
+    switch (st) {
+    case AUTH_GRANTED:
+        return APR_SUCCESS;
+    case AUTH_DENIED:
+    case AUTH_USER_NOT_FOUND:
+        return APR_EMISMATCH;
+    default:
+        return APR_EGENERAL;
+    }
+}
+
+/* A wrapped provider's scope: its name and where the request is, so that a
+ * grant serves the requests that the same configuration of the provider
+ * answers. The provider's own directives (AuthLDAPURL, its filter...) may
+ * differ from one section to another, and hmac cannot read them: a grant
+ * is kept apart by virtual host, by the last section merged (a <Files> or
+ * an <If> in a directory too) and by the URL's directory, as
+ * mod_authn_socache's default AuthnCacheContext keeps it. */
+static const char *wrapped_scope(request_rec *r, const hmac_dir_conf *c)
+{
+    core_dir_config *cd = ap_get_core_module_config(r->per_dir_config);
+    const char *slash = strrchr(r->uri, '/');
+    const ap_expr_info_t *cond = cd ? cd->condition : NULL;
+
+    return apr_psprintf(r->pool, "%s\n%s:%u\n%s\n%s:%u\n%.*s", c->scope,
+                        r->server->server_hostname ? r->server->server_hostname
+                                                   : "",
+                        (unsigned)r->server->port, cd && cd->d ? cd->d : "",
+                        cond && cond->filename ? cond->filename : "",
+                        cond ? cond->line_number : 0,
+                        slash ? (int)(slash - r->uri + 1) : 0, r->uri);
+}
+
 /* The outcome from the section's source of users: the htpasswd file, a
  * DBM file or SQL. *rv an error (logged here, but the htpasswd file's) that
  * kept the source from being read. */
@@ -239,6 +309,23 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
         *rv = APR_SUCCESS;
         return authn_hmac_check_hash(e, pol, c->hashes, cred, hash, NULL, r,
                                      r->pool);
+    case HMAC_SOURCE_PROVIDER: {
+        wrapped_t w;
+
+        w.r = r;
+        w.c = c;
+        w.user = cred->user;
+        cred->scope = wrapped_scope(r, c);
+        cred->scope_len = strlen(cred->scope);
+        /* NB: no hash: the scope names the provider, and the grant
+         * lives its max age. */
+        cred->hash = c->wrapped_name;
+        cred->hash_len = strlen(c->wrapped_name);
+        cred->ask = ask_wrapped;
+        cred->ask_ctx = &w;
+        *rv = APR_SUCCESS;
+        return authn_hmac_check(e, pol, cred, r, r->pool);
+    }
     default:
         return authn_hmac_check_user(e, pol, c->uf, cred, log_bad_line, r,
                                      r->pool, rv);
@@ -257,6 +344,13 @@ static authn_status check_password(request_rec *r, const char *user,
     authn_hmac_outcome o;
     apr_status_t rv;
 
+    memset(&cred, 0, sizeof(cred));
+    if (apr_table_get(r->notes, NOTE_WRAPPING)) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
+                      "AHMAC0035: " D_PROVIDER " leads back to hmac (through "
+                      "an AuthnProviderAlias?): refused");
+        return AUTH_GENERAL_ERROR;
+    }
     if (!c->source || !hmac_conf.table) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
                       "AHMAC0003: AuthBasicProvider hmac needs " D_USERFILE

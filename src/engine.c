@@ -913,7 +913,8 @@ static int from_verifier(req_t *q)
      * login beside busy pages of its own server took 18 s (stock
      * mod_authn_file: 0.5 s). */
     m0 = authn_hmac_monotonic();
-    rv = e->verify(q->c->password, q->hash);
+    rv = q->c->ask ? q->c->ask(q->c->ask_ctx, q->c->password)
+                   : e->verify(q->c->password, q->hash);
     m1 = authn_hmac_monotonic();
     authn_hmac_queue_leave(e->table, &turn);
     q->learned = apr_time_now();
@@ -943,7 +944,10 @@ static int from_verifier(req_t *q)
      * same input gives it again. Any other failure (out of memory) may
      * not: the waiters verify by themselves. */
     q->result = rv == APR_EMISMATCH ? 0 : -1;
-    q->o = AUTHN_HMAC_DENIED;
+    /* NB: a wrapped provider's error (its directory down) is the
+     * provider's answer, as without the cache: an error. */
+    q->o =
+        rv != APR_EMISMATCH && q->c->ask ? AUTHN_HMAC_ERROR : AUTHN_HMAC_DENIED;
     return 1;
 }
 

@@ -81,6 +81,14 @@ typedef struct {
      * worked out. */
     const unsigned char *uid;
     const unsigned char *digest;
+    /* A wrapped provider (AuthHMACProvider), or NULL: asked for the
+     * password in place of the verifier on the hash (which then only names
+     * the provider, for the key): APR_SUCCESS granted, APR_EMISMATCH
+     * refused, any other status an error (nothing learned, the outcome
+     * AUTHN_HMAC_ERROR). In the verification's turn of the queue, with
+     * single flight, as a verification. */
+    apr_status_t (*ask)(void *ctx, const char *password);
+    void *ask_ctx;
 } authn_hmac_cred_t;
 
 /* The request path: shared memory, then Redis, then the verifier; stores

@@ -141,7 +141,7 @@ def test_one_source_per_section(first, second):
     names = {k: v.split()[0] for k, v in SOURCES.items()}
     assert rc != 0, out
     assert ("%s: this section has %s already: one source of users per section "
-            "(AuthHMACUserFile, AuthHMACUserDBMFile or AuthHMACDBDUserPWQuery)"
+            "(AuthHMACUserFile, AuthHMACUserDBMFile, AuthHMACDBDUserPWQuery or AuthHMACProvider)"
             % (names[second], names[first])) in out, out
     srv.cleanup()
 

@@ -1,0 +1,152 @@
+"""Another authn provider behind the cache: AuthHMACProvider ldap, with
+mod_authnz_ldap against a real slapd (util_ldap's own caches off, so that
+every bind counted is one the module let through). A cached credential
+makes no bind; a cold burst makes one; a stale password makes one per
+AuthHMACNegativeTTL; a password changed with ldappasswd stops working
+within the max age, and the new one works at once; Require ldap-group
+answers as with AuthBasicProvider ldap."""
+import os
+import time
+
+import pytest
+
+from harness import Httpd
+from harness.slapd import SUFFIX, Slapd, available
+from test_redis import STATUS, split_burst
+
+pytestmark = pytest.mark.skipif(not available(), reason="slapd and ldap-utils are not installed")
+
+GROUP = "cn=admins,ou=groups," + SUFFIX
+BURST = ("StartServers 2\nServerLimit 2\nThreadsPerChild 40\nThreadLimit 40\n"
+         "MinSpareThreads 1\nMaxSpareThreads 80\nMaxRequestWorkers 80")
+
+
+def section(path, ldap, *lines, provider="hmac", require="valid-user"):
+    inside = ["AuthType Basic", 'AuthName "ldap"', "AuthBasicProvider " + provider]
+    if provider == "hmac":
+        inside.append("AuthHMACProvider ldap")
+    inside += ['AuthLDAPURL "%s/ou=people,%s?uid"' % (ldap.url, SUFFIX)] + list(lines)
+    inside.append("Require " + require)
+    return "<Location %s>\n%s</Location>\n" % (path, "".join("    %s\n" % l for l in inside))
+
+
+@pytest.fixture(scope="module")
+def ldap_site():
+    ldap = Slapd().start()
+    for user in ("alice", "bob", "carol", "dave", "erin"):
+        ldap.add_user(user, "%s ldap pass" % user)
+    for n in range(3):
+        ldap.add_user("bursty%d" % n, "bursty ldap pass")
+    ldap.add_group("admins", "alice")
+    # NB: the burst's 64 connections each hold a worker, with room for
+    # split_burst's reads of the scoreboard (mod_status).
+    srv = Httpd(name="ldap", mpm="event", modules=["ldap", "authnz_ldap", "status"],
+                mpm_conf=BURST)
+    # NB: util_ldap's search and bind caches off: each bind in slapd's log
+    # is one that hmac let through.
+    srv.global_conf = "LDAPCacheEntries 0\nLDAPOpCacheEntries 0\n" + STATUS
+    srv.body = (section("/w/", ldap)
+                + section("/short/", ldap, "AuthHMACCacheMaxAge 2")
+                + section("/g/", ldap, require="ldap-group " + GROUP)
+                + section("/stock/", ldap, provider="ldap", require="ldap-group " + GROUP))
+    srv.write_config()
+    for sub in ("w", "short", "g", "stock"):
+        os.makedirs(srv.path("htdocs", sub), exist_ok=True)
+        with open(srv.path("htdocs", sub, "index.html"), "w") as f:
+            f.write("page\n")
+    srv.start()
+    yield srv, ldap
+    srv.stop()
+    problems = srv.log_problems()
+    srv.cleanup()
+    ldap.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+def test_a_cached_user_makes_one_bind(ldap_site):
+    srv, ldap = ldap_site
+    codes = [srv.status_code("/w/", "alice", "alice ldap pass") for _ in range(100)]
+    assert codes == [200] * 100
+    assert ldap.binds("alice") == 1
+    assert srv.notes("alice") == ["verified"] + ["hit"] * 99
+    # The stock provider binds for each request (util_ldap's cache off).
+    before = ldap.binds("alice")
+    assert [srv.status_code("/stock/", "alice", "alice ldap pass") for _ in range(5)] == [200] * 5
+    assert ldap.binds("alice") - before == 5
+
+
+def test_a_cold_burst_makes_one_bind(ldap_site):
+    srv, ldap = ldap_site
+    codes = split_burst([srv], "bursty0", ["bursty ldap pass"] * 64)
+    assert codes == [200] * 64, codes
+    assert ldap.binds("bursty0") == 1
+    notes = srv.notes("bursty0")
+    assert notes.count("verified") == 1 and set(notes) <= {"verified", "coalesced", "hit"}, notes
+
+
+def test_a_stale_password_makes_one_bind(ldap_site):
+    srv, ldap = ldap_site
+    codes = [srv.status_code("/w/", "bob", "bob's old pass") for _ in range(50)]
+    assert codes == [401] * 50
+    assert ldap.binds("bob") == 1
+    assert srv.notes("bob") == ["denied"] + ["negative-hit"] * 49
+
+
+def test_a_changed_password_stops_working_within_the_max_age(ldap_site):
+    srv, ldap = ldap_site
+    assert srv.status_code("/short/", "carol", "carol ldap pass") == 200
+    ldap.passwd("carol", "carol's new pass")
+    assert srv.status_code("/short/", "carol", "carol's new pass") == 200  # at once
+    # The old one is cached, for at most the section's max age (2 s).
+    start = time.monotonic()
+    while srv.status_code("/short/", "carol", "carol ldap pass") == 200:
+        assert time.monotonic() - start < 2 + 1.5, "still granted after the max age"
+        time.sleep(0.2)
+    assert srv.status_code("/short/", "carol", "carol ldap pass") == 401
+    assert srv.notes("carol")[-1] == "negative-hit"
+
+
+def test_require_ldap_group_answers_as_with_the_ldap_provider(ldap_site):
+    srv, ldap = ldap_site
+    for path in ("/g/", "/stock/"):
+        assert srv.status_code(path, "alice", "alice ldap pass") == 200, path
+        assert srv.status_code(path, "dave", "dave ldap pass") == 401, path
+        assert srv.status_code(path, "alice", "not alice's") == 401, path
+        assert srv.status_code(path, "nobody", "a guess") == 401, path
+    # A hit too: the group is asked of the directory (authz), the password
+    # is not.
+    before = ldap.binds("alice")
+    assert srv.status_code("/g/", "alice", "alice ldap pass") == 200
+    assert srv.notes("alice")[-1] == "hit"
+    assert srv.status_code("/g/", "dave", "dave ldap pass") == 401
+    assert srv.notes("dave")[-1] == "hit"  # dave's password is right; he is not an admin
+    assert ldap.binds("alice") == before
+    srv.expect_log(r'AH01631: user dave: authorization failure for "/(g|stock)/"')
+
+
+def test_hmac_cannot_wrap_itself():
+    srv = Httpd(name="wrapself")
+    srv.body = ("<Location /x/>\n    AuthType Basic\n    AuthName x\n"
+                "    AuthBasicProvider hmac\n    AuthHMACProvider hmac\n"
+                "    Require valid-user\n</Location>\n")
+    srv.write_config()
+    rc, out = srv.configtest()
+    assert rc != 0 and "AuthHMACProvider: hmac cannot wrap itself" in out, out
+    srv.body = srv.body.replace("AuthHMACProvider hmac", "AuthHMACProvider ldap")
+    srv.write_config()
+    rc, out = srv.configtest()
+    assert rc != 0 and "AuthHMACProvider: no authn provider named 'ldap'" in out, out
+    srv.cleanup()
+
+
+def test_a_directory_that_does_not_answer_is_a_500_never_a_grant(ldap_site):
+    """(Last: it stops the module's slapd.)"""
+    srv, ldap = ldap_site
+    ldap.stop()
+    try:
+        # erin never logged in: no grant to keep; alice's is cached.
+        assert srv.status_code("/w/", "erin", "erin ldap pass") == 500
+        assert srv.notes("erin")[-1] == "error"
+        assert srv.status_code("/w/", "alice", "alice ldap pass") == 200
+    finally:
+        srv.expect_log(r"Can't contact LDAP server")
