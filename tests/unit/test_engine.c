@@ -182,6 +182,46 @@ static void test_given_user_id(apr_pool_t *p)
     CHECK(*calls == 4);
 }
 
+/* A wrapped provider (AuthHMACProvider): asked in place of the verifier;
+ * its grant is cached, its refusal goes to the negative cache, its error
+ * is an error with nothing learned (the next request asks again). */
+static int asked;
+static apr_status_t answer;
+
+static apr_status_t ask(void *ctx, const char *password)
+{
+    (void)ctx;
+    asked++;
+    return answer == APR_SUCCESS && strcmp(password, "right") != 0
+               ? APR_EMISMATCH
+               : answer;
+}
+
+static void test_wrapped_provider(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us,
+                               apr_time_from_sec(30), 0};
+    authn_hmac_cred_t c = cred("wendy", "right", "ldap");
+
+    c.ask = ask;
+    *calls = 0;
+    answer = APR_EGENERAL; /* the directory is down */
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_ERROR);
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_ERROR);
+    CHECK(asked == 2);
+    answer = APR_SUCCESS;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_HIT);
+    CHECK(asked == 3);
+    c.password = "stale";
+    c.password_len = 5;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_DENIED);
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_NEGATIVE_HIT);
+    CHECK(asked == 4);
+    CHECK(*calls == 0); /* the verifier on the hash never ran */
+}
+
 /* A pepper rotation: an entry made under the pepper that is now the
  * previous one is a hit without a verification, counted, and stored again
  * under the current one (the next hit is the current pepper's); its time
@@ -1246,6 +1286,7 @@ int main(void)
     RUN(test_outcomes, p);
     RUN(test_given_user_id, p);
     RUN(test_given_digest, p);
+    RUN(test_wrapped_provider, p);
     RUN(test_previous_pepper, p);
     RUN(test_forked_processes, p);
     RUN(test_negative_cache, p);
