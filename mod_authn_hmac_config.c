@@ -103,7 +103,7 @@ void *hmac_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
     c->uf = src->uf;
     c->scope = src->scope;
     c->scope_len = src->scope_len;
-    c->dbm_path = src->dbm_path;
+    c->dbm = src->dbm;
     c->dbd_label = src->dbd_label;
     c->hashes = src->hashes;
     c->wrapped = src->wrapped;
@@ -244,10 +244,9 @@ static const char *set_dbmfile(cmd_parms *cmd, void *dc, const char *arg)
         return apr_pstrcat(cmd->pool, D_DBMFILE ": invalid path '", arg,
                            "' (a path to a DBM file, as htdbm writes it)",
                            NULL);
-    c->dbm_path = path;
+    c->dbm = authn_hmac_dbm_make(path, cmd->pool);
     c->scope = apr_pstrcat(cmd->pool, "dbm:", path, NULL);
     c->scope_len = strlen(c->scope);
-    c->hashes = authn_hmac_source_make(cmd->pool);
     return NULL;
 }
 

@@ -28,6 +28,7 @@
 #include "apr_hash.h"
 #include "apr_thread_mutex.h"
 
+#include "authn_hmac/dbm.h"
 #include "authn_hmac/engine.h"
 #include "authn_hmac/htpasswd.h"
 #include "authn_hmac/sentinel.h"
@@ -89,9 +90,9 @@ typedef struct {
                                   path of a file, "dbm:" and a DBM file's,
                                   "dbd:" and the query */
     size_t scope_len;
-    const char *dbm_path;          /* AuthHMACUserDBMFile */
+    authn_hmac_dbm_t *dbm;         /* AuthHMACUserDBMFile's */
     const char *dbd_label;         /* the query, as mod_dbd prepared it */
-    authn_hmac_source_t *hashes;   /* a DBM or SQL source's state */
+    authn_hmac_source_t *hashes;   /* an SQL source's state */
     const char *dbm_type;          /* AuthHMACUserDBMType; NULL: default */
     const authn_provider *wrapped; /* AuthHMACProvider's */
     const char *wrapped_name;

@@ -286,15 +286,15 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
     switch (c->source) {
     case HMAC_SOURCE_DBM: {
         authn_hmac_outcome o = authn_hmac_check_dbm(
-            e, pol, c->hashes, c->dbm_path,
-            c->dbm_type ? c->dbm_type : "default", cred, r, r->pool, rv);
+            e, pol, c->dbm, c->dbm_type ? c->dbm_type : "default", cred, r,
+            r->pool, rv);
 
         if (*rv != APR_SUCCESS)
             ap_log_rerror(APLOG_MARK, APLOG_ERR, *rv, r,
                           "AHMAC0034: could not open the DBM file %s "
                           "(" D_DBMTYPE " %s) to look up user %s",
-                          c->dbm_path, c->dbm_type ? c->dbm_type : "default",
-                          cred->user);
+                          c->scope + 4 /* "dbm:" */,
+                          c->dbm_type ? c->dbm_type : "default", cred->user);
         return o;
     }
     case HMAC_SOURCE_DBD:
