@@ -140,6 +140,65 @@ def test_whoever_answers_for_redis_cannot_grant(site):
         fake.stop()
 
 
+@pytest.mark.parametrize("source", ["sql", "ldap"])
+def test_whoever_answers_for_redis_cannot_grant_for_any_source(site, source):
+    """The same impostor in front of the other sources of users: SQL (the
+    module verifies the database's hash) and a wrapped provider (LDAP,
+    which gives no hash): an honest grant's value replayed or forged for
+    any other password is a miss, and the source answers."""
+    import sqlite3
+    from harness.slapd import SUFFIX, Slapd, available
+    from test_backends import SQLITE_DRIVER, bcrypt
+    if source == "ldap" and not available():
+        pytest.skip("slapd and ldap-utils are not installed")
+    if source == "sql" and not os.path.exists(SQLITE_DRIVER):
+        pytest.skip("libaprutil1-dbd-sqlite3 is not installed")
+    fake = FakeRedis(password="fake-redis-pass").start()
+    ldap = None
+    modules = ["dbd"]
+    if source == "sql":
+        db = os.path.join(site.dir, "users.db")
+        con = sqlite3.connect(db)
+        con.execute("CREATE TABLE users (name TEXT PRIMARY KEY, hash TEXT NOT NULL)")
+        con.execute("INSERT INTO users VALUES ('alice', ?)", (bcrypt("alice pass"),))
+        con.commit()
+        con.close()
+        os.chmod(db, 0o644)
+        extra = 'DBDriver sqlite3\nDBDParams "%s"\nAuthHMACRedisTimeout 500\n' % db
+        lines = ['AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"']
+    else:
+        ldap = Slapd().start()
+        ldap.add_user("alice", "alice pass")
+        modules = ["ldap", "authnz_ldap"]
+        extra = "LDAPCacheEntries 0\nLDAPOpCacheEntries 0\nAuthHMACRedisTimeout 500\n"
+        lines = ["AuthHMACProvider ldap",
+                 'AuthLDAPURL "%s/ou=people,%s?uid"' % (ldap.url, SUFFIX)]
+    srv = site.server(fake.address, auth_secret="fake-redis-pass", extra=extra)
+    srv.modules += modules
+    srv.body = 'Alias /w/ "%s/htdocs/"\n' % srv.dir + hmac_location("/w/", None, "wiki", *lines)
+    srv.write_config()
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice pass") == 200
+        assert last_note(srv, "alice") == "verified"
+        entries = [(k, v) for k, v in fake.written if not k.startswith(b"authn_hmac:f:")]
+        assert len(entries) == 1, fake.written
+        fake.mode = "forge"
+        forgeries = len(fake.forgeries(entries[0][0]))
+        for i in range(2 * forgeries):
+            assert srv.status_code("/w/", "alice", "not alice %d" % i) == 401
+            assert last_note(srv, "alice") == "denied"
+        st = srv.status()
+        assert st["redis_forged"] >= forgeries and st["redis_hits"] == 0, st
+        fake.stop()
+        finish(srv, FORGED, OUTAGE)
+    finally:
+        srv.cleanup()
+        fake.stop()
+        if ldap:
+            ldap.cleanup()
+
+
 # ---------------------------------------------------------- bounded waits
 
 @pytest.mark.slow
