@@ -384,6 +384,7 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG)
         return OK;
     (void)hmac_check_userfiles(ptemp, s, 1);
+    hmac_wrapped_sections(pconf, s);
     rd = ap_retained_data_get(RETAINED);
     if (!rd)
         rd = ap_retained_data_create(RETAINED, sizeof(*rd));

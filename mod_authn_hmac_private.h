@@ -183,6 +183,9 @@ int hmac_dbd_find(void);
 void hmac_busy_error(request_rec *r);
 int hmac_busy_redirect(request_rec *r);
 int hmac_busy_log(request_rec *r);
+/* Names, at start, the sections whose configuration a wrapped provider
+ * reads (see wrapped_scope). */
+void hmac_wrapped_sections(apr_pool_t *pconf, server_rec *s);
 
 /* mod_authn_hmac_status.c */
 int hmac_status_handler(request_rec *r);

@@ -194,8 +194,26 @@ static const char *dbd_hash(request_rec *r, const hmac_dir_conf *c,
     if (!st)
         return "mod_dbd did not prepare the query (is DBDriver set for this "
                "virtual host?)";
-    rc = apr_dbd_pvbselect(dbd->driver, r->pool, dbd->handle, &res, st, 0, user,
+    /* NB: random access (1): in the sequential mode mod_authn_dbd uses,
+     * apr-util's pgsql driver reports a failed query as no rows (an
+     * unknown user, where the database did not answer). */
+    rc = apr_dbd_pvbselect(dbd->driver, r->pool, dbd->handle, &res, st, 1, user,
                            NULL);
+    if (rc != 0) {
+        /* A connection mod_dbd made again (the server restarted) may have
+         * lost the prepared query: prepared once more, and tried again. */
+        apr_dbd_prepared_t *again = NULL;
+
+        if (apr_dbd_prepare(dbd->driver, dbd->pool, dbd->handle,
+                            c->scope + 4 /* "dbd:" */, c->dbd_label,
+                            &again) == 0) {
+            apr_hash_set(dbd->prepared, c->dbd_label, APR_HASH_KEY_STRING,
+                         again);
+            res = NULL;
+            rc = apr_dbd_pvbselect(dbd->driver, r->pool, dbd->handle, &res,
+                                   again, 1, user, NULL);
+        }
+    }
     if (rc != 0)
         return apr_pstrcat(r->pool, "the query failed: ",
                            apr_dbd_error(dbd->driver, dbd->handle, rc), NULL);
@@ -220,7 +238,21 @@ typedef struct {
     request_rec *r;
     const hmac_dir_conf *c;
     const char *user;
+    unsigned char uid[AUTHN_HMAC_KEY_LEN];
 } wrapped_t;
+
+static void log_renamed(request_rec *r, const char *provider)
+{
+    static apr_time_t last;
+
+    if (authn_hmac_log_due(&last, authn_hmac_monotonic(),
+                           apr_time_from_sec(60)))
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
+                      "AHMAC0036: " D_PROVIDER " %s gave the user another "
+                      "name (AuthLDAPRemoteUserAttribute?): its grants are "
+                      "not cached (logged at most once a minute per process)",
+                      provider);
+}
 
 /* The wrapped provider's answer, asked as mod_auth_basic asks a provider:
  * with the provider-name note set to its name (an AuthnProviderAlias finds
@@ -230,6 +262,7 @@ static apr_status_t ask_wrapped(void *ctx, const char *password)
     wrapped_t *w = ctx;
     apr_table_t *notes = w->r->notes;
     const char *was = apr_table_get(notes, AUTHN_PROVIDER_NAME_NOTE);
+    const char *user = w->r->user;
     authn_status st;
 
     apr_table_setn(notes, AUTHN_PROVIDER_NAME_NOTE, w->c->wrapped_name);
@@ -242,6 +275,15 @@ static apr_status_t ask_wrapped(void *ctx, const char *password)
         apr_table_unset(notes, AUTHN_PROVIDER_NAME_NOTE);
     switch (st) {
     case AUTH_GRANTED:
+        /* NB: a provider that named the user anew (mod_authnz_ldap's
+         * AuthLDAPRemoteUserAttribute, AuthLDAPRemoteUserIsDN) granted
+         * another name than the one sent: a hit could not name it, so the
+         * grant is not cached (authz must see the provider's name). */
+        if (!user != !w->r->user ||
+            (user && w->r->user && strcmp(user, w->r->user) != 0)) {
+            log_renamed(w->r, w->c->wrapped_name);
+            return APR_INCOMPLETE;
+        }
         return APR_SUCCESS;
     case AUTH_DENIED:
     case AUTH_USER_NOT_FOUND:
@@ -251,26 +293,120 @@ static apr_status_t ask_wrapped(void *ctx, const char *password)
     }
 }
 
-/* A wrapped provider's scope: its name and where the request is, so that a
- * grant serves the requests that the same configuration of the provider
- * answers. The provider's own directives (AuthLDAPURL, its filter...) may
- * differ from one section to another, and hmac cannot read them: a grant
- * is kept apart by virtual host, by the last section merged (a <Files> or
- * an <If> in a directory too) and by the URL's directory, as
- * mod_authn_socache's default AuthnCacheContext keeps it. */
-static const char *wrapped_scope(request_rec *r, const hmac_dir_conf *c)
-{
-    core_dir_config *cd = ap_get_core_module_config(r->per_dir_config);
-    const char *slash = strrchr(r->uri, '/');
-    const ap_expr_info_t *cond = cd ? cd->condition : NULL;
+/* ------------------------------------------------ a wrapped provider's scope
+ *
+ * A grant of the wrapped provider must count only where the same
+ * configuration of that provider answers. Its directives (AuthLDAPURL and
+ * its filter...) are its module's, per section; for the modules whose
+ * per-directory configuration is overridden, not merged (mod_authnz_ldap,
+ * mod_authn_file), the configuration a request gets is one section's, the
+ * same object in every process: named here once, at start, by the
+ * section it comes from (its server, kind, path and place, the same on
+ * every server of a farm that shares the configuration). Any other
+ * provider (an AuthnProviderAlias, a module that merges), or a
+ * configuration not named (.htaccess), keeps a grant to the request's
+ * host and URL: safe, and one more verification per URL. */
 
-    return apr_psprintf(r->pool, "%s\n%s:%u\n%s\n%s:%u\n%.*s", c->scope,
-                        r->server->server_hostname ? r->server->server_hostname
-                                                   : "",
-                        (unsigned)r->server->port, cd && cd->d ? cd->d : "",
-                        cond && cond->filename ? cond->filename : "",
-                        cond ? cond->line_number : 0,
-                        slash ? (int)(slash - r->uri + 1) : 0, r->uri);
+static const struct {
+    const char *provider, *module;
+} overriding[] = {{"ldap", "mod_authnz_ldap.c"}, {"file", "mod_authn_file.c"}};
+
+static apr_hash_t *wrapped_sections; /* config pointer -> its section's name */
+
+static module *module_of(const char *provider)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(overriding) / sizeof(overriding[0]); i++)
+        if (!strcmp(provider, overriding[i].provider))
+            return ap_find_linked_module(overriding[i].module);
+    return NULL;
+}
+
+static const char *server_name(const server_rec *s, apr_pool_t *p)
+{
+    return s->defn_name
+               ? apr_psprintf(p, "%s:%u", s->defn_name, s->defn_line_number)
+               : "main";
+}
+
+static void name_config(apr_pool_t *p, module *m, ap_conf_vector_t *v,
+                        const char *name)
+{
+    void *conf = v ? ap_get_module_config(v, m) : NULL;
+
+    if (conf && !apr_hash_get(wrapped_sections, &conf, sizeof(conf))) {
+        void **k = apr_palloc(p, sizeof(*k));
+
+        *k = conf;
+        apr_hash_set(wrapped_sections, k, sizeof(*k), name);
+    }
+}
+
+static void name_sections(apr_pool_t *p, module *m, apr_array_header_t *secs,
+                          const char *prefix)
+{
+    int i;
+
+    for (i = 0; secs && i < secs->nelts; i++) {
+        ap_conf_vector_t *v = APR_ARRAY_IDX(secs, i, ap_conf_vector_t *);
+        core_dir_config *cd = ap_get_core_module_config(v);
+        const char *name =
+            apr_psprintf(p, "%s#%d %s", prefix, i, cd && cd->d ? cd->d : "");
+
+        name_config(p, m, v, name);
+        if (cd) {
+            name_sections(p, m, cd->sec_file,
+                          apr_pstrcat(p, name, " files", NULL));
+            name_sections(p, m, cd->sec_if, apr_pstrcat(p, name, " if", NULL));
+        }
+    }
+}
+
+void hmac_wrapped_sections(apr_pool_t *pconf, server_rec *s)
+{
+    size_t i;
+
+    wrapped_sections = apr_hash_make(pconf);
+    for (i = 0; i < sizeof(overriding) / sizeof(overriding[0]); i++) {
+        module *m = ap_find_linked_module(overriding[i].module);
+        server_rec *v;
+
+        for (v = s; m && v; v = v->next) {
+            core_server_config *sc =
+                ap_get_core_module_config(v->module_config);
+            const char *name = server_name(v, pconf);
+
+            name_sections(pconf, m, sc->sec_dir,
+                          apr_pstrcat(pconf, name, " dir", NULL));
+            name_sections(pconf, m, sc->sec_url,
+                          apr_pstrcat(pconf, name, " loc", NULL));
+            name_config(pconf, m, v->lookup_defaults,
+                        apr_pstrcat(pconf, name, " server", NULL));
+        }
+    }
+}
+
+/* The wrapped provider's scope for r (fine: where its grants count) and
+ * the user's (coarse: the provider in this virtual host, for the user's
+ * id: the throttle's count of the user's guesses and the user's entries
+ * are one across its sections). */
+static void wrapped_scope(request_rec *r, const hmac_dir_conf *c,
+                          const char **fine, const char **coarse)
+{
+    module *m = module_of(c->wrapped_name);
+    void *conf = m ? ap_get_module_config(r->per_dir_config, m) : NULL;
+    const char *section =
+        conf && wrapped_sections
+            ? apr_hash_get(wrapped_sections, &conf, sizeof(conf))
+            : NULL;
+
+    *coarse = apr_pstrcat(r->pool, c->scope, "\n",
+                          server_name(r->server, r->pool), NULL);
+    *fine = section ? apr_pstrcat(r->pool, *coarse, "\nsection ", section, NULL)
+                    : apr_pstrcat(r->pool, *coarse, "\nurl ",
+                                  r->hostname ? r->hostname : "", "\n", r->uri,
+                                  NULL);
 }
 
 /* The outcome from the section's source of users: the htpasswd file, a
@@ -311,20 +447,29 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
                                      r->pool);
     case HMAC_SOURCE_PROVIDER: {
         wrapped_t w;
+        const char *coarse;
+        authn_hmac_outcome o;
 
         w.r = r;
         w.c = c;
         w.user = cred->user;
-        cred->scope = wrapped_scope(r, c);
+        wrapped_scope(r, c, &cred->scope, &coarse);
         cred->scope_len = strlen(cred->scope);
-        /* NB: no hash: the scope names the provider, and the grant
-         * lives its max age. */
-        cred->hash = c->wrapped_name;
-        cred->hash_len = strlen(c->wrapped_name);
+        authn_hmac_user_id(e->mac, coarse, strlen(coarse), cred->user,
+                           cred->user_len, w.uid);
+        /* NB: w's, for this call only (cleared below). */
+        cred->uid = w.uid; // cppcheck-suppress autoVariables
+        /* NB: no hash: the scope names the provider (never a locked
+         * line's "!" or "*"), and the grant lives its max age. */
+        cred->hash = c->scope;
+        cred->hash_len = c->scope_len;
         cred->ask = ask_wrapped;
-        cred->ask_ctx = &w;
+        cred->ask_ctx = &w; // cppcheck-suppress autoVariables
         *rv = APR_SUCCESS;
-        return authn_hmac_check(e, pol, cred, r, r->pool);
+        o = authn_hmac_check(e, pol, cred, r, r->pool);
+        cred->uid = NULL;
+        cred->ask_ctx = NULL;
+        return o;
     }
     default:
         return authn_hmac_check_user(e, pol, c->uf, cred, log_bad_line, r,

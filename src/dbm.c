@@ -4,7 +4,8 @@
  *
  * The file is opened read-only, as mod_authn_dbm does, and closed at once:
  * a gdbm reader that kept it open would lock htdbm out. A writer's lock is
- * waited for, up to a second. What it answered is remembered by each
+ * waited for, up to a quarter of a second (htdbm holds it for
+ * milliseconds). What it answered is remembered by each
  * process (the memo) while stat() says the file is the same (device,
  * inode, size, mtime, ctime) as when it was read, and only if it had been
  * quiet for a second then: a change after it gives the file a later time.
@@ -23,8 +24,9 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
-#define WRITER_WAIT_MS 1000
+#define WRITER_WAIT_MS 250
 #define WRITER_NAP_MS  10
 #define DBM_MEMO_MAX   4096 /* users a process remembers of one file */
 
@@ -50,7 +52,6 @@ static apr_status_t open_ro(const char *path, const char *type, apr_dbm_t **db,
 {
     struct timespec nap = {0, WRITER_NAP_MS * 1000000L};
     apr_status_t rv;
-    struct stat sb;
     int i;
 
     for (i = 0;; i++) {
@@ -58,9 +59,10 @@ static apr_status_t open_ro(const char *path, const char *type, apr_dbm_t **db,
                              p);
         if (rv == APR_SUCCESS || i >= WRITER_WAIT_MS / WRITER_NAP_MS)
             return rv;
-        /* NB: the file of gdbm and db, or the ".pag" of sdbm and ndbm. */
-        if (stat(path, &sb) != 0 &&
-            stat(apr_pstrcat(p, path, ".pag", NULL), &sb) != 0)
+        /* NB: the file of gdbm and db, or the ".pag" of sdbm and ndbm; one
+         * that is missing or not readable is no writer's. */
+        if (access(path, R_OK) != 0 &&
+            access(apr_pstrcat(p, path, ".pag", NULL), R_OK) != 0)
             return APR_FROM_OS_ERROR(errno);
         nanosleep(&nap, NULL);
     }
@@ -228,6 +230,7 @@ authn_hmac_outcome authn_hmac_check_dbm(const authn_hmac_engine_t *e,
     apr_datum_t k, v;
     apr_dbm_t *db;
 
+    memset(ids, 0, sizeof(ids)); /* NB: recall may not get to them */
     *rv = APR_SUCCESS;
     if (recall(d, type, user, &hash, ids, p))
         return authn_hmac_check_hash(e, pol, d->source, c, hash, NULL, baton,

@@ -943,6 +943,12 @@ static int from_verifier(req_t *q)
     /* NB: only a mismatch is remembered, and shared with waiters: the
      * same input gives it again. Any other failure (out of memory) may
      * not: the waiters verify by themselves. */
+    /* NB: a wrapped provider's grant that renamed the user: granted, and
+     * nothing learned (not cached, nor given to waiters). */
+    if (rv == APR_INCOMPLETE && q->c->ask) {
+        q->o = AUTHN_HMAC_VERIFIED;
+        return 1;
+    }
     q->result = rv == APR_EMISMATCH ? 0 : -1;
     /* NB: a wrapped provider's error (its directory down) is the
      * provider's answer, as without the cache: an error. */
@@ -993,7 +999,7 @@ static void guessed(req_t *q, int failed)
 static authn_hmac_outcome finish(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
-    int verified = q->o == AUTHN_HMAC_VERIFIED && q->cache;
+    int verified = q->o == AUTHN_HMAC_VERIFIED && q->result > 0 && q->cache;
 
     if (q->cache && q->learned) {
         if (q->result > 0)
@@ -1021,7 +1027,7 @@ static authn_hmac_outcome finish(req_t *q)
     explicit_bzero(q->key, sizeof(q->key));
     explicit_bzero(q->nkey, sizeof(q->nkey));
     explicit_bzero(q->pkey, sizeof(q->pkey));
-    if (q->o == AUTHN_HMAC_VERIFIED)
+    if (q->o == AUTHN_HMAC_VERIFIED && q->result > 0)
         authn_hmac_logf(e->log, q->baton, AUTHN_HMAC_LOG_DEBUG,
                         "verified in %" APR_TIME_T_FMT " us, cached", q->took);
     return q->o;

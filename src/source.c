@@ -15,7 +15,8 @@
 #include <string.h>
 
 /* The template of a process that has found no user yet: bcrypt, cost 10
- * (authn_hmac_dummy_hash takes its scheme and cost, and draws the rest). */
+ * (authn_hmac_dummy_hash takes its scheme and cost, and draws the rest).
+ * NB: a DBM file gives its first record at once; an SQL source cannot. */
 #define FIRST_TEMPLATE                                                         \
     "$2y$10$....................................................."
 
@@ -58,15 +59,33 @@ int authn_hmac_source_has_template(authn_hmac_source_t *s)
     return has;
 }
 
-/* Keeps hash as the template, unless it is a locked line's. */
+/* Keeps hash as the template, unless it is a locked line's or the
+ * process has one: the first stays, so that the dummy, and an unknown
+ * user's entry in the negative cache, do not change with the users found
+ * (a repeat would then miss, where a known user's is a negative hit). Its
+ * salt, where the dummy would keep it (MD5-crypt, SHA-crypt: the text
+ * before the last '$'), is made '.'s: the processes that found another
+ * user of the same scheme and cost make the same dummy. */
 static void keep(authn_hmac_source_t *s, const char *hash)
 {
     size_t len = hash ? strlen(hash) : 0;
+    char *last, *salt;
 
     if (!len || len >= sizeof(s->tmpl) || authn_hmac_hash_locked(hash, len) ||
         !s->lock || apr_thread_mutex_lock(s->lock) != APR_SUCCESS)
         return;
-    memcpy(s->tmpl, hash, len + 1);
+    if (!s->tmpl[0]) {
+        memcpy(s->tmpl, hash, len + 1);
+        last = strrchr(s->tmpl, '$');
+        if (last &&
+            (!strncmp(s->tmpl, "$apr1$", 6) || !strncmp(s->tmpl, "$1$", 3) ||
+             !strncmp(s->tmpl, "$5$", 3) || !strncmp(s->tmpl, "$6$", 3))) {
+            for (salt = last; salt > s->tmpl && salt[-1] != '$'; salt--)
+                ;
+            if (salt > s->tmpl + 3)
+                memset(salt, '.', (size_t)(last - salt));
+        }
+    }
     apr_thread_mutex_unlock(s->lock);
 }
 

@@ -24,7 +24,7 @@ authn_hmac_dbm_t *authn_hmac_dbm_make(const char *path, apr_pool_t *p);
  * value's hash: up to its first ':') and checks the credential as
  * authn_hmac_check_hash does. The file is opened read-only, as
  * mod_authn_dbm does, and closed at once (a gdbm reader that kept it open
- * would lock htdbm out); a writer's lock is waited for up to a second.
+ * would lock htdbm out); a writer's lock is waited for up to 250 ms.
  * AUTHN_HMAC_ERROR with *rv the error when the file cannot be read; else
  * *rv is APR_SUCCESS. */
 authn_hmac_outcome authn_hmac_check_dbm(const authn_hmac_engine_t *e,

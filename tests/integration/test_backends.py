@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import MPMS
-from harness import COST, Httpd, Redis, hmac_location
+from harness import COST, Httpd, Redis, hmac_location, htpasswd
 from test_redis import Shared, farm_server, finish
 
 HTDBM = shutil.which("htdbm")
@@ -279,12 +279,14 @@ def test_a_failing_query_is_a_500_never_a_grant(db_dir):
         srv.start()
         assert srv.status_code("/s/", "erin", "erin sql pass") == 200
         sql(db, "ALTER TABLE users RENAME TO gone")
-        # NB: erin's grant is cached: a hit asks no database (as for a file
-        # that became unreadable); another user is a 500.
+        # NB: erin's grant is cached, but a hit needs the database's hash
+        # too (it is in the key): a 500 for her as for anyone.
         assert srv.status_code("/s/", "frank", "frank's pass") == 500
         assert srv.notes("frank") == ["error"]
+        assert srv.status_code("/s/", "erin", "erin sql pass") == 500
+        assert srv.notes("erin")[-1] == "error"
     finally:
-        finish(srv, r"AHMAC0033: could not look up user frank with AuthHMACDBDUserPWQuery: ",
+        finish(srv, r"AHMAC0033: could not look up user (frank|erin) with AuthHMACDBDUserPWQuery: ",
                r"AH01617|AH01618|AH01614")
 
 
@@ -352,3 +354,76 @@ def test_first_tries_of_sql_users_known_unknown_and_locked(db_dir, with_redis):
             proxy.stop()
         if redis:
             redis.cleanup()
+
+
+@pytest.mark.skipif(not HTDBM, reason="htdbm (apache2-utils) is not installed")
+def test_an_unknown_users_repeat_is_a_negative_hit_whoever_came_between():
+    """MD5-crypt users (htdbm's default): the dummy of an unknown user
+    stays the same whichever known users come between, so the unknown
+    user's repeat is a negative hit, as a known user's is (the dummy once
+    kept the last user's salt: the repeat missed and was verified again,
+    which told the names apart)."""
+    srv = Httpd(name="dbmsalt")
+    users = srv.path("users.dbm")
+    for i, user in enumerate(("k1", "k2", "k3")):
+        subprocess.run([HTDBM, "-b" + ("c" if i == 0 else "") + "m", "-TGDBM", users, user,
+                        "%s pass" % user], check=True, capture_output=True)
+    os.chmod(users, 0o644)
+    srv.body = dbm_section(users, "gdbm")
+    srv.write_config()
+    page(srv)
+    try:
+        srv.start()
+        for name, count in (("k3", "verifications"), ("x-unknown", "dummy_verifications")):
+            assert srv.status_code("/d/", "k1", "wrong for %s" % name) == 401
+            before = srv.status()
+            assert srv.status_code("/d/", name, "a guess") == 401
+            assert srv.status_code("/d/", "k2", "wrong for %s" % name) == 401
+            assert srv.status_code("/d/", name, "a guess") == 401
+            d = delta(srv, before)
+            print(name, {k: v for k, v in d.items() if v})
+            # name's first try (and k2's wrong password) verified; name's
+            # repeat a negative hit.
+            assert d["negative_hits"] == 1 and d[count] == (2 if count == "verifications"
+                                                            else 1), d
+    finally:
+        finish(srv)
+
+
+def test_a_wrapped_provider_answers_per_section_not_per_last_section():
+    """AuthHMACProvider file: a <Files> in a <Directory> names another
+    AuthUserFile; a <Location /> merged after both no longer hides it (a
+    grant for the directory's file was a hit for the <Files>: bob got in
+    where stock httpd refuses him)."""
+    srv = Httpd(name="wrapfiles")
+    every, admins = srv.path("all.htpasswd"), srv.path("admins.htpasswd")
+    htpasswd(every, "bob", "bob pass", cost=4, create=True)
+    htpasswd(every, "ann", "ann pass", cost=4)
+    htpasswd(admins, "ann", "ann pass", cost=4, create=True)
+    docs = srv.path("htdocs", "docs")
+    os.makedirs(docs)
+    for f in ("index.html", "secret.html"):
+        with open(os.path.join(docs, f), "w") as fh:
+            fh.write("page\n")
+    srv.body = ('<Directory "%s">\n    AuthType Basic\n    AuthName docs\n'
+                "    AuthBasicProvider hmac\n    AuthHMACProvider file\n"
+                '    AuthUserFile "%s"\n    Require valid-user\n'
+                '    <Files secret.html>\n        AuthUserFile "%s"\n    </Files>\n'
+                "</Directory>\n<Location />\n    Options -Indexes\n</Location>\n"
+                % (docs, every, admins))
+    srv.write_config()
+    try:
+        srv.start()
+        for _ in range(2):
+            assert srv.status_code("/docs/index.html", "bob", "bob pass") == 200
+            assert srv.status_code("/docs/secret.html", "bob", "bob pass") == 401
+            assert srv.status_code("/docs/index.html", "ann", "ann pass") == 200
+            assert srv.status_code("/docs/secret.html", "ann", "ann pass") == 200
+        assert srv.notes("bob") == ["verified", "denied", "hit", "negative-hit"], srv.notes("bob")
+        assert srv.notes("ann") == ["verified", "verified", "hit", "hit"], srv.notes("ann")
+        # Another URL of the same section's configuration: a hit.
+        assert srv.status_code("/docs/", "ann", "ann pass") in (200, 403)
+        assert srv.notes("ann")[-1] == "hit"
+    finally:
+        finish(srv, r"AH01617: user bob: authentication failure for \"/docs/secret.html\"",
+               r"AH01276")

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from harness import Httpd
-from harness.slapd import SUFFIX, Slapd, available
+from harness.slapd import SUFFIX, Slapd, available, user_dn
 from test_redis import STATUS, split_burst
 
 pytestmark = pytest.mark.skipif(not available(), reason="slapd and ldap-utils are not installed")
@@ -48,9 +48,10 @@ def ldap_site():
     srv.body = (section("/w/", ldap)
                 + section("/short/", ldap, "AuthHMACCacheMaxAge 2")
                 + section("/g/", ldap, require="ldap-group " + GROUP)
+                + section("/dn/", ldap, "AuthLDAPRemoteUserIsDN on")
                 + section("/stock/", ldap, provider="ldap", require="ldap-group " + GROUP))
     srv.write_config()
-    for sub in ("w", "short", "g", "stock"):
+    for sub in ("w", "short", "g", "stock", "dn"):
         os.makedirs(srv.path("htdocs", sub), exist_ok=True)
         with open(srv.path("htdocs", sub, "index.html"), "w") as f:
             f.write("page\n")
@@ -104,6 +105,21 @@ def test_a_changed_password_stops_working_within_the_max_age(ldap_site):
         time.sleep(0.2)
     assert srv.status_code("/short/", "carol", "carol ldap pass") == 401
     assert srv.notes("carol")[-1] == "negative-hit"
+
+
+def test_a_provider_that_renames_the_user_is_not_cached(ldap_site):
+    """AuthLDAPRemoteUserIsDN: the provider makes the user's name its DN;
+    a hit could not, so every request asks the directory (a cached grant
+    would have kept the name sent, and `Require user` would have judged
+    that one)."""
+    srv, ldap = ldap_site
+    srv.expect_log(r"AHMAC0036: AuthHMACProvider ldap gave the user another name")
+    before = ldap.binds("erin")
+    codes = [srv.status_code("/dn/", "erin", "erin ldap pass") for _ in range(3)]
+    assert codes == [200] * 3
+    assert ldap.binds("erin") - before == 3
+    # NB: the access log's user is the provider's name for erin: her DN.
+    assert srv.notes(user_dn("erin")) == ["verified"] * 3, srv.notes(user_dn("erin"))
 
 
 def test_require_ldap_group_answers_as_with_the_ldap_provider(ldap_site):

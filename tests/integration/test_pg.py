@@ -1,0 +1,172 @@
+"""SQL through mod_dbd on PostgreSQL (AuthHMACDBDUserPWQuery, DBDriver
+pgsql), against a private cluster: the shape of test_backends' SQLite
+tests. The module reads the stored hash at each request and verifies it
+itself; the hash is in the credential's key, so an UPDATE is refused at the
+next request, on every child and on a second server sharing Redis; a
+database that does not answer is a 500, never a grant."""
+import pytest
+
+from conftest import MPMS
+from harness import Httpd, Redis, hmac_location
+from harness.postgres import Postgres, available
+from test_backends import bcrypt, delta, page, revocation
+from test_redis import Shared, farm_server, finish
+
+pytestmark = pytest.mark.skipif(
+    not available(), reason="postgresql or libaprutil1-dbd-pgsql is not installed")
+
+QUERY = 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"'
+
+
+@pytest.fixture
+def pg():
+    db = Postgres()
+    try:
+        yield db.start()
+    finally:
+        db.cleanup()
+
+
+def dbd_conf(pg):
+    return 'DBDriver pgsql\nDBDParams "%s"\n' % pg.params
+
+
+def pg_server(pg, name="pg", mpm=None):
+    srv = Httpd(mpm=mpm, name=name, modules=["dbd"], global_conf=dbd_conf(pg))
+    srv.body = hmac_location("/s/", None, "sql", QUERY)
+    srv.write_config()
+    page(srv)
+    return srv
+
+
+@pytest.mark.mpm
+@pytest.mark.parametrize("mpm", MPMS)
+def test_postgres_through_mod_dbd_behind_the_cache(mpm, pg):
+    pg.add_user("alice", bcrypt("alice pg pass"))
+    pg.add_user("bob", bcrypt("bob pg pass"))
+    pg.add_user("carol", "!" + bcrypt("carol pg pass"))
+    srv = pg_server(pg, mpm=mpm)
+    try:
+        srv.start()
+        before = srv.status()
+        assert [srv.status_code("/s/", "alice", "alice pg pass") for _ in range(51)] == [200] * 51
+        d1 = delta(srv, before)
+        assert d1["verifications"] == 1 and d1["hits"] == 50, d1
+        assert srv.notes("alice") == ["verified"] + ["hit"] * 50
+        # A wrong password, an unknown user, a locked one: 401, each after
+        # one verification (the last two against a dummy).
+        before = srv.status()
+        assert srv.status_code("/s/", "alice", "not alice's") == 401
+        assert srv.status_code("/s/", "mallory", "a guess") == 401
+        assert srv.status_code("/s/", "carol", "carol pg pass") == 401
+        d2 = delta(srv, before)
+        assert d2["verifications"] == 1 and d2["dummy_verifications"] == 2, d2
+        assert d2["denied"] == 2 and d2["unknown_user"] == 1, d2
+        assert srv.notes("mallory") == ["unknown-user"] and srv.notes("carol") == ["denied"]
+        new = bcrypt("bob's new pass")
+        revocation(srv, "/s/", "bob", "bob pg pass",
+                   lambda: pg.sql("UPDATE users SET hash = %s WHERE name = %s", new, "bob"),
+                   "bob's new pass",
+                   lambda: pg.sql("DELETE FROM users WHERE name = %s", "bob"))
+        assert srv.notes("bob")[-1] == "unknown-user"
+    finally:
+        finish(srv)
+
+
+def test_pg_update_reaches_a_second_server_sharing_redis(pg):
+    """Two servers over one database and one Redis: a grant on A is a Redis
+    hit on B; after an UPDATE of the hash, the old password is refused on
+    both at the next request."""
+    pg.add_user("dora", bcrypt("dora pg pass"))
+    shared, redis = Shared(), Redis().start()
+    servers = []
+    try:
+        for name in ("pgA", "pgB"):
+            srv = farm_server(shared, redis, name=name, modules=["dbd"])
+            srv.global_conf += dbd_conf(pg)
+            srv.body = hmac_location("/s/", None, "sql", QUERY)
+            srv.write_config()
+            page(srv)
+            servers.append(srv.start())
+        a, b = servers
+        assert a.status_code("/s/", "dora", "dora pg pass") == 200
+        assert b.status_code("/s/", "dora", "dora pg pass") == 200
+        assert a.notes("dora") == ["verified"] and b.notes("dora") == ["redis-hit"]
+        pg.sql("UPDATE users SET hash = %s WHERE name = %s", bcrypt("dora's new pass"), "dora")
+        assert a.status_code("/s/", "dora", "dora pg pass") == 401
+        assert b.status_code("/s/", "dora", "dora pg pass") == 401
+        assert b.status_code("/s/", "dora", "dora's new pass") == 200
+        assert a.status_code("/s/", "dora", "dora's new pass") == 200
+        assert a.notes("dora")[-1] == "redis-hit", a.notes("dora")
+    finally:
+        for s in servers:
+            finish(s)
+        redis.cleanup()
+        shared.cleanup()
+
+
+DBD_DOWN = r"\[dbd:error\].*(AH00629|AH00633|AH00639|AH02655)"  # mod_dbd's own lines
+LOOKUP = r"AHMAC0033: could not look up user (erin|frank) with AuthHMACDBDUserPWQuery: "
+
+
+def recovered(srv, user, password):
+    """After PostgreSQL is back: requests (connections of their own) may
+    be 500s while mod_dbd's pooled sessions (one or more in each child)
+    reconnect, never a 401 of a user that is there; within 200 requests,
+    20 in a row are granted."""
+    codes = []
+    while len(codes) < 200 and codes[-20:] != [200] * 20:
+        codes.append(srv.status_code("/s/", user, password))
+    assert set(codes) <= {200, 500} and codes[-20:] == [200] * 20, (codes, srv.notes(user))
+
+
+def test_postgres_down_is_a_500_never_a_grant(pg):
+    """Stopped: a 500 and AHMAC0033 for every user, even one whose grant is
+    cached (the hash, in the key, is read first); started again: granted."""
+    pg.add_user("erin", bcrypt("erin pg pass"))
+    srv = pg_server(pg, name="pgdown")
+    try:
+        srv.start()
+        assert srv.status_code("/s/", "erin", "erin pg pass") == 200
+        pg.stop()
+        codes = [srv.status_code("/s/", "frank", "frank's pass") for _ in range(5)]
+        assert codes == [500] * 5, (codes, srv.notes("frank"))
+        assert srv.notes("frank") == ["error"] * 5
+        assert "AHMAC0033: could not look up user frank with " in srv.error_log()
+        codes = [srv.status_code("/s/", "erin", "erin pg pass") for _ in range(5)]
+        assert codes == [500] * 5, (codes, srv.notes("erin"))
+        pg.start()
+        recovered(srv, "erin", "erin pg pass")
+    finally:
+        finish(srv, LOOKUP, DBD_DOWN)
+
+
+def test_a_restart_of_postgres_between_requests(pg):
+    """A restart (a fast shutdown: mod_dbd's pooled sessions are ended)
+    while no request came: the users are still there at the next ones."""
+    pg.add_user("erin", bcrypt("erin pg pass"))
+    srv = pg_server(pg, name="pgrestart")
+    try:
+        srv.start()
+        assert [srv.status_code("/s/", "erin", "erin pg pass") for _ in range(20)] == [200] * 20
+        pg.stop()
+        pg.start()
+        recovered(srv, "erin", "erin pg pass")
+    finally:
+        finish(srv, LOOKUP, DBD_DOWN)
+
+
+def test_a_failing_query_is_a_500_never_a_grant(pg):
+    pg.add_user("erin", bcrypt("erin pg pass"))
+    srv = pg_server(pg, name="pgfail")
+    try:
+        srv.start()
+        assert srv.status_code("/s/", "erin", "erin pg pass") == 200
+        # NB: a column, not the table: the prepared plan names the table by
+        # its OID and would follow a renamed one.
+        pg.psql("ALTER TABLE users RENAME COLUMN hash TO gone")
+        assert srv.status_code("/s/", "frank", "frank's pass") == 500
+        assert srv.status_code("/s/", "erin", "erin pg pass") == 500
+        assert srv.notes("frank") == ["error"] and srv.notes("erin")[-1] == "error"
+    finally:
+        finish(srv, LOOKUP)
