@@ -17,6 +17,8 @@
 #include "mod_auth.h"
 #include "mod_core.h"
 
+#include "apr_escape.h"
+#include "apr_sha1.h"
 #include "apr_strings.h"
 
 #include <string.h>
@@ -185,7 +187,7 @@ static const char *dbd_hash(request_rec *r, const hmac_dir_conf *c,
     apr_dbd_prepared_t *st;
     apr_dbd_results_t *res = NULL;
     apr_dbd_row_t *row = NULL;
-    int rc;
+    int rc, i;
 
     *hash = NULL;
     if (!dbd)
@@ -201,24 +203,34 @@ static const char *dbd_hash(request_rec *r, const hmac_dir_conf *c,
                            NULL);
     if (rc != 0) {
         /* A connection mod_dbd made again (the server restarted) may have
-         * lost the prepared query: prepared once more, and tried again. */
+         * lost the prepared query: prepared once more, and tried again.
+         * NB: in a pool of its own, gone if that fails (a name PostgreSQL
+         * refuses, sent on purpose, must not make the connection grow). */
         apr_dbd_prepared_t *again = NULL;
+        apr_pool_t *sp;
 
-        if (apr_dbd_prepare(dbd->driver, dbd->pool, dbd->handle,
-                            c->scope + 4 /* "dbd:" */, c->dbd_label,
-                            &again) == 0) {
-            apr_hash_set(dbd->prepared, c->dbd_label, APR_HASH_KEY_STRING,
-                         again);
-            res = NULL;
-            rc = apr_dbd_pvbselect(dbd->driver, r->pool, dbd->handle, &res,
-                                   again, 1, user, NULL);
+        if (apr_pool_create(&sp, dbd->pool) == APR_SUCCESS) {
+            if (apr_dbd_prepare(dbd->driver, sp, dbd->handle,
+                                c->scope + 4 /* "dbd:" */, c->dbd_label,
+                                &again) == 0) {
+                apr_hash_set(dbd->prepared, c->dbd_label, APR_HASH_KEY_STRING,
+                             again);
+                res = NULL;
+                rc = apr_dbd_pvbselect(dbd->driver, r->pool, dbd->handle, &res,
+                                       again, 1, user, NULL);
+            }
+            else
+                apr_pool_destroy(sp);
         }
     }
     if (rc != 0)
         return apr_pstrcat(r->pool, "the query failed: ",
                            apr_dbd_error(dbd->driver, dbd->handle, rc), NULL);
-    for (rc = apr_dbd_get_row(dbd->driver, r->pool, res, &row, -1); rc != -1;
-         rc = apr_dbd_get_row(dbd->driver, r->pool, res, &row, -1)) {
+    /* NB: in random access, rows by number from 1 (mysql's driver takes
+     * no -1 there). */
+    for (i = 1;
+         (rc = apr_dbd_get_row(dbd->driver, r->pool, res, &row, i)) != -1;
+         i++) {
         if (rc != 0)
             return apr_pstrcat(r->pool, "a row could not be read: ",
                                apr_dbd_error(dbd->driver, dbd->handle, rc),
@@ -238,6 +250,7 @@ typedef struct {
     request_rec *r;
     const hmac_dir_conf *c;
     const char *user;
+    int keep; /* its answers may be kept (cached) */
     unsigned char uid[AUTHN_HMAC_KEY_LEN];
 } wrapped_t;
 
@@ -284,10 +297,10 @@ static apr_status_t ask_wrapped(void *ctx, const char *password)
             log_renamed(w->r, w->c->wrapped_name);
             return APR_INCOMPLETE;
         }
-        return APR_SUCCESS;
+        return w->keep ? APR_SUCCESS : APR_INCOMPLETE;
     case AUTH_DENIED:
     case AUTH_USER_NOT_FOUND:
-        return APR_EMISMATCH;
+        return w->keep ? APR_EMISMATCH : APR_NOTFOUND;
     default:
         return APR_EGENERAL;
     }
@@ -301,17 +314,20 @@ static apr_status_t ask_wrapped(void *ctx, const char *password)
  * per-directory configuration is overridden, not merged (mod_authnz_ldap,
  * mod_authn_file), the configuration a request gets is one section's, the
  * same object in every process: named here once, at start, by the
- * section it comes from (its server, kind, path and place, the same on
- * every server of a farm that shares the configuration). Any other
- * provider (an AuthnProviderAlias, a module that merges), or a
- * configuration not named (.htaccess), keeps a grant to the request's
- * host and URL: safe, and one more verification per URL. */
+ * section it comes from (its server's place in the list, kind, path and
+ * place), with a digest of the whole configuration (a grant does not
+ * outlive a change of it, across a restart or between the servers of a
+ * farm). Any other provider (an AuthnProviderAlias, a module that merges),
+ * or a configuration not named (.htaccess), is asked every time: nothing
+ * it answers is kept (an <If> on a header or the method may make another
+ * configuration of the same URL). */
 
 static const struct {
     const char *provider, *module;
 } overriding[] = {{"ldap", "mod_authnz_ldap.c"}, {"file", "mod_authn_file.c"}};
 
 static apr_hash_t *wrapped_sections; /* config pointer -> its section's name */
+static apr_hash_t *wrapped_servers;  /* server_rec pointer -> its name */
 
 static module *module_of(const char *provider)
 {
@@ -321,13 +337,6 @@ static module *module_of(const char *provider)
         if (!strcmp(provider, overriding[i].provider))
             return ap_find_linked_module(overriding[i].module);
     return NULL;
-}
-
-static const char *server_name(const server_rec *s, apr_pool_t *p)
-{
-    return s->defn_name
-               ? apr_psprintf(p, "%s:%u", s->defn_name, s->defn_line_number)
-               : "main";
 }
 
 static void name_config(apr_pool_t *p, module *m, ap_conf_vector_t *v,
@@ -363,34 +372,79 @@ static void name_sections(apr_pool_t *p, module *m, apr_array_header_t *secs,
     }
 }
 
+/* A digest of the configuration's directives and arguments, in order and
+ * nesting (not their files and lines: the servers of a farm may keep them
+ * elsewhere). */
+static void digest_tree(apr_sha1_ctx_t *ctx, const ap_directive_t *d, int depth)
+{
+    for (; d; d = d->next) {
+        char level[16];
+
+        apr_snprintf(level, sizeof(level), "%d\n", depth);
+        apr_sha1_update(ctx, level, (unsigned)strlen(level));
+        apr_sha1_update(ctx, d->directive, (unsigned)strlen(d->directive));
+        apr_sha1_update(ctx, "\n", 1);
+        if (d->args)
+            apr_sha1_update(ctx, d->args, (unsigned)strlen(d->args));
+        apr_sha1_update(ctx, "\n", 1);
+        digest_tree(ctx, d->first_child, depth + 1);
+    }
+}
+
 void hmac_wrapped_sections(apr_pool_t *pconf, server_rec *s)
 {
+    unsigned char sum[APR_SHA1_DIGESTSIZE];
+    apr_sha1_ctx_t ctx;
+    const char *tree;
+    server_rec *v;
+    int n;
     size_t i;
 
+    apr_sha1_init(&ctx);
+    digest_tree(&ctx, ap_conftree, 0);
+    apr_sha1_final(sum, &ctx);
+    tree = apr_pescape_hex(pconf, sum, sizeof(sum), 0);
     wrapped_sections = apr_hash_make(pconf);
+    wrapped_servers = apr_hash_make(pconf);
+    /* NB: a server by its place in the list: two virtual hosts may come
+     * from the same file and line (one file included twice). */
+    for (v = s, n = 0; v; v = v->next, n++) {
+        const void **k = apr_palloc(pconf, sizeof(*k));
+
+        *k = v;
+        apr_hash_set(wrapped_servers, k, sizeof(*k),
+                     apr_psprintf(pconf, "config %s server %d", tree, n));
+    }
     for (i = 0; i < sizeof(overriding) / sizeof(overriding[0]); i++) {
         module *m = ap_find_linked_module(overriding[i].module);
-        server_rec *v;
 
-        for (v = s; m && v; v = v->next) {
+        for (v = s, n = 0; m && v; v = v->next, n++) {
             core_server_config *sc =
                 ap_get_core_module_config(v->module_config);
-            const char *name = server_name(v, pconf);
+            core_dir_config *top =
+                ap_get_core_module_config(v->lookup_defaults);
+            const char *name = apr_psprintf(pconf, "server %d", n);
 
             name_sections(pconf, m, sc->sec_dir,
                           apr_pstrcat(pconf, name, " dir", NULL));
             name_sections(pconf, m, sc->sec_url,
                           apr_pstrcat(pconf, name, " loc", NULL));
+            if (top) {
+                name_sections(pconf, m, top->sec_file,
+                              apr_pstrcat(pconf, name, " files", NULL));
+                name_sections(pconf, m, top->sec_if,
+                              apr_pstrcat(pconf, name, " if", NULL));
+            }
             name_config(pconf, m, v->lookup_defaults,
-                        apr_pstrcat(pconf, name, " server", NULL));
+                        apr_pstrcat(pconf, name, " top", NULL));
         }
     }
 }
 
-/* The wrapped provider's scope for r (fine: where its grants count) and
- * the user's (coarse: the provider in this virtual host, for the user's
- * id: the throttle's count of the user's guesses and the user's entries
- * are one across its sections). */
+/* The wrapped provider's scope for r (fine: where its grants count; NULL:
+ * nowhere, not cached) and the user's (coarse: the provider in this
+ * virtual host, for the user's id: the throttle's count of the user's
+ * guesses and the user's entries are one across its sections). */
 static void wrapped_scope(request_rec *r, const hmac_dir_conf *c,
                           const char **fine, const char **coarse)
 {
@@ -400,13 +454,15 @@ static void wrapped_scope(request_rec *r, const hmac_dir_conf *c,
         conf && wrapped_sections
             ? apr_hash_get(wrapped_sections, &conf, sizeof(conf))
             : NULL;
+    const void *key = r->server;
+    const char *server = wrapped_servers
+                             ? apr_hash_get(wrapped_servers, &key, sizeof(key))
+                             : NULL;
 
-    *coarse = apr_pstrcat(r->pool, c->scope, "\n",
-                          server_name(r->server, r->pool), NULL);
-    *fine = section ? apr_pstrcat(r->pool, *coarse, "\nsection ", section, NULL)
-                    : apr_pstrcat(r->pool, *coarse, "\nurl ",
-                                  r->hostname ? r->hostname : "", "\n", r->uri,
-                                  NULL);
+    *coarse = apr_pstrcat(r->pool, c->scope, "\n", server ? server : "", NULL);
+    *fine = section && server
+                ? apr_pstrcat(r->pool, *coarse, "\nsection ", section, NULL)
+                : NULL;
 }
 
 /* The outcome from the section's source of users: the htpasswd file, a
@@ -454,6 +510,10 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
         w.c = c;
         w.user = cred->user;
         wrapped_scope(r, c, &cred->scope, &coarse);
+        /* NB: not named: asked every time (see wrapped_scope). */
+        w.keep = cred->scope != NULL;
+        if (!cred->scope)
+            cred->scope = coarse;
         cred->scope_len = strlen(cred->scope);
         authn_hmac_user_id(e->mac, coarse, strlen(coarse), cred->user,
                            cred->user_len, w.uid);

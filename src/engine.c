@@ -603,6 +603,7 @@ typedef struct {
     apr_time_t learned;
     apr_interval_time_t took; /* the verification, on the monotonic clock */
     int ran;                  /* this request ran the verifier */
+    int unkept;               /* a wrapped provider's refusal, not kept */
     int ids_made;             /* the throttle's ids are made */
     int entered;              /* this request's guess has a place */
     authn_hmac_throttle_ids_t ids;
@@ -943,10 +944,12 @@ static int from_verifier(req_t *q)
     /* NB: only a mismatch is remembered, and shared with waiters: the
      * same input gives it again. Any other failure (out of memory) may
      * not: the waiters verify by themselves. */
-    /* NB: a wrapped provider's grant that renamed the user: granted, and
-     * nothing learned (not cached, nor given to waiters). */
-    if (rv == APR_INCOMPLETE && q->c->ask) {
-        q->o = AUTHN_HMAC_VERIFIED;
+    /* NB: a wrapped provider's answer that may not be kept (it renamed
+     * the user; its configuration is not one section's): granted or
+     * refused, and nothing learned (not cached, nor given to waiters). */
+    if (q->c->ask && (rv == APR_INCOMPLETE || rv == APR_NOTFOUND)) {
+        q->o = rv == APR_INCOMPLETE ? AUTHN_HMAC_VERIFIED : AUTHN_HMAC_DENIED;
+        q->unkept = rv == APR_NOTFOUND;
         return 1;
     }
     q->result = rv == APR_EMISMATCH ? 0 : -1;
@@ -1023,7 +1026,7 @@ static authn_hmac_outcome finish(req_t *q)
     /* NB: a wrong password this request verified is a guess (one that
      * coalesced on another's verification is the same password). */
     if (q->entered)
-        guessed(q, q->ran && q->result == 0);
+        guessed(q, q->ran && (q->result == 0 || q->unkept));
     explicit_bzero(q->key, sizeof(q->key));
     explicit_bzero(q->nkey, sizeof(q->nkey));
     explicit_bzero(q->pkey, sizeof(q->pkey));
@@ -1059,6 +1062,7 @@ static void begin(req_t *q, const authn_hmac_engine_t *e,
     q->learned = 0;
     q->took = 0;
     q->ran = 0;
+    q->unkept = 0;
     q->ids_made = 0;
     q->pkeys = 0;
     q->entered = 0;

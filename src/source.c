@@ -82,7 +82,7 @@ static void keep(authn_hmac_source_t *s, const char *hash)
              !strncmp(s->tmpl, "$5$", 3) || !strncmp(s->tmpl, "$6$", 3))) {
             for (salt = last; salt > s->tmpl && salt[-1] != '$'; salt--)
                 ;
-            if (salt > s->tmpl + 3)
+            if (salt >= s->tmpl + 3)
                 memset(salt, '.', (size_t)(last - salt));
         }
     }

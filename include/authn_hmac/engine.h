@@ -84,7 +84,9 @@ typedef struct {
     /* A wrapped provider (AuthHMACProvider), or NULL: asked for the
      * password in place of the verifier on the hash (which then only names
      * the provider, for the key): APR_SUCCESS granted, APR_EMISMATCH
-     * refused, any other status an error (nothing learned, the outcome
+     * refused; APR_INCOMPLETE granted and APR_NOTFOUND refused, but not
+     * to be kept (nothing learned: not cached, not given to waiters); any
+     * other status an error (nothing learned, the outcome
      * AUTHN_HMAC_ERROR). In the verification's turn of the queue, with
      * single flight, as a verification. */
     apr_status_t (*ask)(void *ctx, const char *password);
