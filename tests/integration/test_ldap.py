@@ -10,11 +10,15 @@ import time
 
 import pytest
 
-from harness import Httpd
+from harness import VALGRIND, Httpd
 from harness.slapd import SUFFIX, Slapd, available, user_dn
 from test_redis import STATUS, split_burst
 
-pytestmark = pytest.mark.skipif(not available(), reason="slapd and ldap-utils are not installed")
+# NB: not under valgrind: libldap's and mod_ldap's own allocations show as
+# lost at httpd's exit there (not the module's; the module's wrapping runs
+# under valgrind in test_wrapped, with the file provider).
+pytestmark = [pytest.mark.skipif(not available(), reason="slapd and ldap-utils are not installed"),
+              pytest.mark.skipif(bool(VALGRIND), reason="libldap's allocations at exit")]
 
 GROUP = "cn=admins,ou=groups," + SUFFIX
 BURST = ("StartServers 2\nServerLimit 2\nThreadsPerChild 40\nThreadLimit 40\n"

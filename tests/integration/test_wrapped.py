@@ -8,7 +8,9 @@ import base64
 import os
 import subprocess
 
-from harness import S, Httpd, htpasswd
+import pytest
+
+from harness import S, VALGRIND, Httpd, htpasswd
 from test_redis import finish
 
 
@@ -78,6 +80,7 @@ def test_an_if_at_the_top_of_the_server_is_a_section_of_its_own():
         finish(srv, r"AH01617|AH01618")
 
 
+@pytest.mark.skipif(bool(VALGRIND), reason="httpd -X under valgrind cannot restart")
 def test_a_grant_does_not_outlive_a_change_of_the_configuration():
     srv = Httpd(name="wraprestart")
     a, b = files(srv)
