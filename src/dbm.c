@@ -201,11 +201,11 @@ static void memo(authn_hmac_dbm_t *d, const char *type, const char *user,
         if (!d->users || !same_id(&now[0], &d->id[0]) ||
             !same_id(&now[1], &d->id[1]) ||
             apr_hash_count(d->users) >= DBM_MEMO_MAX) {
-            const char *kept = apr_pstrdup(d->pool, d->type);
-
-            /* NB: a new memo: the pool goes, the type's names with it. */
+            /* NB: a new memo: the pool goes, the type's names with it
+             * (look made d->type type's: taken again from type, which the
+             * configuration keeps, not from the pool being cleared). */
             apr_pool_clear(d->pool);
-            d->type = apr_pstrdup(d->pool, kept);
+            d->type = apr_pstrdup(d->pool, type);
             (void)apr_dbm_get_usednames_ex(d->pool, d->type, d->path,
                                            &d->names[0], &d->names[1]);
             d->users = apr_hash_make(d->pool);
