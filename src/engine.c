@@ -941,9 +941,6 @@ static int from_verifier(req_t *q)
         q->o = AUTHN_HMAC_VERIFIED;
         return 1;
     }
-    /* NB: only a mismatch is remembered, and shared with waiters: the
-     * same input gives it again. Any other failure (out of memory) may
-     * not: the waiters verify by themselves. */
     /* NB: a wrapped provider's answer that may not be kept (it renamed
      * the user; its configuration is not one section's): granted or
      * refused, and nothing learned (not cached, nor given to waiters). */
@@ -952,6 +949,9 @@ static int from_verifier(req_t *q)
         q->unkept = rv == APR_NOTFOUND;
         return 1;
     }
+    /* NB: only a mismatch is remembered, and shared with waiters: the
+     * same input gives it again. Any other failure (out of memory) may
+     * not: the waiters verify by themselves. */
     q->result = rv == APR_EMISMATCH ? 0 : -1;
     /* NB: a wrapped provider's error (its directory down) is the
      * provider's answer, as without the cache: an error. */

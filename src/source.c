@@ -9,7 +9,6 @@
 #include "authn_hmac/cred.h"
 #include "authn_hmac/index.h"
 
-#include "apr_strings.h"
 #include "apr_thread_mutex.h"
 
 #include <string.h>
@@ -20,9 +19,12 @@
 #define FIRST_TEMPLATE                                                         \
     "$2y$10$....................................................."
 
+/* NB: the template is written once, under the lock, then published by
+ * set: a request reads it without the lock (the hot path takes none). */
 struct authn_hmac_source_t {
-    apr_thread_mutex_t *lock;        /* over tmpl */
-    char tmpl[AUTHN_HMAC_DUMMY_MAX]; /* "": none yet */
+    apr_thread_mutex_t *lock; /* over the one write of tmpl */
+    int set;                  /* tmpl is written (atomic) */
+    char tmpl[AUTHN_HMAC_DUMMY_MAX];
 };
 
 authn_hmac_source_t *authn_hmac_source_make(apr_pool_t *p)
@@ -35,28 +37,9 @@ authn_hmac_source_t *authn_hmac_source_make(apr_pool_t *p)
     return s;
 }
 
-/* The template (in p), or NULL: none yet. */
-static const char *template_of(authn_hmac_source_t *s, apr_pool_t *p)
-{
-    const char *t = NULL;
-
-    if (!s->lock || apr_thread_mutex_lock(s->lock) != APR_SUCCESS)
-        return NULL;
-    if (s->tmpl[0])
-        t = apr_pstrdup(p, s->tmpl);
-    apr_thread_mutex_unlock(s->lock);
-    return t;
-}
-
 int authn_hmac_source_has_template(authn_hmac_source_t *s)
 {
-    int has = 0;
-
-    if (s->lock && apr_thread_mutex_lock(s->lock) == APR_SUCCESS) {
-        has = s->tmpl[0] != '\0';
-        apr_thread_mutex_unlock(s->lock);
-    }
-    return has;
+    return __atomic_load_n(&s->set, __ATOMIC_ACQUIRE);
 }
 
 /* Keeps hash as the template, unless it is a locked line's or the
@@ -71,10 +54,11 @@ static void keep(authn_hmac_source_t *s, const char *hash)
     size_t len = hash ? strlen(hash) : 0;
     char *last, *salt;
 
-    if (!len || len >= sizeof(s->tmpl) || authn_hmac_hash_locked(hash, len) ||
-        !s->lock || apr_thread_mutex_lock(s->lock) != APR_SUCCESS)
+    if (authn_hmac_source_has_template(s) || !len || len >= sizeof(s->tmpl) ||
+        authn_hmac_hash_locked(hash, len) || !s->lock ||
+        apr_thread_mutex_lock(s->lock) != APR_SUCCESS)
         return;
-    if (!s->tmpl[0]) {
+    if (!s->set) {
         memcpy(s->tmpl, hash, len + 1);
         last = strrchr(s->tmpl, '$');
         if (last &&
@@ -85,6 +69,7 @@ static void keep(authn_hmac_source_t *s, const char *hash)
             if (salt >= s->tmpl + 3)
                 memset(salt, '.', (size_t)(last - salt));
         }
+        __atomic_store_n(&s->set, 1, __ATOMIC_RELEASE);
     }
     apr_thread_mutex_unlock(s->lock);
 }
@@ -99,9 +84,7 @@ authn_hmac_outcome authn_hmac_check_hash(const authn_hmac_engine_t *e,
     const char *tmpl;
 
     keep(s, hash ? hash : other);
-    tmpl = template_of(s, p);
-    if (!tmpl)
-        tmpl = FIRST_TEMPLATE;
+    tmpl = authn_hmac_source_has_template(s) ? s->tmpl : FIRST_TEMPLATE;
     c->hash = hash;
     c->hash_len = hash ? strlen(hash) : 0;
     c->locked = hash && authn_hmac_hash_locked(hash, c->hash_len);

@@ -240,12 +240,22 @@ def test_sql_update_reaches_a_second_server_sharing_redis(db_dir):
     both at the next request (the hash is in the key)."""
     db = os.path.join(db_dir, "users.db")
     sqlite_db(db, [("dora", bcrypt("dora sql pass"))])
+    update_reaches_the_farm('DBDriver sqlite3\nDBDParams "%s"\n' % db, "sql", "dora sql pass",
+                            lambda h: sql(db, "UPDATE users SET hash = ? WHERE name = ?", h,
+                                          "dora"))
+
+
+def update_reaches_the_farm(dbd_conf, tag, old, update):
+    """Two servers (mod_dbd with dbd_conf) over one database and one Redis:
+    dora's grant on A (password old) is a Redis hit on B; after update(a
+    new hash), the old password is refused on both at the next request, and
+    the new one is granted (and shared)."""
     shared, redis = Shared(), Redis().start()
     servers = []
     try:
-        for name in ("sqlA", "sqlB"):
-            srv = farm_server(shared, redis, name=name, modules=["dbd"])
-            srv.global_conf += 'DBDriver sqlite3\nDBDParams "%s"\n' % db
+        for name in ("A", "B"):
+            srv = farm_server(shared, redis, name=tag + name, modules=["dbd"])
+            srv.global_conf += dbd_conf
             srv.body = hmac_location(
                 "/s/", None, "sql",
                 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"')
@@ -253,12 +263,12 @@ def test_sql_update_reaches_a_second_server_sharing_redis(db_dir):
             page(srv)
             servers.append(srv.start())
         a, b = servers
-        assert a.status_code("/s/", "dora", "dora sql pass") == 200
-        assert b.status_code("/s/", "dora", "dora sql pass") == 200
+        assert a.status_code("/s/", "dora", old) == 200
+        assert b.status_code("/s/", "dora", old) == 200
         assert a.notes("dora") == ["verified"] and b.notes("dora") == ["redis-hit"]
-        sql(db, "UPDATE users SET hash = ? WHERE name = ?", bcrypt("dora's new pass"), "dora")
-        assert a.status_code("/s/", "dora", "dora sql pass") == 401
-        assert b.status_code("/s/", "dora", "dora sql pass") == 401
+        update(bcrypt("dora's new pass"))
+        assert a.status_code("/s/", "dora", old) == 401
+        assert b.status_code("/s/", "dora", old) == 401
         assert b.status_code("/s/", "dora", "dora's new pass") == 200
         assert a.status_code("/s/", "dora", "dora's new pass") == 200
         assert a.notes("dora")[-1] == "redis-hit", a.notes("dora")

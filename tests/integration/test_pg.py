@@ -7,10 +7,10 @@ database that does not answer is a 500, never a grant."""
 import pytest
 
 from conftest import MPMS
-from harness import Httpd, Redis, hmac_location
+from harness import Httpd, hmac_location
 from harness.postgres import Postgres, available
-from test_backends import bcrypt, delta, page, revocation
-from test_redis import Shared, farm_server, finish
+from test_backends import bcrypt, delta, page, revocation, update_reaches_the_farm
+from test_redis import finish
 
 pytestmark = pytest.mark.skipif(
     not available(), reason="postgresql or libaprutil1-dbd-pgsql is not installed")
@@ -78,31 +78,9 @@ def test_pg_update_reaches_a_second_server_sharing_redis(pg):
     hit on B; after an UPDATE of the hash, the old password is refused on
     both at the next request."""
     pg.add_user("dora", bcrypt("dora pg pass"))
-    shared, redis = Shared(), Redis().start()
-    servers = []
-    try:
-        for name in ("pgA", "pgB"):
-            srv = farm_server(shared, redis, name=name, modules=["dbd"])
-            srv.global_conf += dbd_conf(pg)
-            srv.body = hmac_location("/s/", None, "sql", QUERY)
-            srv.write_config()
-            page(srv)
-            servers.append(srv.start())
-        a, b = servers
-        assert a.status_code("/s/", "dora", "dora pg pass") == 200
-        assert b.status_code("/s/", "dora", "dora pg pass") == 200
-        assert a.notes("dora") == ["verified"] and b.notes("dora") == ["redis-hit"]
-        pg.sql("UPDATE users SET hash = %s WHERE name = %s", bcrypt("dora's new pass"), "dora")
-        assert a.status_code("/s/", "dora", "dora pg pass") == 401
-        assert b.status_code("/s/", "dora", "dora pg pass") == 401
-        assert b.status_code("/s/", "dora", "dora's new pass") == 200
-        assert a.status_code("/s/", "dora", "dora's new pass") == 200
-        assert a.notes("dora")[-1] == "redis-hit", a.notes("dora")
-    finally:
-        for s in servers:
-            finish(s)
-        redis.cleanup()
-        shared.cleanup()
+    update_reaches_the_farm(dbd_conf(pg), "pg", "dora pg pass",
+                            lambda h: pg.sql("UPDATE users SET hash = %s WHERE name = %s", h,
+                                             "dora"))
 
 
 DBD_DOWN = r"\[dbd:error\].*(AH00629|AH00633|AH00639|AH02655)"  # mod_dbd's own lines
