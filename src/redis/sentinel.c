@@ -715,9 +715,10 @@ static apr_status_t stop(void *data)
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
     /* NB: a discovery under way ends at once: its waits see the pipe
-     * readable (found by review: two silent Sentinels under a 4 s timeout
-     * held `apache2 -k stop` for 8 s, and httpd sent SIGTERM twice). A
-     * name being resolved still takes what the resolver takes. */
+     * readable, and so does the wait for a name being resolved, whose
+     * thread is left to end alone (found by review: two silent Sentinels
+     * under a 4 s timeout held `apache2 -k stop` for 8 s, and httpd sent
+     * SIGTERM twice). */
     if (write(s->cancel[1], "x", 1) < 0) {
         /* NB: the join then waits out the discovery's deadlines. */
     }

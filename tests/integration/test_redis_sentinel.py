@@ -6,7 +6,9 @@ import http.client
 import os
 import re
 import shutil
+import socket
 import ssl
+import subprocess
 import tempfile
 import threading
 import time
@@ -17,6 +19,7 @@ from conftest import MPMS
 from fake_redis import FakeRedis
 from harness import VALGRIND, FarmFiles, Httpd, Redis, TestCA, Workers, basic, hmac_location, htpasswd
 from harness.sentinel import Sentinel
+from test_status import check
 
 MASTER = "mymaster"
 PASSWORD = "redis-test-secret"
@@ -388,50 +391,65 @@ def test_a_sentinel_whose_name_does_not_resolve_keeps_the_password_back():
     assert not problems, "\n".join(problems)
 
 
+class OwnResolver:
+    """httpd in a mount namespace of its own, whose /etc/hosts and
+    /etc/resolv.conf are the test's: hosts as given, and a name server
+    (127.0.0.2:53, a socket of the test's) that never answers. Skips the
+    test where that cannot be had."""
+
+    def __init__(self, tmp_path, hosts):
+        self.hosts, self.resolv = tmp_path / "hosts", tmp_path / "resolv.conf"
+        self.hosts.write_text(hosts)
+        self.resolv.write_text("nameserver 127.0.0.2\noptions timeout:30 attempts:1\n")
+        self.silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self.silent.bind(("127.0.0.2", 53))
+        except OSError as e:
+            self.silent.close()
+            pytest.skip("cannot bind 127.0.0.2:53 for a silent name server: %s" % e)
+        if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+            self.silent.close()
+            pytest.skip("no mount namespace here (unshare -m needs CAP_SYS_ADMIN)")
+
+    def wrap(self, srv):
+        plain = srv._cmd
+
+        def in_namespace(*args):
+            return ["unshare", "-m", "sh", "-c",
+                    'mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/resolv.conf '
+                    '&& shift 2 && exec "$@"', "sh", str(self.hosts), str(self.resolv)
+                    ] + plain(*args)
+        srv._cmd = in_namespace
+        return srv
+
+    def close(self):
+        self.silent.close()
+
+
 @pytest.mark.slow
 def test_a_sentinel_name_that_stops_resolving_is_taken_at_its_last_addresses(tmp_path):
     """A Sentinel named by a host name that stops resolving (its record
     removed, the resolver silent) is taken at the addresses it last resolved
     to: a failover named by the other Sentinel is followed (a review: one
     dead name stopped every failover). httpd runs in a mount namespace of
-    its own, whose /etc/hosts and /etc/resolv.conf are the test's: the name
-    in the hosts file, and a name server (127.0.0.2:53, a socket of the
-    test's) that never answers."""
-    import socket
-    import subprocess
-    hosts, resolv = tmp_path / "hosts", tmp_path / "resolv.conf"
+    its own (OwnResolver): the name in its hosts file, and a name server
+    that never answers."""
     named, by_addr = FakeRedis().start(), FakeRedis().start()
     first, second = FakeRedis().start(), FakeRedis().start()
-    hosts.write_text("127.0.0.1 localhost\n127.0.0.1 sentinel-two.test\n")
-    resolv.write_text("nameserver 127.0.0.2\noptions timeout:30 attempts:1\n")
-    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        silent.bind(("127.0.0.2", 53))
-    except OSError as e:
-        silent.close()
-        pytest.skip("cannot bind 127.0.0.2:53 for a silent name server: %s" % e)
-    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
-        silent.close()
-        pytest.skip("no mount namespace here (unshare -m needs CAP_SYS_ADMIN)")
+    resolver = OwnResolver(tmp_path, "127.0.0.1 localhost\n127.0.0.1 sentinel-two.test\n")
     by_addr.names = named.names = ("127.0.0.1", first.port)
     farm = Farm()
     problems, log = [], ""
     try:
-        srv = farm.server([by_addr.address, "sentinel-two.test:%d" % named.port], "renamed")
-        plain = srv._cmd
-
-        def in_namespace(*args):
-            return ["unshare", "-m", "sh", "-c",
-                    'mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/resolv.conf '
-                    '&& shift 2 && exec "$@"', "sh", str(hosts), str(resolv)] + plain(*args)
-        srv._cmd = in_namespace
+        srv = resolver.wrap(farm.server([by_addr.address, "sentinel-two.test:%d" % named.port],
+                                        "renamed"))
         srv.start()
         wait_for(lambda: re.search(r"AHMAC0024: the primary of '%s' is 127\.0\.0\.1:%d"
                                    % (MASTER, first.port), srv.error_log()), 30,
                  "the primary is found")
         # The name goes (in place: the bind mount holds the file), and the
         # Sentinels name another primary.
-        hosts.write_text("127.0.0.1 localhost\n")
+        resolver.hosts.write_text("127.0.0.1 localhost\n")
         by_addr.names = named.names = ("127.0.0.1", second.port)
         wait_for(lambda: re.search(r"AHMAC0024: the primary of '%s' is now 127\.0\.0\.1:%d"
                                    % (MASTER, second.port), srv.error_log()), 40,
@@ -442,7 +460,7 @@ def test_a_sentinel_name_that_stops_resolving_is_taken_at_its_last_addresses(tmp
         problems = farm.cleanup()
         for f in (named, by_addr, first, second):
             f.stop()
-        silent.close()
+        resolver.close()
     assert "AUTH" in second.commands, second.commands
     assert "cannot be told apart" not in log, log
     assert not problems, "\n".join(problems)
@@ -450,19 +468,29 @@ def test_a_sentinel_name_that_stops_resolving_is_taken_at_its_last_addresses(tmp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["stop", "graceful"])
-def test_a_discovery_under_way_never_holds_a_stop_or_a_restart(how):
-    """Two Sentinels that accept and never answer, under a 4 s timeout: a
-    discovery takes 8 s. A stop, or a graceful restart, in the middle of it
-    is not held by it (found by review: `apache2 -k stop` took 7.9 s and
-    httpd sent SIGTERM twice); nor is it logged as a failed discovery."""
+@pytest.mark.parametrize("sentinels", ["silent", "by-name"])
+def test_a_discovery_under_way_never_holds_a_stop_or_a_restart(how, sentinels, tmp_path):
+    """A discovery that waits on what does not answer: two Sentinels that
+    accept and never answer, under a 4 s timeout (8 s); or two Sentinels
+    named by host names that the name server never answers (OwnResolver).
+    Under a 4 s timeout, each name may take 4 s. A stop, or a graceful
+    restart, in the middle of it is not held by it
+    (found by review: `apache2 -k stop` took 7.9 s and httpd sent SIGTERM
+    twice); nor is it logged as a failed discovery."""
     silent = [FakeRedis().start() for _ in range(2)]
     for f in silent:
         f.mode, f.delay = "late", 60
+    resolver = OwnResolver(tmp_path, "127.0.0.1 localhost\n") if sentinels == "by-name" else None
     farm = Farm()
     srv = None
     try:
-        srv = farm.server([f.address for f in silent], "silent",
-                          extra=["AuthHMACRedisTimeout 4000"])
+        if resolver:
+            srv = resolver.wrap(farm.server(["sentinel-%d.test:%d" % (i, f.port)
+                                             for i, f in enumerate(silent)], "unanswered",
+                                            extra=["AuthHMACRedisTimeout 4000"]))
+        else:
+            srv = farm.server([f.address for f in silent], "silent",
+                              extra=["AuthHMACRedisTimeout 4000"])
         srv.start()
         # NB: the first discovery begins as the child starts: well under way.
         time.sleep(1)
@@ -479,6 +507,8 @@ def test_a_discovery_under_way_never_holds_a_stop_or_a_restart(how):
         farm.cleanup()
         for f in silent:
             f.stop()
+        if resolver:
+            resolver.close()
     print("%s: %.2f s" % (how, took))
     assert took < 3, (took, log)
     # NB: "still did not exit, sending a SIGTERM" (or a SIGKILL).
@@ -527,6 +557,32 @@ def test_a_rogue_sentinel_naming_a_rogue_redis_cannot_grant():
         problems = farm.cleanup()
         sentinel.stop()
         rogue.cleanup()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_is_critical_while_no_primary_is_known():
+    """authn-hmac-stat --check on a Sentinel farm's server: CRITICAL while
+    the Sentinels name no primary, OK once the primary one names has
+    answered."""
+    sentinel, primary = FakeRedis().start(), FakeRedis(password=PASSWORD).start()
+    farm = Farm()
+    problems = []
+    try:
+        srv = farm.server([sentinel.address], "check")
+        failed_discovery(srv)
+        rc, out = check(srv)
+        assert (rc, out) == (2, "AUTHN_HMAC CRITICAL - no Redis primary known (the "
+                                "Sentinels have named none)"), out
+        sentinel.names = ("127.0.0.1", primary.port)
+        wait_for(lambda: "AHMAC0024" in srv.error_log(), 30, "the primary is found")
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+        rc, out = check(srv)
+        assert rc == 0 and out.startswith("AUTHN_HMAC OK - Redis up at 127.0.0.1:%d since "
+                                          % primary.port), out
+    finally:
+        problems = farm.cleanup()
+        primary.stop()
+        sentinel.stop()
     assert not problems, "\n".join(problems)
 
 

@@ -227,3 +227,26 @@ def test_check_reads_escaped_words_and_the_servers_clock():
     assert rc == 0 and out == "AUTHN_HMAC OK - no Redis (shared memory only)", out
     rc, out = check_of("authn_hmac_hits_total 3\n")
     assert rc == 3 and out.startswith("AUTHN_HMAC UNKNOWN - the page has no redis, "), out
+
+
+def test_check_names_each_state_it_reads():
+    """Each state --check reads, alone on a page: Sentinels that have named
+    no primary (CRITICAL, before the breaker), a primary that has not
+    answered yet (WARNING), a process that kept its own index of an
+    htpasswd file (WARNING, with the count), and all well with Redis (OK,
+    with the primary and since when)."""
+    rc, out = check_of(fake_status({"redis": 1, "redis_sentinel": 1, "redis_breaker_open": 1},
+                                   'primary="",breaker_reason="no primary"'))
+    assert (rc, out) == (2, "AUTHN_HMAC CRITICAL - no Redis primary known (the Sentinels "
+                            "have named none)"), out
+    rc, out = check_of(fake_status({"redis": 1}, 'primary="10.0.0.12:6379"'))
+    assert (rc, out) == (1, "AUTHN_HMAC WARNING - Redis at 10.0.0.12:6379 has not answered "
+                            "yet"), out
+    rc, out = check_of(fake_status({"redis": 0, "index_private": 2}, ""))
+    assert (rc, out) == (1, "AUTHN_HMAC WARNING - 2 time(s) a process kept its own index of "
+                            "an htpasswd file (index_private; see AHMAC0026 in the error "
+                            "log); no Redis (shared memory only)"), out
+    rc, out = check_of(fake_status({"redis": 1, "redis_up": 1,
+                                    "redis_up_since_seconds": 1795687140},
+                                   'primary="10.0.0.12:6379"'))
+    assert rc == 0 and out.startswith("AUTHN_HMAC OK - Redis up at 10.0.0.12:6379 since "), out
