@@ -574,10 +574,7 @@ def test_core_dump_of_a_child_holds_no_secret(site):
 
 # -------------------------------------------------------- htpasswd path
 
-# NB: slow (not under valgrind): it times each request (took < 5); and in
-# the valgrind lane, under the other lane's load, httpd -X twice did not
-# exit within 120 s of its SIGTERM after this test (2026-11-27, [fifo] and
-# [device]; alone it passes in 5-7 s): to be found, see the stop's note.
+# NB: slow (not under valgrind): it times each request (took < 5).
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
 def test_an_odd_file_at_the_htpasswd_path_does_not_block(site, kind):
