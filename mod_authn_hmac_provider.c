@@ -251,7 +251,6 @@ typedef struct {
     const hmac_dir_conf *c;
     const char *user;
     int keep; /* its answers may be kept (cached) */
-    unsigned char uid[AUTHN_HMAC_KEY_LEN];
 } wrapped_t;
 
 static void log_renamed(request_rec *r, const char *provider)
@@ -374,12 +373,17 @@ static void name_sections(apr_pool_t *p, module *m, apr_array_header_t *secs,
 
 /* A digest of the configuration's directives and arguments, in order and
  * nesting (not their files and lines: the servers of a farm may keep them
- * elsewhere). */
+ * elsewhere). But the pepper files: no provider answers by them, and each
+ * step of a rotation changes them (its grants, kept under the previous
+ * pepper, are hits after the step; the review found them all asked
+ * again). */
 static void digest_tree(apr_sha1_ctx_t *ctx, const ap_directive_t *d, int depth)
 {
     for (; d; d = d->next) {
         char level[16];
 
+        if (strcasecmp(d->directive, D_PEPPER) == 0)
+            continue;
         apr_snprintf(level, sizeof(level), "%d\n", depth);
         apr_sha1_update(ctx, level, (unsigned)strlen(level));
         apr_sha1_update(ctx, d->directive, (unsigned)strlen(d->directive));
@@ -515,10 +519,10 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
         if (!cred->scope)
             cred->scope = coarse;
         cred->scope_len = strlen(cred->scope);
-        authn_hmac_user_id(e->mac, coarse, strlen(coarse), cred->user,
-                           cred->user_len, w.uid);
-        /* NB: w's, for this call only (cleared below). */
-        cred->uid = w.uid; // cppcheck-suppress autoVariables
+        /* NB: the user's id is the provider's on this server, under either
+         * pepper (a rotation finds what every section kept). */
+        cred->uid_scope = coarse;
+        cred->uid_scope_len = strlen(coarse);
         /* NB: no hash: the scope names the provider (never a locked
          * line's "!" or "*"), and the grant lives its max age. */
         cred->hash = c->scope;
@@ -527,7 +531,7 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
         cred->ask_ctx = &w; // cppcheck-suppress autoVariables
         *rv = APR_SUCCESS;
         o = authn_hmac_check(e, pol, cred, r, r->pool);
-        cred->uid = NULL;
+        cred->uid_scope = NULL;
         cred->ask_ctx = NULL;
         return o;
     }

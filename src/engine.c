@@ -610,6 +610,18 @@ typedef struct {
     authn_hmac_outcome o;
 } req_t;
 
+/* The user's id under mac: of its uid_scope where it has one. */
+static void user_id(const authn_hmac_mac_t *mac, const authn_hmac_cred_t *c,
+                    unsigned char uid[AUTHN_HMAC_KEY_LEN])
+{
+    if (c->uid_scope)
+        authn_hmac_user_id(mac, c->uid_scope, c->uid_scope_len, c->user,
+                           c->user_len, uid);
+    else
+        authn_hmac_user_id(mac, c->scope, c->scope_len, c->user, c->user_len,
+                           uid);
+}
+
 /* The request's time, and with a cache or the throttle its keys: the
  * credential MAC and the user's id. */
 static void keys(req_t *q)
@@ -629,8 +641,7 @@ static void keys(req_t *q)
     if (c->uid)
         memcpy(q->uid, c->uid, sizeof(q->uid));
     else
-        authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
-                           q->uid);
+        user_id(e->mac, c, q->uid);
 }
 
 /* The credential's key and the user's id under the previous pepper, made
@@ -644,8 +655,7 @@ static void prev_keys(req_t *q)
         return;
     authn_hmac_cred_mac(e->mac_prev, q->d, c->password, c->password_len,
                         q->pkey);
-    authn_hmac_user_id(e->mac_prev, c->scope, c->scope_len, c->user,
-                       c->user_len, q->puid);
+    user_id(e->mac_prev, c, q->puid);
     q->pkeys = 1;
 }
 

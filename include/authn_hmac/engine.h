@@ -75,12 +75,17 @@ typedef struct {
     size_t dummy_hash_len;
     int locked;         /* hash NULL: the user is in the file, locked out */
     const char *client; /* the client's address, for its share of the queue */
-    /* The user's id (authn_hmac_user_id of scope and user under the
-     * engine's MAC) and the credential's digest (authn_hmac_cred_digest of
-     * scope, user and hash) if the caller has them, else NULL: they are
-     * worked out. */
+    /* The user's id (authn_hmac_user_id of uid_scope, or of scope if
+     * uid_scope is NULL, and user under the engine's MAC) and the
+     * credential's digest (authn_hmac_cred_digest of scope, user and hash)
+     * if the caller has them, else NULL: they are worked out. uid_scope:
+     * a wider scope than scope's, where a user's id is shared (a wrapped
+     * provider's sections on one server); the previous pepper's id is made
+     * of it too. */
     const unsigned char *uid;
     const unsigned char *digest;
+    const char *uid_scope;
+    size_t uid_scope_len;
     /* A wrapped provider (AuthHMACProvider), or NULL: asked for the
      * password in place of the verifier on the hash (which then only names
      * the provider, for the key): APR_SUCCESS granted, APR_EMISMATCH

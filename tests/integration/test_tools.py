@@ -250,3 +250,22 @@ def test_check_names_each_state_it_reads():
                                     "redis_up_since_seconds": 1795687140},
                                    'primary="10.0.0.12:6379"'))
     assert rc == 0 and out.startswith("AUTHN_HMAC OK - Redis up at 10.0.0.12:6379 since "), out
+
+
+def test_check_survives_numbers_no_date_can_show():
+    """A page whose times are past any date (1e20 s), or whose count is
+    past any float (400 digits), still gets one line and a monitor's exit
+    status: the number shown as it is, or UNKNOWN (3); never a traceback
+    with exit 1, which Nagios takes as a WARNING (found by review)."""
+    far = 10 ** 20
+    rc, out = check_of(fake_status({"redis": 1, "redis_up": 1, "redis_up_since_seconds": far},
+                                   'primary="r:6379"'))
+    assert (rc, out) == (0, "AUTHN_HMAC OK - Redis up at r:6379 since %d s" % far), out
+    rc, out = check_of(fake_status({"redis": 0, "busy": 1, "busy_last_time_seconds": far}, ""))
+    assert (rc, out) == (1, "AUTHN_HMAC WARNING - the verification queue refused requests "
+                            "(503) within 300 s, the last at %d s (busy: 1); no Redis (shared "
+                            "memory only)" % far), out
+    page = fake_status({"redis": 0, "busy": 1, "busy_last_time_seconds": 1795687140}, "")
+    rc, out = check_of(page.replace("authn_hmac_busy 1", "authn_hmac_busy 1%s.0" % ("0" * 400)))
+    assert rc == 3 and out.startswith("AUTHN_HMAC UNKNOWN - the page's numbers cannot be "
+                                      "read"), out

@@ -101,3 +101,39 @@ def test_a_grant_does_not_outlive_a_change_of_the_configuration():
         assert code(srv, "/r/", "bob", "bob pass") == 200
     finally:
         finish(srv, r"AH01617|AH01618")
+
+
+@pytest.mark.skipif(bool(VALGRIND), reason="httpd -X under valgrind cannot restart")
+def test_a_pepper_rotation_keeps_the_providers_grants():
+    """A grant kept under the pepper that a graceful restart makes the
+    previous one is a hit, counted as such: the provider is not asked again
+    (found by review: the previous pepper's user id was made of the section,
+    not of the provider on its server as the current one's is, so every
+    cached directory user was asked again after the flip)."""
+    srv = Httpd(name="wraprot")
+    a, _ = files(srv)
+    os.makedirs(srv.path("htdocs", "r"))
+    with open(srv.path("htdocs", "r", "index.html"), "w") as f:
+        f.write("page\n")
+    old, new = srv.path("pepper.old"), srv.path("pepper.new")
+    for path in (old, new):
+        with open(path, "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(path, 0o600)
+    srv.global_conf = "AuthHMACPepperFile %s\n" % old
+    srv.body = '<Location /r/>\n%s    AuthUserFile "%s"\n</Location>\n' % (AUTH, a)
+    srv.write_config()
+    try:
+        srv.start()
+        assert code(srv, "/r/", "alice", "alice pass") == 200
+        asked = srv.status()["verifications"]
+        srv.global_conf = "AuthHMACPepperFile %s %s\n" % (new, old)
+        srv.write_config()
+        srv.restart()
+        assert code(srv, "/r/", "alice", "alice pass") == 200
+        assert code(srv, "/r/", "alice", "alice pass") == 200
+        st = srv.status()
+        assert srv.notes("alice") == ["verified", "hit", "hit"], srv.notes("alice")
+        assert st["previous_hits"] == 1 and st["verifications"] == asked, st
+    finally:
+        finish(srv, r"AH01617|AH01618")

@@ -222,6 +222,50 @@ static void test_wrapped_provider(apr_pool_t *p)
     CHECK(*calls == 0); /* the verifier on the hash never ran */
 }
 
+/* A wrapped provider's user id is of a wider scope than its credential's
+ * (the provider on its server, shared by its sections): a rotation finds
+ * the entry kept under the previous pepper by that id too, and asks the
+ * provider nothing (the review found every cached directory user asked
+ * again after the flip). */
+static void test_wrapped_provider_rotation(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20), rot = e;
+    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us,
+                               apr_time_from_sec(30), 0};
+    authn_hmac_cred_t c = cred("wendy", "right", "ldap");
+    authn_hmac_secret_t *pb = NULL;
+    authn_hmac_mac_t *mb = NULL;
+    uint64_t prev =
+        authn_hmac_table_counter(e.table, AUTHN_HMAC_C_PREVIOUS_HITS);
+
+    CHECK(authn_hmac_secret_random(&pb, 32, p) == APR_SUCCESS);
+    CHECK(authn_hmac_mac_create(&mb, pb, p) == APR_SUCCESS);
+    c.ask = ask;
+    c.scope = "ldap 0 Location /wiki";
+    c.scope_len = strlen(c.scope);
+    c.uid_scope = "ldap 0";
+    c.uid_scope_len = strlen(c.uid_scope);
+    answer = APR_SUCCESS;
+    asked = 0;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    CHECK(asked == 1);
+    rot.mac = mb;
+    rot.mac_prev = e.mac;
+    CHECK(authn_hmac_check(&rot, &pol, &c, NULL, p) == AUTHN_HMAC_HIT);
+    CHECK(asked == 1);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_PREVIOUS_HITS) ==
+          prev + 1);
+    /* Stored again under the current pepper: B alone finds it. */
+    rot.mac_prev = NULL;
+    CHECK(authn_hmac_check(&rot, &pol, &c, NULL, p) == AUTHN_HMAC_HIT);
+    /* Another section of the provider: its own credential, asked. */
+    c.scope = "ldap 0 Location /other";
+    c.scope_len = strlen(c.scope);
+    rot.mac_prev = e.mac;
+    CHECK(authn_hmac_check(&rot, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    CHECK(asked == 2);
+}
+
 /* A pepper rotation: an entry made under the pepper that is now the
  * previous one is a hit without a verification, counted, and stored again
  * under the current one (the next hit is the current pepper's); its time
@@ -1288,6 +1332,7 @@ int main(void)
     RUN(test_given_digest, p);
     RUN(test_wrapped_provider, p);
     RUN(test_previous_pepper, p);
+    RUN(test_wrapped_provider_rotation, p);
     RUN(test_forked_processes, p);
     RUN(test_negative_cache, p);
     RUN(test_idle_timeout_and_max_age, p);
