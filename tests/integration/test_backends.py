@@ -210,24 +210,40 @@ def test_sqlite_through_mod_dbd_behind_the_cache(mpm, db_dir):
     db = os.path.join(db_dir, "users.db")
     sqlite_db(db, [("alice", bcrypt("alice sql pass")), ("bob", bcrypt("bob sql pass")),
                    ("carol", "!" + bcrypt("carol sql pass"))])
-    srv = dbd_server(db, mpm=mpm)
+    rows_behind_the_cache(
+        dbd_server(db, mpm=mpm), "sql",
+        lambda h: sql(db, "UPDATE users SET hash = ? WHERE name = ?", h, "bob"),
+        lambda: sql(db, "DELETE FROM users WHERE name = ?", "bob"))
+
+
+def rows_behind_the_cache(srv, tag, update, delete):
+    """The body of the SQL tests (SQLite, PostgreSQL), over a table of
+    alice, bob and carol (locked: '!' before her hash), each's password
+    '<name> <tag> pass': alice's 51 requests are one verification and 50
+    hits; a wrong password, an unknown user and a locked one are 401, each
+    after one verification (the last two against a dummy); update(hash)
+    of bob's row refuses his old password at once, and delete() his new
+    one (revocation)."""
     try:
         srv.start()
         before = srv.status()
-        assert [srv.status_code("/s/", "alice", "alice sql pass") for _ in range(51)] == [200] * 51
+        assert [srv.status_code("/s/", "alice", "alice %s pass" % tag)
+                for _ in range(51)] == [200] * 51
         d1 = delta(srv, before)
         assert d1["verifications"] == 1 and d1["hits"] == 50, d1
+        assert srv.notes("alice") == ["verified"] + ["hit"] * 50
         before = srv.status()
         assert srv.status_code("/s/", "alice", "not alice's") == 401
         assert srv.status_code("/s/", "mallory", "a guess") == 401
-        assert srv.status_code("/s/", "carol", "carol sql pass") == 401  # locked
+        assert srv.status_code("/s/", "carol", "carol %s pass" % tag) == 401  # locked
         d2 = delta(srv, before)
         assert d2["verifications"] == 1 and d2["dummy_verifications"] == 2, d2
+        assert d2["denied"] == 2 and d2["unknown_user"] == 1, d2
         assert srv.notes("carol") == ["denied"] and srv.notes("mallory") == ["unknown-user"]
         new = bcrypt("bob's new pass")
-        revocation(srv, "/s/", "bob", "bob sql pass",
-                   lambda: sql(db, "UPDATE users SET hash = ? WHERE name = ?", new, "bob"),
-                   "bob's new pass", lambda: sql(db, "DELETE FROM users WHERE name = ?", "bob"))
+        revocation(srv, "/s/", "bob", "bob %s pass" % tag, lambda: update(new),
+                   "bob's new pass", delete)
+        assert srv.notes("bob")[-1] == "unknown-user"
     finally:
         finish(srv)
 

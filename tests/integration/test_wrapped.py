@@ -35,6 +35,14 @@ def files(srv):
     return a, b
 
 
+def r_location(srv, users):
+    """A <Location /r/> with a page, through the file provider on users."""
+    os.makedirs(srv.path("htdocs", "r"))
+    with open(srv.path("htdocs", "r", "index.html"), "w") as f:
+        f.write("page\n")
+    return '<Location /r/>\n%s    AuthUserFile "%s"\n</Location>\n' % (AUTH, users)
+
+
 AUTH = ("    AuthType Basic\n    AuthName site\n    AuthBasicProvider hmac\n"
         "    AuthHMACProvider file\n    Require valid-user\n")
 
@@ -84,10 +92,7 @@ def test_an_if_at_the_top_of_the_server_is_a_section_of_its_own():
 def test_a_grant_does_not_outlive_a_change_of_the_configuration():
     srv = Httpd(name="wraprestart")
     a, b = files(srv)
-    os.makedirs(srv.path("htdocs", "r"))
-    with open(srv.path("htdocs", "r", "index.html"), "w") as f:
-        f.write("page\n")
-    srv.body = '<Location /r/>\n%s    AuthUserFile "%s"\n</Location>\n' % (AUTH, a)
+    srv.body = r_location(srv, a)
     srv.write_config()
     try:
         srv.start()
@@ -112,16 +117,13 @@ def test_a_pepper_rotation_keeps_the_providers_grants():
     cached directory user was asked again after the flip)."""
     srv = Httpd(name="wraprot")
     a, _ = files(srv)
-    os.makedirs(srv.path("htdocs", "r"))
-    with open(srv.path("htdocs", "r", "index.html"), "w") as f:
-        f.write("page\n")
     old, new = srv.path("pepper.old"), srv.path("pepper.new")
     for path in (old, new):
         with open(path, "wb") as f:
             f.write(os.urandom(32))
         os.chmod(path, 0o600)
     srv.global_conf = "AuthHMACPepperFile %s\n" % old
-    srv.body = '<Location /r/>\n%s    AuthUserFile "%s"\n</Location>\n' % (AUTH, a)
+    srv.body = r_location(srv, a)
     srv.write_config()
     try:
         srv.start()
