@@ -532,6 +532,7 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
         *rv = APR_SUCCESS;
         o = authn_hmac_check(e, pol, cred, r, r->pool);
         cred->uid_scope = NULL;
+        cred->ask = NULL;
         cred->ask_ctx = NULL;
         return o;
     }
