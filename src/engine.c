@@ -3,12 +3,16 @@
  * A credential (scope, user, password, stored hash) goes through the tiers
  * in order, each a function that answers or passes on (see check()), and
  * comes out of one exit (finish) as an outcome:
- *   0. from_ban: a client banned by the throttle, for this user or for
- *      all, is refused before the caches are asked (throttled);
+ *   0. from_ban: a client banned by the throttle for this user is refused
+ *      before the caches are asked (throttled); one banned for all users
+ *      is served only the entries marked for it (its users logged in
+ *      before the ban: from_shm), and anything else from it is refused
+ *      and counted as a guess of its user+client pair;
  *   1. from_shm, shared memory: the credential MAC among the user's
  *      entries (hit; AuthHMACCacheTTL is an idle timeout: a hit once half
  *      of it has passed extends the entry, in shared memory and Redis, up
- *      to AuthHMACCacheMaxAge from its verification);
+ *      to AuthHMACCacheMaxAge from its verification, and marks it for the
+ *      client);
  *      With a previous pepper (AuthHMACPepperFile's second file), a miss
  *      looks there under it too (from_previous), and so does a miss in
  *      Redis (3): an entry found is a hit, stored again under the current
@@ -19,14 +23,16 @@
  *   3. from_redis, when configured: the user's entry, whose tag must
  *      verify (redis-hit; a value that does not verify is a miss, counted
  *      and logged once);
- *   4. from_throttle: a client at its limit of wrong passwords (in the
- *      server, or the farm's) is refused without a verification
- *      (throttled); else its guess takes a place in the count, and a wrong
- *      password it verifies is counted at the exit (src/throttle.c);
- *   5. from_flight: concurrent misses of the same credential, in any
+ *   4. from_flight: concurrent misses of the same credential, in any
  *      process of the server, run the verifier once: the others wait for
  *      its result (coalesced), for at most twice the usual verification
  *      time, and verify by themselves if its runner died or is late;
+ *   5. from_throttle: a client at its limit of wrong passwords (in the
+ *      server, or the farm's, whose bans carry a tag) is refused without a
+ *      verification (throttled); else its guess takes a place in the
+ *      count, and a wrong password it verifies is counted at the exit
+ *      (src/throttle.c). After the flight: the requests waiting for one
+ *      verification are one guess;
  *   6. from_farm: across a farm, a marker in Redis makes one server verify
  *      a credential and the others wait for its result (at most 3 s, then
  *      they verify by themselves);
@@ -368,23 +374,52 @@ static void farm_result(redis_req *rq, const unsigned char *key,
     redis_end(rq, conn, rc, why);
 }
 
-/* The farm's bans for ids (throttle.h's mask); 0 without Redis. */
-static int farm_banned(redis_req *rq, const authn_hmac_throttle_ids_t *ids)
+#define BAN_SLACK apr_time_from_sec(5)
+
+/* The farm's bans for ids: when each ends (until[0] the pair's, [1] the
+ * client's; 0: none, and always without Redis). A value whose tag does not
+ * verify is no ban: counted and told once, as a forged entry is. */
+static void farm_banned(redis_req *rq, const authn_hmac_throttle_ids_t *ids,
+                        apr_time_t until[2])
 {
     const authn_hmac_engine_t *e = rq->e;
     apr_time_t deadline = 0;
     authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
     authn_hmac_redis_rc rc;
     const char *why = "";
-    int bans = 0;
+    apr_time_t now = apr_time_now();
+    int forged = 0, i;
 
+    until[0] = until[1] = 0;
     if (!conn)
-        return 0;
-    rc = authn_hmac_redis_throttle_banned(conn, e->redis_conf, ids->pair,
-                                          ids->client, deadline, &bans, &why,
-                                          rq->p);
+        return;
+    rc = authn_hmac_redis_throttle_banned(conn, e->redis_conf, e->mac,
+                                          ids->pair, ids->client, deadline,
+                                          until, &forged, &why, rq->p);
     redis_end(rq, conn, rc, why);
-    return rc == AUTHN_HMAC_REDIS_OK ? bans : 0;
+    if (rc != AUTHN_HMAC_REDIS_OK) {
+        until[0] = until[1] = 0;
+        return;
+    }
+    /* NB: a tagged ban past its end (Redis expires it with it: a farm's
+     * clocks differ by far less than the slack) is one written back. */
+    for (i = 0; i < 2; i++)
+        if (until[i] && until[i] + BAN_SLACK < now) {
+            forged |= 1 << i;
+            until[i] = 0;
+        }
+    if (!forged)
+        return;
+    count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
+    authn_hmac_logf(e->log, rq->baton,
+                    authn_hmac_redis_forged_first(
+                        authn_hmac_table_redis_health(e->table))
+                        ? AUTHN_HMAC_LOG_WARNING
+                        : AUTHN_HMAC_LOG_DEBUG,
+                    "AHMAC0006: Redis returned a ban that does not verify "
+                    "(forged, damaged, or written with another pepper); "
+                    "ignored. Is %s the farm's Redis?",
+                    e->redis_name);
 }
 
 /* A new guess (fp its fingerprint), counted in the farm: the bans it
@@ -403,9 +438,9 @@ static int farm_guessed(redis_req *rq, const authn_hmac_throttle_ids_t *ids,
     if (!conn)
         return 0;
     rc = authn_hmac_redis_throttle_fail(
-        conn, e->redis_conf, ids->pair, ids->client, fp, tc->max_failures,
-        tc->max_client_failures, tc->window, tc->ban, deadline, &started, &why,
-        rq->p);
+        conn, e->redis_conf, e->mac, ids->pair, ids->client, fp,
+        tc->max_failures, tc->max_client_failures, tc->window, tc->ban,
+        apr_time_now(), deadline, &started, &why, rq->p);
     redis_end(rq, conn, rc, why);
     return rc == AUTHN_HMAC_REDIS_OK ? started : 0;
 }
@@ -606,6 +641,7 @@ typedef struct {
     int unkept;               /* a wrapped provider's refusal, not kept */
     int ids_made;             /* the throttle's ids are made */
     int entered;              /* this request's guess has a place */
+    int client_ban;           /* its client is banned for all users */
     authn_hmac_throttle_ids_t ids;
     authn_hmac_outcome o;
 } req_t;
@@ -675,24 +711,87 @@ static int throttled(req_t *q)
     return 1;
 }
 
-/* 0. A ban in force on the client, for this user or for all, or a limit
- * that a guess under way may reach: refused before the caches are asked.
- * A banned client whose guesses were still checked against cached
- * credentials would guess at the server's speed, not bcrypt's (a right
- * guess a hit, a wrong one a quick refusal). The user at any other
- * address is served. NB: the hit path only reads one word while no
- * record refuses anywhere, and takes no lock when one does. */
+/* The client's mark on an entry: a word of its throttle id. */
+static uint32_t client_mark(req_t *q)
+{
+    uint32_t m;
+
+    throttle_ids(q);
+    memcpy(&m, q->ids.client, sizeof(m));
+    return m ? m : 1;
+}
+
+/* The credential's entry, stored or refreshed for this request, is marked
+ * for its client (throttle.h: whom a client's ban still serves). */
+static void mark(req_t *q)
+{
+    if (authn_hmac_throttle_on(&q->e->throttle))
+        authn_hmac_table_mark(q->e->table, q->key, q->uid, client_mark(q));
+}
+
+/* A ban, started here or taken from the farm (origin), told once with the
+ * client (the log's) and the user, and counted. */
+static void ban_told(req_t *q, int started, const char *origin)
+{
+    const authn_hmac_engine_t *e = q->e;
+    const authn_hmac_throttle_conf_t *tc = &e->throttle;
+
+    if (!started)
+        return;
+    count(e, AUTHN_HMAC_C_BANS, 1);
+    authn_hmac_logf(
+        e->log, q->baton, AUTHN_HMAC_LOG_WARNING,
+        "AHMAC0029: user %.*s: client refused for %" APR_TIME_T_FMT
+        " s without a verification: %s (AuthHMAC%s %d within %" APR_TIME_T_FMT
+        " s)%s",
+        (int)q->c->user_len, q->c->user, apr_time_sec(tc->ban),
+        started & AUTHN_HMAC_BAN_PAIR ? "too many failures for this user"
+                                      : "too many failures for all users",
+        started & AUTHN_HMAC_BAN_PAIR ? "MaxFailures" : "MaxClientFailures",
+        started & AUTHN_HMAC_BAN_PAIR ? tc->max_failures
+                                      : tc->max_client_failures,
+        apr_time_sec(tc->window), origin);
+}
+
+/* A request refused because its client is banned for all users (and the
+ * credential is not one of the client's own logged-in users'): a guess,
+ * counted for its user+client pair, without a verification. */
+static int client_banned(req_t *q)
+{
+    uint64_t fp;
+
+    memcpy(&fp, q->key, sizeof(fp));
+    ban_told(q,
+             authn_hmac_throttle_refused(q->e->table, &q->e->throttle, &q->ids,
+                                         fp, q->t0),
+             "");
+    return throttled(q);
+}
+
+/* 0. A ban in force on the client for this user, or a limit that a guess
+ * under way may reach: refused before the caches are asked. A banned
+ * guesser whose guesses were still checked against cached credentials
+ * would guess at the server's speed, not bcrypt's (a right guess a hit, a
+ * wrong one a quick refusal). A ban on the client for all users (or its
+ * limit reached with the guesses under way) refuses everything from it
+ * but the entries marked for it: the users logged in from there before
+ * (client_ban, from_shm). The user at any other address is served. NB:
+ * the hit path only reads one word while no record refuses anywhere, and
+ * takes no lock when one does. */
 static int from_ban(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
+    int bans;
 
     if (!authn_hmac_throttle_on(&e->throttle) ||
         !authn_hmac_throttle_any(e->table, q->t0))
         return 0;
     throttle_ids(q);
-    if (!authn_hmac_throttle_banned(e->table, &e->throttle, &q->ids, q->t0))
-        return 0;
-    return throttled(q);
+    bans = authn_hmac_throttle_banned(e->table, &e->throttle, &q->ids, q->t0);
+    if (bans & AUTHN_HMAC_BAN_PAIR)
+        return throttled(q);
+    q->client_ban = bans != 0;
+    return 0;
 }
 
 /* 1. Shared memory: the credential MAC among the user's entries. A miss
@@ -714,6 +813,7 @@ static int from_previous(req_t *q)
         q->never)
         return 0;
     authn_hmac_table_store(e->table, q->key, q->uid, verified, q->t0, pol->ttl);
+    mark(q);
     if (e->redis)
         redis_refresh(e, q->baton, q->p, q->key, q->uid, q->t0, verified,
                       pol->max_age);
@@ -733,20 +833,31 @@ static int from_shm(req_t *q)
         if (authn_hmac_table_lookup(e->table, q->key, q->uid, q->t0, pol->ttl,
                                     pol->max_age, &verified, &used) &&
             !q->never) {
+            /* NB: a client banned for all users keeps only its own
+             * logged-in users (their entries marked for it): any other
+             * hit from there would answer a sprayer's guess. */
+            if (q->client_ban && !authn_hmac_table_marked(e->table, q->key,
+                                                          q->uid,
+                                                          client_mark(q)))
+                return client_banned(q);
             /* NB: no lock and no write unless half the TTL has passed
              * since the entry's last use was written. */
             if (authn_hmac_table_refresh(e->table, q->key, q->uid, q->t0,
-                                         pol->ttl, pol->max_age, &used) &&
-                e->redis)
-                redis_refresh(e, q->baton, q->p, q->key, q->uid, q->t0,
-                              verified, pol->max_age);
+                                         pol->ttl, pol->max_age, &used)) {
+                mark(q);
+                if (e->redis)
+                    redis_refresh(e, q->baton, q->p, q->key, q->uid, q->t0,
+                                  verified, pol->max_age);
+            }
             count(e, AUTHN_HMAC_C_HITS, 1);
             q->o = AUTHN_HMAC_HIT;
             return 1;
         }
-        if (from_previous(q))
+        if (!q->client_ban && from_previous(q))
             return 1;
     }
+    if (q->client_ban)
+        return client_banned(q);
     count(e, AUTHN_HMAC_C_MISSES, 1);
     /* NB: after the hit path, which needs none of this. */
     memset(&q->rq, 0, sizeof(q->rq));
@@ -793,6 +904,7 @@ static int from_redis(req_t *q, int again)
                      &used)) {
         authn_hmac_table_store(e->table, q->key, q->uid, verified, used,
                                q->pol->ttl);
+        mark(q);
         q->o = AUTHN_HMAC_REDIS_HIT;
         return 1;
     }
@@ -808,32 +920,44 @@ static int from_redis(req_t *q, int again)
         return 0;
     authn_hmac_table_store(e->table, q->key, q->uid, verified, q->t0,
                            q->pol->ttl);
+    mark(q);
     redis_store(&q->rq, q->key, q->uid, verified, q->t0, q->pol->max_age);
     count(e, AUTHN_HMAC_C_PREVIOUS_HITS, 1);
     q->o = AUTHN_HMAC_REDIS_HIT;
     return 1;
 }
 
-/* 4. The throttle: a client at its limit of wrong passwords, for this
+/* 5. The throttle: a client at its limit of wrong passwords, for this
  * user or for all, in this server or (with Redis) in the farm, is refused
  * without a verification; else its guess takes a place in the count
  * (counted at the one exit), so that concurrent guesses never pass the
- * limit. A ban the farm knows is kept here too (from_ban). */
+ * limit. NB: after the server's flight: the requests that wait for one
+ * verification of a credential are one guess, the runner's. A ban the
+ * farm knows (its tag verified) is kept here for what remains of it, and
+ * told here (from_ban). */
 static int from_throttle(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
     const authn_hmac_throttle_conf_t *tc = &e->throttle;
-    int refused, bans, fresh;
+    apr_time_t until[2];
+    int refused, fresh, took = 0;
 
     if (!authn_hmac_throttle_on(tc))
         return 0;
     throttle_ids(q);
     refused =
         authn_hmac_throttle_enter(e->table, tc, &q->ids, q->t0, &q->entered);
-    bans = farm_banned(&q->rq, &q->ids);
-    if (bans)
-        (void)authn_hmac_throttle_ban(e->table, tc, &q->ids, bans, q->t0);
-    if (!refused && !bans)
+    farm_banned(&q->rq, &q->ids, until);
+    if (until[0])
+        took |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
+                                        AUTHN_HMAC_BAN_PAIR, q->t0, until[0]);
+    if (until[1])
+        took |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
+                                        AUTHN_HMAC_BAN_CLIENT, q->t0, until[1]);
+    ban_told(q, took, " (from the farm's Redis)");
+    refused |= (until[0] > q->t0 ? AUTHN_HMAC_BAN_PAIR : 0) |
+               (until[1] > q->t0 ? AUTHN_HMAC_BAN_CLIENT : 0);
+    if (!refused)
         return 0;
     if (q->entered)
         (void)authn_hmac_throttle_leave(e->table, tc, &q->ids, 0, 0, q->t0,
@@ -851,7 +975,7 @@ static int coalesced(req_t *q, int got)
     return got;
 }
 
-/* 5. Single flight in the server: the result of a concurrent request's
+/* 4. Single flight in the server: the result of a concurrent request's
  * verification of the same credential, in any process; else this request
  * runs it (a flight to end), or verifies alone (no room, or the runner
  * died or is late). */
@@ -979,31 +1103,25 @@ static void guessed(req_t *q, int failed)
     const authn_hmac_engine_t *e = q->e;
     const authn_hmac_throttle_conf_t *tc = &e->throttle;
     uint64_t fp;
-    int fresh, started;
+    apr_time_t now;
+    int fresh, started, farm;
 
     memcpy(&fp, q->key, sizeof(fp));
     started = authn_hmac_throttle_leave(e->table, tc, &q->ids, fp, failed,
                                         apr_time_now(), &fresh);
     q->entered = 0;
-    if (fresh)
-        started |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
-                                           farm_guessed(&q->rq, &q->ids, fp),
-                                           apr_time_now());
-    if (!started)
-        return;
-    count(e, AUTHN_HMAC_C_BANS, 1);
-    authn_hmac_logf(
-        e->log, q->baton, AUTHN_HMAC_LOG_WARNING,
-        "AHMAC0029: user %.*s: client refused for %" APR_TIME_T_FMT
-        " s without a verification: %s (AuthHMAC%s %d within %" APR_TIME_T_FMT
-        " s)",
-        (int)q->c->user_len, q->c->user, apr_time_sec(tc->ban),
-        started & AUTHN_HMAC_BAN_PAIR ? "too many failures for this user"
-                                      : "too many failures for all users",
-        started & AUTHN_HMAC_BAN_PAIR ? "MaxFailures" : "MaxClientFailures",
-        started & AUTHN_HMAC_BAN_PAIR ? tc->max_failures
-                                      : tc->max_client_failures,
-        apr_time_sec(tc->window));
+    if (fresh && (farm = farm_guessed(&q->rq, &q->ids, fp))) {
+        now = apr_time_now();
+        if (farm & AUTHN_HMAC_BAN_PAIR)
+            started |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
+                                               AUTHN_HMAC_BAN_PAIR, now,
+                                               now + tc->ban);
+        if (farm & AUTHN_HMAC_BAN_CLIENT)
+            started |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
+                                               AUTHN_HMAC_BAN_CLIENT, now,
+                                               now + tc->ban);
+    }
+    ban_told(q, started, "");
 }
 
 /* The one exit: stores what the request learned, ends its flight, writes
@@ -1015,9 +1133,11 @@ static authn_hmac_outcome finish(req_t *q)
     int verified = q->o == AUTHN_HMAC_VERIFIED && q->result > 0 && q->cache;
 
     if (q->cache && q->learned) {
-        if (q->result > 0)
+        if (q->result > 0) {
             authn_hmac_table_store(e->table, q->key, q->uid, q->learned,
                                    q->learned, q->pol->ttl);
+            mark(q);
+        }
         else if (q->result == 0 && q->negative)
             authn_hmac_negative_store(e->table, q->nkey, q->uid, q->learned,
                                       q->learned + q->pol->negative_ttl);
@@ -1076,6 +1196,7 @@ static void begin(req_t *q, const authn_hmac_engine_t *e,
     q->ids_made = 0;
     q->pkeys = 0;
     q->entered = 0;
+    q->client_ban = 0;
     q->o = AUTHN_HMAC_ERROR;
 }
 
@@ -1091,7 +1212,7 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
     begin(&q, e, pol, c, hash, hash_len, never, baton, p);
     keys(&q);
     if (!from_ban(&q) && !from_shm(&q) && !from_negative(&q) &&
-        !from_redis(&q, 0) && !from_throttle(&q) && !from_flight(&q) &&
+        !from_redis(&q, 0) && !from_flight(&q) && !from_throttle(&q) &&
         !from_farm(&q))
         from_verifier(&q);
     return finish(&q);

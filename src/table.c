@@ -44,10 +44,11 @@
  * reap cursor, head and places' times; 10: the histograms; 11: the Redis
  * health's TLS handshake counts; 12: the Sentinel's shared primary; 13:
  * the throttle's records; 14 to 16: the Redis health, the Sentinel state
- * and the previous pepper; 17: the farm's late and timed-out waits) makes
+ * and the previous pepper; 17: the farm's late and timed-out waits; 18: the throttle's records of
+ * 128 bytes, a slot's client mark) makes
  * a kept segment start afresh, across a graceful restart after an upgrade
  * too. */
-#define TABLE_MAGIC 0x61686d6163740011ULL
+#define TABLE_MAGIC 0x61686d6163740012ULL
 
 #define WAYS        8 /* slots per set */
 #define HIT_STRIPES 8
@@ -55,8 +56,8 @@
 /* NB: in the negative region, whose entries are never used again and
  * keep the life their section gave them, `used` is the expiry. */
 typedef struct {
-    uint32_t seq; /* odd while a writer is inside */
-    uint32_t unused;
+    uint32_t seq;  /* odd while a writer is inside */
+    uint32_t mark; /* the client it was last stored or refreshed for */
     int64_t verified; /* apr_time_t; 0 = empty */
     int64_t used;     /* apr_time_t: last use (negative: expiry) */
     uint64_t key[4];
@@ -83,7 +84,7 @@ typedef struct {
  *   queue            AUTHN_HMAC_QUEUE_SLOTS places for verifications:
  *                    running (at most the cap) or waiting for a turn
  *                    (queue.c)
- *   throttle         records of clients' wrong passwords and bans, 1/64
+ *   throttle         records of clients' wrong passwords and bans, 1/32
  *                    of the segment (throttle.c)
  *   positive region  credentials verified: what grants (8 of 9 sets)
  *   negative region  wrong passwords seen recently: what denies without
@@ -147,7 +148,7 @@ typedef char hits_on_lines[offsetof(header_t, hits) % 64 == 0 ? 1 : -1];
 typedef char set_is_9_lines[sizeof(set_t) == (size_t)9 * 64 ? 1 : -1];
 
 /* NB: the flights and the queue, both fixed, after the header; then the
- * throttle's records, 1/64 of the segment (64 to 65536 of them: 1,024 in
+ * throttle's records, 1/32 of the segment (64 to 65536 of them: 1,024 in
  * the default 4 MB). */
 #define FLIGHTS_SIZE                                                           \
     (AUTHN_HMAC_FLIGHTS * AUTHN_HMAC_FLIGHT_BYTES +                            \
@@ -155,7 +156,7 @@ typedef char set_is_9_lines[sizeof(set_t) == (size_t)9 * 64 ? 1 : -1];
 
 static uint64_t throttle_slots(size_t size)
 {
-    uint64_t n = size / (64 * AUTHN_HMAC_THROTTLE_BYTES);
+    uint64_t n = size / (32 * AUTHN_HMAC_THROTTLE_BYTES);
 
     return n < 64 ? 64 : n > 65536 ? 65536 : n;
 }
@@ -287,9 +288,12 @@ static int slot_read(const slot_t *s, slot_t *copy)
         for (k = 0; k < 4; k++)
             copy->key[k] = __atomic_load_n(&s->key[k], __ATOMIC_RELAXED);
         copy->user = __atomic_load_n(&s->user, __ATOMIC_RELAXED);
+        copy->mark = __atomic_load_n(&s->mark, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) == s1)
+        if (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) == s1) {
+            copy->seq = s1;
             return 1;
+        }
     }
     return 0;
 }
@@ -313,6 +317,7 @@ static void slot_write(slot_t *s, const unsigned char *key, uint64_t user,
     for (i = 0; i < 4; i++)
         __atomic_store_n(&s->key[i], k[i], __ATOMIC_RELAXED);
     __atomic_store_n(&s->user, user, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->mark, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELEASE);
 }
 
@@ -388,7 +393,7 @@ static apr_status_t store_in(authn_hmac_table_t *t, region_t *r,
     set_t *st;
     slot_t *set, *victim = NULL, *own_lru = NULL;
     apr_status_t rv;
-    int i, own = 0;
+    int i, own = 0, same = 0;
 
     if (r->nsets == 0 || verified <= 0 || used < verified)
         return APR_SUCCESS;
@@ -415,6 +420,7 @@ static apr_status_t store_in(authn_hmac_table_t *t, region_t *r,
         }
     }
     if (victim) {
+        same = 1;
         /* NB: the same credential (its MAC covers the stored hash): it was
          * verified and used at the later of the times each writer saw (a
          * Redis entry may bring older ones than a refresh here wrote). */
@@ -442,7 +448,15 @@ static apr_status_t store_in(authn_hmac_table_t *t, region_t *r,
         if (r->evictions && used - victim->used < ttl)
             authn_hmac_table_count(t, AUTHN_HMAC_C_EVICTIONS, 1);
     }
-    slot_write(victim, key, user, verified, used);
+    {
+        /* NB: the same credential keeps the client it was marked for. */
+        uint32_t mark =
+            same ? __atomic_load_n(&victim->mark, __ATOMIC_RELAXED) : 0;
+
+        slot_write(victim, key, user, verified, used);
+        if (mark)
+            __atomic_store_n(&victim->mark, mark, __ATOMIC_RELAXED);
+    }
     __atomic_store_n(&st->user[victim - set], user, __ATOMIC_RELAXED);
     if (r->evictions)
         authn_hmac_table_count(t, AUTHN_HMAC_C_STORES, 1);
@@ -514,6 +528,58 @@ apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                                     apr_interval_time_t ttl)
 {
     return store_in(t, &t->region[POSITIVE], key, uid, verified, used, ttl);
+}
+
+/* The credential's slot in its user's set, read consistently into copy;
+ * NULL if it is not there. */
+static slot_t *slot_of(authn_hmac_table_t *t, const unsigned char *key,
+                       const unsigned char *uid, slot_t *copy)
+{
+    region_t *r = &t->region[POSITIVE];
+    uint64_t user = user_word(uid);
+    set_t *st;
+    int i;
+
+    if (r->nsets == 0)
+        return NULL;
+    st = set_for(r, user);
+    for (i = 0; i < WAYS; i++)
+        if (__atomic_load_n(&st->user[i], __ATOMIC_RELAXED) == user &&
+            slot_read(&st->slot[i], copy) && copy->verified != 0 &&
+            CRYPTO_memcmp(copy->key, key, AUTHN_HMAC_KEY_LEN) == 0)
+            return &st->slot[i];
+    return NULL;
+}
+
+void authn_hmac_table_mark(authn_hmac_table_t *t,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                           uint32_t mark)
+{
+    slot_t copy, *s = slot_of(t, key, uid, &copy);
+
+    /* NB: no lock, as a refresh: one word. A slot rewritten for another
+     * credential meanwhile (its sequence moved) loses the mark again: a
+     * mark may be missing, never another credential's. */
+    if (s && copy.mark != mark) {
+        __atomic_store_n(&s->mark, mark, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) != copy.seq)
+            __atomic_store_n(&s->mark, 0, __ATOMIC_RELAXED);
+    }
+    explicit_bzero(&copy, sizeof(copy));
+}
+
+int authn_hmac_table_marked(authn_hmac_table_t *t,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                            uint32_t mark)
+{
+    slot_t copy;
+    int yes = slot_of(t, key, uid, &copy) != NULL && mark && copy.mark == mark;
+
+    explicit_bzero(&copy, sizeof(copy));
+    return yes;
 }
 
 int authn_hmac_negative_lookup(authn_hmac_table_t *t,

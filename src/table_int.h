@@ -20,7 +20,7 @@
 #define AUTHN_HMAC_FLIGHTS        64
 #define AUTHN_HMAC_FLIGHT_BYTES   ((size_t)64)
 #define AUTHN_HMAC_PLACE_BYTES    ((size_t)48)
-#define AUTHN_HMAC_THROTTLE_BYTES ((size_t)64)
+#define AUTHN_HMAC_THROTTLE_BYTES ((size_t)128)
 
 /* Tries of a seqlock's reader; then a slot is a miss, a flight busy. */
 #define AUTHN_HMAC_READ_TRIES 64

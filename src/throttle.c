@@ -9,14 +9,18 @@
  * bcrypt's (a right guess a 200, a wrong one a quick 401). A client's ban
  * is its own: the user at any other address is served.
  *
- * A record per pair and per client, in fixed slots of 64 bytes (1/64 of
+ * A record per pair and per client, in fixed slots of 128 bytes (1/32 of
  * the segment: 1,024 in the default 4 MB): the first half of a MAC of who
  * it counts (no address or name), the window's first guess, the ban's end,
  * the count, the guesses under way, and the fingerprints of the pair's
- * last wrong passwords: a repeat of one of them (a stale client, a browser
- * asking again) is not a new guess. A guess takes its place before its
+ * wrong passwords in the window (RECENT, at least the limit of any
+ * sensible AuthHMACMaxFailures): a repeat of one of them (a stale client,
+ * a browser asking again, a user retrying old typos) is not a new guess,
+ * however many others came between. A guess takes its place before its
  * verification (enter) and is counted after it (leave): concurrent guesses
- * never pass the limit. A record is found among PROBES slots from its id;
+ * never pass the limit. Concurrent requests with one credential are one
+ * guess: only the one that runs the server's flight of that credential
+ * (engine.c) takes a place. A record is found among PROBES slots from its id;
  * a new one takes a free slot there, else an idle one, else the one whose
  * window or ban is oldest (a spray over more addresses than slots forgets
  * the oldest). Everything is under the writers' mutex, but for the one
@@ -31,7 +35,10 @@
 #include <arpa/inet.h>
 
 #define PROBES 8
-#define RECENT 2
+/* The pair's wrong passwords remembered in its window: a record of 128
+ * bytes holds 20 of 32 bits each (a new guess taken for a repeat by
+ * chance: 20 in 2^32). */
+#define RECENT 20
 
 enum { KIND_PAIR = 1, KIND_CLIENT = 2 };
 
@@ -42,8 +49,8 @@ typedef struct {
     uint32_t count; /* guesses in the window */
     uint16_t kind;
     uint16_t pending;        /* guesses under way (entered, not yet left) */
-    uint64_t recent[RECENT]; /* the pair's last wrong passwords */
     int64_t last;            /* apr_time_t: the last guess that took a place */
+    uint32_t recent[RECENT]; /* the pair's wrong passwords in the window */
 } slot_t;
 
 /* A guess under way longer than this is of a process that died: the
@@ -328,6 +335,32 @@ static void leave_one(slot_t *r, apr_time_t now)
         r->pending = (uint16_t)(pending(r, now) ? r->pending - 1 : 0);
 }
 
+/* Whether fp is a new wrong password of the pair in its window (kept
+ * among its recent ones if so); a window over forgets them. */
+static int fresh_guess(slot_t *pair, uint32_t fp,
+                       const authn_hmac_throttle_conf_t *conf, apr_time_t now)
+{
+    int i;
+
+    if (!counted(pair, conf, now) && now - pair->first >= conf->window)
+        memset(pair->recent, 0, sizeof(pair->recent));
+    for (i = 0; i < RECENT; i++)
+        if (pair->recent[i] == fp)
+            return 0;
+    memmove(pair->recent + 1, pair->recent,
+            (RECENT - 1) * sizeof(pair->recent[0]));
+    pair->recent[0] = fp;
+    return 1;
+}
+
+/* A fingerprint of 32 bits, never 0 (the empty one). */
+static uint32_t fp32(uint64_t fp)
+{
+    uint32_t f = (uint32_t)(fp ^ (fp >> 32));
+
+    return f ? f : 1;
+}
+
 int authn_hmac_throttle_leave(authn_hmac_table_t *t,
                               const authn_hmac_throttle_conf_t *conf,
                               const authn_hmac_throttle_ids_t *ids, uint64_t fp,
@@ -336,27 +369,20 @@ int authn_hmac_throttle_leave(authn_hmac_table_t *t,
     const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
     uint64_t pid[2], cid[2];
     slot_t *pair, *client;
-    int i, started = 0;
+    int started = 0;
 
     *fresh = 0;
     if (!authn_hmac_throttle_on(conf))
         return 0;
     id_of(ids->pair, pid);
     id_of(ids->client, cid);
-    fp = fp ? fp : 1; /* never 0, the empty fingerprint */
     if (!lock(s))
         return 0;
     pair = find(s, pid, KIND_PAIR, conf, now, NULL);
     client = find(s, cid, KIND_CLIENT, conf, now, pair);
     leave_one(pair, now);
     leave_one(client, now);
-    for (i = 0; failed && pair && i < RECENT; i++)
-        if (pair->recent[i] == fp && counted(pair, conf, now))
-            break;
-    if (failed && pair && i == RECENT) {
-        memmove(pair->recent + 1, pair->recent,
-                (RECENT - 1) * sizeof(pair->recent[0]));
-        pair->recent[0] = fp;
+    if (failed && pair && fresh_guess(pair, fp32(fp), conf, now)) {
         *fresh = 1;
         if (guess(s, pair, conf->max_failures, conf, now))
             started |= AUTHN_HMAC_BAN_PAIR;
@@ -367,31 +393,54 @@ int authn_hmac_throttle_leave(authn_hmac_table_t *t,
     return started;
 }
 
+int authn_hmac_throttle_refused(authn_hmac_table_t *t,
+                                const authn_hmac_throttle_conf_t *conf,
+                                const authn_hmac_throttle_ids_t *ids,
+                                uint64_t fp, apr_time_t now)
+{
+    const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
+    uint64_t pid[2];
+    slot_t *pair;
+    int started = 0;
+
+    if (!authn_hmac_throttle_on(conf))
+        return 0;
+    id_of(ids->pair, pid);
+    if (!lock(s))
+        return 0;
+    pair = find(s, pid, KIND_PAIR, conf, now, NULL);
+    if (pair && pair->until <= now && fresh_guess(pair, fp32(fp), conf, now) &&
+        guess(s, pair, conf->max_failures, conf, now))
+        started = AUTHN_HMAC_BAN_PAIR;
+    unlock(s);
+    return started;
+}
+
 int authn_hmac_throttle_ban(authn_hmac_table_t *t,
                             const authn_hmac_throttle_conf_t *conf,
                             const authn_hmac_throttle_ids_t *ids, int which,
-                            apr_time_t now)
+                            apr_time_t now, apr_time_t until)
 {
     const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
-    uint64_t pid[2], cid[2];
+    uint64_t id[2];
     slot_t *r;
     int started = 0;
 
-    id_of(ids->pair, pid);
-    id_of(ids->client, cid);
-    if (!which || !lock(s))
+    /* NB: never past the ban time from now, whatever the farm said. */
+    if (until > now + conf->ban)
+        until = now + conf->ban;
+    if ((which != AUTHN_HMAC_BAN_PAIR && which != AUTHN_HMAC_BAN_CLIENT) ||
+        until <= now)
         return 0;
-    if ((which & AUTHN_HMAC_BAN_PAIR) &&
-        (r = find(s, pid, KIND_PAIR, conf, now, NULL)) && r->until <= now) {
-        r->until = now + conf->ban;
-        may_refuse(s, r->until);
-        started |= AUTHN_HMAC_BAN_PAIR;
-    }
-    if ((which & AUTHN_HMAC_BAN_CLIENT) &&
-        (r = find(s, cid, KIND_CLIENT, conf, now, NULL)) && r->until <= now) {
-        r->until = now + conf->ban;
-        may_refuse(s, r->until);
-        started |= AUTHN_HMAC_BAN_CLIENT;
+    id_of(which == AUTHN_HMAC_BAN_PAIR ? ids->pair : ids->client, id);
+    if (!lock(s))
+        return 0;
+    r = find(s, id, which == AUTHN_HMAC_BAN_PAIR ? KIND_PAIR : KIND_CLIENT,
+             conf, now, NULL);
+    if (r && r->until < until) {
+        started = r->until <= now ? which : 0;
+        r->until = until;
+        may_refuse(s, until);
     }
     unlock(s);
     return started;

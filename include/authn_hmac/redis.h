@@ -352,26 +352,35 @@ authn_hmac_flight_interpret(const authn_hmac_mac_t *mac,
                             const char *v, size_t len, apr_time_t now);
 
 /* The throttle across a farm (throttle.h): the bans in force for a
- * (client, user) pair and a client, by their ids (MGET of two keys; any
- * value is a ban): *bans has 1 for the pair's, 2 for the client's. */
+ * (client, user) pair and a client, by their ids (MGET of two keys).
+ * until[0] (the pair's) and until[1] (the client's): when a ban whose tag
+ * verifies for its key ends (0: none); *forged has 1 (the pair's), 2 (the
+ * client's) for a value there that does not verify, which is no ban. */
 authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
-    const unsigned char pair[AUTHN_HMAC_KEY_LEN],
+    const authn_hmac_mac_t *mac, const unsigned char pair[AUTHN_HMAC_KEY_LEN],
     const unsigned char client[AUTHN_HMAC_KEY_LEN], apr_time_t deadline,
-    int *bans, const char **why, apr_pool_t *p);
+    apr_time_t until[2], int *forged, const char **why, apr_pool_t *p);
+
+/* A ban's value (exposed for tests and fuzzing): 1 with *until if its tag
+ * verifies for the key's id, else 0. */
+int authn_hmac_ban_decode(const authn_hmac_mac_t *mac,
+                          const unsigned char id[AUTHN_HMAC_KEY_LEN],
+                          const char *v, size_t len, apr_time_t *until);
 
 /* A new wrong guess of the pair, fp its fingerprint, counted for the
  * farm (one EVAL): a guess the farm saw within the window is not counted
  * again; each count lives a window from its first guess, and one that
- * reaches its limit (0: none) starts a ban for ban, unless one is in
- * force. *started has the bans it started, as *bans above. */
+ * reaches its limit (0: none) starts a ban until now + ban, its value
+ * tagged (above), unless one is in force. *started has the bans it
+ * started: 1 the pair's, 2 the client's. */
 authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
-    const unsigned char pair[AUTHN_HMAC_KEY_LEN],
+    const authn_hmac_mac_t *mac, const unsigned char pair[AUTHN_HMAC_KEY_LEN],
     const unsigned char client[AUTHN_HMAC_KEY_LEN], uint64_t fp,
     int max_failures, int max_client_failures, apr_interval_time_t window,
-    apr_interval_time_t ban, apr_time_t deadline, int *started,
-    const char **why, apr_pool_t *p);
+    apr_interval_time_t ban, apr_time_t now, apr_time_t deadline,
+    int *started, const char **why, apr_pool_t *p);
 
 /* Makes a hiredis reader refuse arrays of more than a few elements (they
  * would be allocated before being read). Returns 0 if it could not. */

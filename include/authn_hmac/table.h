@@ -69,6 +69,20 @@ apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                                     apr_time_t verified, apr_time_t used,
                                     apr_interval_time_t ttl);
 
+/* A client's mark on the credential's entry (a word of the throttle's
+ * client id, never 0): the client it was last stored or refreshed for. A
+ * client banned for all users is still served the entries marked for it
+ * (its users logged in before the ban). mark() writes it without a lock;
+ * marked() says whether the entry is there and carries mark. */
+void authn_hmac_table_mark(authn_hmac_table_t *t,
+                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                           uint32_t mark);
+int authn_hmac_table_marked(authn_hmac_table_t *t,
+                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                            uint32_t mark);
+
 /* The negative region: nkey (a MAC of its own, authn_hmac_negative_key) of
  * a credential the verifier refused, until `expires`. Lookups take no lock;
  * the region holds at most AUTHN_HMAC_PER_USER entries per user, and never

@@ -61,21 +61,32 @@ int authn_hmac_throttle_enter(authn_hmac_table_t *t,
                               apr_time_t now, int *entered);
 
 /* After it: failed, a wrong password, fp its fingerprint (a word of the
- * credential's MAC), is a new guess unless the pair's last few wrong
- * passwords hold it (a stale client repeating an old password is not
- * guessing). A new guess counts for the pair and the client, within the
- * window from the first; a count that reaches its limit starts a ban.
- * Returns the bans this call started; *fresh whether it counted. */
+ * credential's MAC), is a new guess unless the pair sent it already in
+ * the window (its last 20 wrong passwords are kept: a stale client, or a
+ * user retrying old typos, is not guessing). A new guess counts for the
+ * pair and the client, within the window from the first; a count that
+ * reaches its limit starts a ban. Returns the bans this call started;
+ * *fresh whether it counted. */
 int authn_hmac_throttle_leave(authn_hmac_table_t *t,
                               const authn_hmac_throttle_conf_t *conf,
                               const authn_hmac_throttle_ids_t *ids, uint64_t fp,
                               int failed, apr_time_t now, int *fresh);
 
-/* Bans learnt from the farm (which: the mask above), kept here too until
- * now + conf->ban. Returns those not already in force here. */
+/* A guess refused without a verification because its client is banned
+ * for all users: counted for its pair as a wrong password (fp, as above)
+ * unless a repeat. Returns AUTHN_HMAC_BAN_PAIR if that started the pair's
+ * ban. */
+int authn_hmac_throttle_refused(authn_hmac_table_t *t,
+                                const authn_hmac_throttle_conf_t *conf,
+                                const authn_hmac_throttle_ids_t *ids,
+                                uint64_t fp, apr_time_t now);
+
+/* A ban learnt from the farm (which: AUTHN_HMAC_BAN_PAIR or _CLIENT),
+ * kept here until until, never past now + conf->ban. Returns which if no
+ * ban of it was in force here, else 0. */
 int authn_hmac_throttle_ban(authn_hmac_table_t *t,
                             const authn_hmac_throttle_conf_t *conf,
                             const authn_hmac_throttle_ids_t *ids, int which,
-                            apr_time_t now);
+                            apr_time_t now, apr_time_t until);
 
 #endif /* AUTHN_HMAC_THROTTLE_H */

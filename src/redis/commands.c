@@ -546,20 +546,68 @@ static const char *throttle_key(const authn_hmac_redis_conf_t *conf,
     return k;
 }
 
+/* A ban's value: "B:" hex(until, µs) ":" hex(tag), the tag over the
+ * rest under the ban's key's id: only a server of the farm (the pepper)
+ * makes one, for that very key. */
+#define BAN_BODY ((size_t)2 + 16)
+#define BAN_LEN  (BAN_BODY + 1 + KEY_HEX)
+
+static void ban_value(const authn_hmac_mac_t *mac,
+                      const unsigned char id[AUTHN_HMAC_KEY_LEN],
+                      apr_time_t until, char out[BAN_LEN + 1])
+{
+    unsigned char tag[AUTHN_HMAC_KEY_LEN];
+    char *o = out;
+
+    *o++ = 'B';
+    *o++ = ':';
+    o = put_hex64(o, (uint64_t)until);
+    authn_hmac_value_tag(mac, id, out, BAN_BODY, tag);
+    *o++ = ':';
+    o = put_hex(o, tag, sizeof(tag));
+    *o = '\0';
+}
+
+int authn_hmac_ban_decode(const authn_hmac_mac_t *mac,
+                          const unsigned char id[AUTHN_HMAC_KEY_LEN],
+                          const char *v, size_t len, apr_time_t *until)
+{
+    unsigned char want[AUTHN_HMAC_KEY_LEN], got[AUTHN_HMAC_KEY_LEN];
+    char buf[BAN_LEN + 1];
+    int ok;
+
+    *until = 0;
+    if (len != BAN_LEN || v[0] != 'B' || v[1] != ':' || v[BAN_BODY] != ':')
+        return 0;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    if (!get_hex(buf + BAN_BODY + 1, got, sizeof(got)))
+        return 0;
+    authn_hmac_value_tag(mac, id, buf, BAN_BODY, want);
+    ok = CRYPTO_memcmp(want, got, sizeof(want)) == 0 &&
+         get_hex64(buf + 2, until);
+    explicit_bzero(want, sizeof(want));
+    if (!ok)
+        *until = 0;
+    return ok;
+}
+
 authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
-    const unsigned char pair[AUTHN_HMAC_KEY_LEN],
+    const authn_hmac_mac_t *mac, const unsigned char pair[AUTHN_HMAC_KEY_LEN],
     const unsigned char client[AUTHN_HMAC_KEY_LEN], apr_time_t deadline,
-    int *bans, const char **why, apr_pool_t *p)
+    apr_time_t until[2], int *forged, const char **why, apr_pool_t *p)
 {
     const char *argv[3] = {"MGET", throttle_key(conf, "b:", pair, p),
                            throttle_key(conf, "b:", client, p)};
+    const unsigned char *ids[2] = {pair, client};
     size_t lens[3] = {4, strlen(argv[1]), strlen(argv[2])};
     redisReply *r = NULL;
     authn_hmac_redis_rc rc;
     size_t i;
 
-    *bans = 0;
+    until[0] = until[1] = 0;
+    *forged = 0;
     rc = authn_hmac_redis_command(c, 3, argv, lens, deadline, &r, why, p);
     if (rc != AUTHN_HMAC_REDIS_OK)
         return rc;
@@ -568,11 +616,18 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
                             authn_hmac_redis_reply_error(r, p));
         rc = AUTHN_HMAC_REDIS_ERROR;
     }
-    /* NB: any value is a ban: a ban only refuses (whoever can write Redis
-     * can deny service anyway), and never costs a verification. */
-    for (i = 0; rc == AUTHN_HMAC_REDIS_OK && i < 2; i++)
-        if (r->element[i]->type != REDIS_REPLY_NIL)
-            *bans |= 1 << i;
+    /* NB: a value is a ban only if its tag verifies for this key: else
+     * anything that can write the prefix could refuse any client (its
+     * logged-in users too). One that does not is ignored and counted. */
+    for (i = 0; rc == AUTHN_HMAC_REDIS_OK && i < 2; i++) {
+        const redisReply *v = r->element[i];
+
+        if (v->type == REDIS_REPLY_NIL)
+            continue;
+        if (v->type != REDIS_REPLY_STRING ||
+            !authn_hmac_ban_decode(mac, ids[i], v->str, v->len, &until[i]))
+            *forged |= 1 << i;
+    }
     freeReplyObject(r);
     return rc;
 }
@@ -581,7 +636,7 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
  * the window (a stale client's password, sent to every server), the
  * pair's and the client's counts go up (each expiring a window after its
  * first guess), and a count at its limit (0: none) starts a ban, unless
- * one is in force, and starts again. Returns the bans it started, 1 the pair's
+ * one is in force (its value tagged: ARGV[5], ARGV[6]), and starts again. Returns the bans it started, 1 the pair's
  * and 2 the client's. */
 static const char throttle_fail[] =
     "if not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[1]) then "
@@ -593,24 +648,26 @@ static const char throttle_fail[] =
     "  if n == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end "
     "  local limit = tonumber(ARGV[2 + i]) "
     "  if limit > 0 and n >= limit and "
-    "     redis.call('SET', KEYS[2 + i], '1', 'NX', 'PX', ARGV[2]) then "
+    "     redis.call('SET', KEYS[2 + i], ARGV[4 + i], 'NX', 'PX', ARGV[2]) then "
     "    redis.call('DEL', KEYS[i]) "
     "    started = started + i "
     "  end "
     "end "
     "return started";
 
+
 authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
-    const unsigned char pair[AUTHN_HMAC_KEY_LEN],
+    const authn_hmac_mac_t *mac, const unsigned char pair[AUTHN_HMAC_KEY_LEN],
     const unsigned char client[AUTHN_HMAC_KEY_LEN], uint64_t fp,
     int max_failures, int max_client_failures, apr_interval_time_t window,
-    apr_interval_time_t ban, apr_time_t deadline, int *started,
-    const char **why, apr_pool_t *p)
+    apr_interval_time_t ban, apr_time_t now, apr_time_t deadline,
+    int *started, const char **why, apr_pool_t *p)
 {
+    char *pban = apr_palloc(p, BAN_LEN + 1), *cban = apr_palloc(p, BAN_LEN + 1);
     char *g = apr_pstrcat(p, throttle_key(conf, "g:", pair, p),
                           "0000000000000000", NULL);
-    const char *argv[12] = {
+    const char *argv[14] = {
         "EVAL",
         throttle_fail,
         "5",
@@ -622,8 +679,10 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
         apr_psprintf(p, "%" APR_INT64_T_FMT, window / 1000 + 1),
         apr_psprintf(p, "%" APR_INT64_T_FMT, ban / 1000 + 1),
         apr_psprintf(p, "%d", max_failures),
-        apr_psprintf(p, "%d", max_client_failures)};
-    size_t lens[12];
+        apr_psprintf(p, "%d", max_client_failures),
+        pban,
+        cban};
+    size_t lens[14];
     redisReply *r = NULL;
     authn_hmac_redis_rc rc;
     int i;
@@ -631,10 +690,12 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     /* NB: the guess's fingerprint (a word of its credential MAC) after the
      * pair's id. */
     put_hex64(g + strlen(g) - 16, fp);
+    ban_value(mac, pair, now + ban, pban);
+    ban_value(mac, client, now + ban, cban);
     *started = 0;
-    for (i = 0; i < 12; i++)
+    for (i = 0; i < 14; i++)
         lens[i] = strlen(argv[i]);
-    rc = authn_hmac_redis_command(c, 12, argv, lens, deadline, &r, why, p);
+    rc = authn_hmac_redis_command(c, 14, argv, lens, deadline, &r, why, p);
     if (rc != AUTHN_HMAC_REDIS_OK)
         return rc;
     if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && r->integer <= 3)

@@ -978,6 +978,68 @@ static void test_throttle_full_client_is_no_oracle(apr_pool_t *p)
     client_addr = was;
 }
 
+/* An office behind one address: its logged-in users keep being served
+ * through a ban of the address for all users (a sprayer there); anything
+ * else from there is refused without a verification, a cached credential
+ * of a user who logged in elsewhere too (no oracle for the sprayer), and
+ * counted for its user+client pair; another address is served. */
+static void test_throttle_client_ban_keeps_logged_in_users(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    const char *was = client_addr;
+    char user[16], pw[16];
+    int i;
+
+    e.throttle.max_failures = 10;
+    e.throttle.max_client_failures = 30;
+    e.throttle.window = apr_time_from_sec(600);
+    e.throttle.ban = apr_time_from_sec(600);
+    client_addr = "192.0.2.80"; /* bob, at home */
+    CHECK(check(&e, 300, "bob", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
+    client_addr = "198.51.100.1"; /* the office */
+    for (i = 0; i < 4; i++) {
+        snprintf(user, sizeof(user), "u%d", i);
+        CHECK(check(&e, 300, user, "right", "H-right", p) ==
+              AUTHN_HMAC_VERIFIED);
+    }
+    /* Someone at the office sprays one password over 40 names. */
+    for (i = 0; i < 40; i++) {
+        snprintf(user, sizeof(user), "s%d", i);
+        (void)check(&e, 300, user, "Summer2026", "H-right", p);
+    }
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_BANS) == 1);
+    *calls = 0;
+    for (i = 0; i < 4; i++) {
+        snprintf(user, sizeof(user), "u%d", i);
+        CHECK(check(&e, 300, user, "right", "H-right", p) == AUTHN_HMAC_HIT);
+    }
+    /* bob's right password, cached from home: not from the office. */
+    CHECK(check(&e, 300, "bob", "right", "H-right", p) ==
+          AUTHN_HMAC_THROTTLED);
+    /* A new login there, and a wrong password of a logged-in user. */
+    CHECK(check(&e, 300, "newcomer", "right", "H-right", p) ==
+          AUTHN_HMAC_THROTTLED);
+    CHECK(check(&e, 300, "u0", "wrong", "H-right", p) == AUTHN_HMAC_THROTTLED);
+    CHECK(*calls == 0);
+    /* Each refused guess counts for its pair (his right password above
+     * was one): ten of them ban bob there; a repeat does not count. */
+    for (i = 0; i < 12; i++) {
+        snprintf(pw, sizeof(pw), "b%d", i < 8 ? i : 7);
+        CHECK(check(&e, 300, "bob", pw, "H-right", p) == AUTHN_HMAC_THROTTLED);
+    }
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_BANS) == 1);
+    CHECK(check(&e, 300, "bob", "b9", "H-right", p) == AUTHN_HMAC_THROTTLED);
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_BANS) == 2);
+    /* Elsewhere: bob, and a new user, served. */
+    client_addr = "192.0.2.80";
+    CHECK(check(&e, 300, "bob", "right", "H-right", p) == AUTHN_HMAC_HIT);
+    client_addr = "192.0.2.81";
+    CHECK(check(&e, 300, "carl", "right", "H-right", p) ==
+          AUTHN_HMAC_VERIFIED);
+    CHECK(*calls == 1);
+    client_addr = was;
+}
+
 /* AuthHMACCacheTTL 0 (no caching) is throttled too: a section that caches
  * nothing is no way around the limit. */
 static void test_throttle_without_a_cache(apr_pool_t *p)
@@ -1344,6 +1406,7 @@ int main(void)
     RUN(test_throttle, p);
     RUN(test_throttle_full_client_is_no_oracle, p);
     RUN(test_throttle_without_a_cache, p);
+    RUN(test_throttle_client_ban_keeps_logged_in_users, p);
     RUN(test_queue, p);
     RUN(test_queue_fair_share, p);
     RUN(test_queue_waits_are_bounded, p);

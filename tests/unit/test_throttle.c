@@ -150,20 +150,91 @@ static void test_client_limit(apr_pool_t *p)
     shared_done();
 }
 
-/* A ban learnt from the farm is kept here, and said new only once. */
+/* A ban learnt from the farm is kept here for what remains of it, never
+ * past the ban time from now, and said new only once. */
 static void test_farm_ban(apr_pool_t *p)
 {
     authn_hmac_table_t *t = shared_table(p);
     authn_hmac_throttle_conf_t c = conf(5, 20);
-    authn_hmac_throttle_ids_t ids;
+    authn_hmac_throttle_ids_t ids, other;
 
     ids_of("192.0.2.9", "frank", &ids);
-    CHECK(authn_hmac_throttle_ban(t, &c, &ids, AUTHN_HMAC_BAN_PAIR, T0) ==
+    CHECK(authn_hmac_throttle_ban(t, &c, &ids, AUTHN_HMAC_BAN_PAIR, T0,
+                                  T0 + SEC(100)) == AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_ban(t, &c, &ids, AUTHN_HMAC_BAN_PAIR, T0,
+                                  T0 + SEC(100)) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(99)) ==
           AUTHN_HMAC_BAN_PAIR);
-    CHECK(authn_hmac_throttle_ban(t, &c, &ids, AUTHN_HMAC_BAN_PAIR, T0) == 0);
-    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(299)) ==
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(100)) == 0);
+    /* A farm that says a year is held to the ban time (300 s). */
+    ids_of("192.0.2.10", "frank", &other);
+    CHECK(authn_hmac_throttle_ban(t, &c, &other, AUTHN_HMAC_BAN_CLIENT, T0,
+                                  T0 + SEC(86400 * 365)) ==
+          AUTHN_HMAC_BAN_CLIENT);
+    CHECK(authn_hmac_throttle_banned(t, &c, &other, T0 + SEC(299)) ==
+          AUTHN_HMAC_BAN_CLIENT);
+    CHECK(authn_hmac_throttle_banned(t, &c, &other, T0 + SEC(300)) == 0);
+    /* One already over is no ban. */
+    CHECK(authn_hmac_throttle_ban(t, &c, &other, AUTHN_HMAC_BAN_PAIR,
+                                  T0 + SEC(400), T0 + SEC(400)) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &other, T0 + SEC(400)) == 0);
+    shared_done();
+}
+
+/* A user retrying old typos: any wrong password the pair sent in the
+ * window is no new guess, however many others came between (six
+ * different ones in three rounds count six, not eighteen; the limit of
+ * ten is never reached). */
+static void test_repeat_after_others(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(10, 30);
+    authn_hmac_throttle_ids_t ids;
+    int round, i, fresh, counted = 0;
+
+    ids_of("192.0.2.11", "ivy", &ids);
+    for (round = 0; round < 3; round++)
+        for (i = 0; i < 6; i++) {
+            CHECK(fail(t, &c, &ids, (uint64_t)(i + 1) * 7919,
+                       T0 + SEC(round * 6 + i), &fresh) == 0);
+            counted += fresh;
+        }
+    CHECK(counted == 6);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(20)) == 0);
+    /* Twenty remembered: a limit of 20 is reached by 20 distinct ones
+     * only, whatever repeats come between. */
+    c = conf(20, 0);
+    ids_of("192.0.2.12", "ivy", &ids);
+    for (i = 0; i < 19; i++) {
+        CHECK(fail(t, &c, &ids, (uint64_t)(i + 1) * 104729, T0 + SEC(i),
+                   &fresh) == 0);
+        CHECK(fail(t, &c, &ids, 104729, T0 + SEC(i), &fresh) == 0);
+    }
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(30)) == 0);
+    CHECK(fail(t, &c, &ids, 999983, T0 + SEC(31), &fresh) ==
           AUTHN_HMAC_BAN_PAIR);
-    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(300)) == 0);
+    shared_done();
+}
+
+/* A guess refused because the client is banned for all users counts for
+ * its pair (a repeat does not), and bans the pair at its limit. */
+static void test_refused_counts_for_the_pair(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(3, 30);
+    authn_hmac_throttle_ids_t ids;
+
+    ids_of("192.0.2.13", "jack", &ids);
+    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 1, T0) == 0);
+    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 1, T0) == 0);
+    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 2, T0) == 0);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0) == 0);
+    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 3, T0) ==
+          AUTHN_HMAC_BAN_PAIR);
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(1)) ==
+          AUTHN_HMAC_BAN_PAIR);
+    /* Banned: counted no more. */
+    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 4, T0 + SEC(1)) == 0);
     shared_done();
 }
 
@@ -339,6 +410,8 @@ int main(void)
     RUN(test_others_unaffected, p);
     RUN(test_client_limit, p);
     RUN(test_farm_ban, p);
+    RUN(test_repeat_after_others, p);
+    RUN(test_refused_counts_for_the_pair, p);
     RUN(test_full, p);
     RUN(test_off, p);
     RUN(test_concurrent_guesses, p);
