@@ -711,6 +711,25 @@ static int throttled(req_t *q)
     return 1;
 }
 
+/* A wrong password's fingerprint for the throttle: a word of a MAC of
+ * the user and the password alone, so that a user's old typos stay
+ * repeats when the stored hash changes (a password change). NB: "P"
+ * first, as no other tagged body begins. */
+static uint64_t fingerprint(const req_t *q)
+{
+    unsigned char body[1 + 256], tag[AUTHN_HMAC_KEY_LEN];
+    size_t n = q->c->password_len < 256 ? q->c->password_len : 256;
+    uint64_t fp;
+
+    body[0] = 'P';
+    memcpy(body + 1, q->c->password, n);
+    authn_hmac_value_tag(q->e->mac, q->uid, body, 1 + n, tag);
+    memcpy(&fp, tag, sizeof(fp));
+    explicit_bzero(body, sizeof(body));
+    explicit_bzero(tag, sizeof(tag));
+    return fp;
+}
+
 /* The client's mark on an entry: a word of its throttle id. */
 static uint32_t client_mark(req_t *q)
 {
@@ -758,12 +777,9 @@ static void ban_told(req_t *q, int started, const char *origin)
  * counted for its user+client pair, without a verification. */
 static int client_banned(req_t *q)
 {
-    uint64_t fp;
-
-    memcpy(&fp, q->key, sizeof(fp));
     ban_told(q,
              authn_hmac_throttle_refused(q->e->table, &q->e->throttle, &q->ids,
-                                         fp, q->t0),
+                                         fingerprint(q), q->t0),
              "");
     return throttled(q);
 }
@@ -1106,7 +1122,7 @@ static void guessed(req_t *q, int failed)
     apr_time_t now;
     int fresh, started, farm;
 
-    memcpy(&fp, q->key, sizeof(fp));
+    fp = fingerprint(q);
     started = authn_hmac_throttle_leave(e->table, tc, &q->ids, fp, failed,
                                         apr_time_now(), &fresh);
     q->entered = 0;
