@@ -25,7 +25,7 @@
 #define REPLY_MAX 512 /* bytes; the longest reply is ~270 */
 /* ROLE of a primary: ~30 bytes and ~50 per replica (conn_long_replies). */
 #define LONG_REPLY_MAX 8192
-#define MAX_ARGS       12 /* EVAL script 5, 5 keys, window ban 2 limits */
+#define MAX_ARGS       14 /* EVAL script 5, 5 keys, window ban 2 limits 2 bans */
 
 /* ---------------------------------------------------- bounded replies */
 

@@ -1,0 +1,243 @@
+"""Never refuse a right password: the throttle under the shipped defaults
+(AuthHMACMaxFailures 10, AuthHMACMaxClientFailures 30, a window and a ban
+of 10 minutes), as users run it. A cold burst of one right password, an
+office behind one address where someone sprays, a user retrying typos
+across a password change, and bans in Redis that no server made."""
+import re
+import threading
+
+import pytest
+
+from conftest import MPMS, make_server
+from harness import COST, FarmFiles, Redis, basic, get, htpasswd
+
+BAN = r"AHMAC0029: user %s: "
+PREFORK_64 = ("StartServers 64\nMinSpareServers 64\nMaxSpareServers 64\n"
+              "ServerLimit 64\nMaxRequestWorkers 64")
+
+
+def once(srv, path, user, password, source):
+    """One request on a connection of its own: (status, note)."""
+    r, conn = get(srv.port, path, basic(user, password), source=source)
+    if conn:
+        conn.close()
+    srv.sent[user] = srv.sent.get(user, 0) + 1
+    return r.status, srv.notes(user)[-1]
+
+
+def burst(port, path, user, password, n, source="127.0.0.1"):
+    """n requests with one credential, each on a connection of its own,
+    released together: their status codes."""
+    gate, codes, lock = threading.Barrier(n), [], threading.Lock()
+    auth = basic(user, password)
+
+    def one():
+        gate.wait()
+        r, conn = get(port, path, auth, source=source)
+        if conn:
+            conn.close()
+        with lock:
+            codes.append(r.status)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return codes
+
+
+@pytest.mark.mpm
+@pytest.mark.parametrize("mpm", ["prefork", "event"])
+def test_a_cold_burst_is_one_guess(mpm):
+    """64 requests with one right password at once, nothing cached: all
+    served, after one verification (the others wait for it: one guess)."""
+    # NB: prefork with 64 children (8 by default here), so that 64 are at once.
+    srv = make_server(mpm, throttle=True, mpm_conf=PREFORK_64 if mpm == "prefork" else None)
+    htpasswd(srv.path("a.htpasswd"), "dana", "dana's pass", cost=COST)
+    try:
+        srv.start()
+        codes = burst(srv.port, "/a/index.html", "dana", "dana's pass", 64)
+        srv.sent["dana"] = 64
+        assert codes == [200] * 64, codes
+        st = srv.status()
+        assert st["verifications"] == 1, st
+        assert st["throttled"] == 0 and st["bans"] == 0, st
+        srv.stop()
+        problems = srv.log_problems()
+        assert not problems, problems
+    finally:
+        srv.cleanup()
+
+
+@pytest.mark.slow
+def test_a_cold_burst_over_a_farm_is_one_guess():
+    """The same burst over two servers sharing Redis: all served, one
+    verification in the farm."""
+    from test_redis import farm_server
+
+    shared, redis = FarmFiles(), Redis().start()
+    htpasswd(shared.users, "erin", "erin's pass", cost=COST)
+    a = farm_server(shared, redis, name="burstA", throttle=True).start()
+    b = farm_server(shared, redis, name="burstB", throttle=True).start()
+    try:
+        out = {}
+        ts = [threading.Thread(target=lambda s=s: out.__setitem__(
+            s.name, burst(s.port, "/w/", "erin", "erin's pass", 32))) for s in (a, b)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        a.sent["erin"] = b.sent["erin"] = 32
+        assert out["burstA"] == [200] * 32 and out["burstB"] == [200] * 32, out
+        sa, sb = a.status(), b.status()
+        assert sa["verifications"] + sb["verifications"] == 1, (sa, sb)
+        assert sa["throttled"] + sb["throttled"] == 0, (sa, sb)
+        for srv in (a, b):
+            problems = srv.log_problems()
+            assert not problems, problems
+    finally:
+        a.cleanup()
+        b.cleanup()
+        redis.cleanup()
+        shared.cleanup()
+
+
+def test_an_office_keeps_its_logged_in_users_through_a_spray():
+    """24 users logged in from one address; someone there sprays one
+    password over 60 names: the address is banned for all users, and its
+    logged-in users are still served. A user from another address logs in;
+    the banned address, sending the right password of a user cached from
+    elsewhere, is refused (no oracle), and so is a new login there."""
+    srv = make_server(MPMS[0], throttle=True)
+    office, home, elsewhere = "127.0.0.20", "127.0.0.21", "127.0.0.22"
+    users = ["staff%02d" % i for i in range(24)]
+    with open(srv.path("a.htpasswd"), "a") as f:
+        for u in users + ["frank", "newcomer", "grace"]:
+            # NB: cost 4: 27 logins; what is tested is who is served.
+            f.write(subprocess_line(u, "pass of " + u))
+    try:
+        srv.start()
+        for u in users:
+            assert once(srv, "/a/index.html", u, "pass of " + u, office) == (200, "verified")
+        assert once(srv, "/a/index.html", "frank", "pass of frank", home) == (200, "verified")
+        # The spray: one password over 60 names (unknown ones), from the
+        # office; the 30th refusal bans the address for all users.
+        sprayed = [once(srv, "/a/index.html", "spray%d" % i, "Winter2026", office)[1]
+                   for i in range(60)]
+        assert sprayed == ["unknown-user"] * 30 + ["throttled"] * 30, sprayed
+        st = srv.status()
+        assert st["bans"] == 1, st
+        before = st["verifications"]
+        # The office's logged-in users: served from the cache.
+        for u in users:
+            assert once(srv, "/a/index.html", u, "pass of " + u, office) == (200, "hit")
+        # frank's right password, cached from home: not from the office.
+        assert once(srv, "/a/index.html", "frank", "pass of frank", office) == \
+            (401, "throttled")
+        assert once(srv, "/a/index.html", "newcomer", "pass of newcomer", office) == \
+            (401, "throttled")
+        # Elsewhere: frank served, grace logs in.
+        assert once(srv, "/a/index.html", "frank", "pass of frank", home) == (200, "hit")
+        assert once(srv, "/a/index.html", "grace", "pass of grace", elsewhere) == \
+            (200, "verified")
+        st = srv.status()
+        assert st["verifications"] - before == 1, st
+        assert len(re.findall(BAN % r"spray\d+", srv.error_log())) == 1
+        srv.expect_log(r"AHMAC0029")
+        srv.stop()
+        problems = srv.log_problems()
+        assert not problems, problems
+    finally:
+        srv.cleanup()
+
+
+def subprocess_line(user, password):
+    from harness.httpd import htpasswd_line
+    return htpasswd_line(user, password, cost=4) + "\n"
+
+
+def test_retried_typos_are_not_new_guesses():
+    """Six different wrong passwords, in three rounds, the admin changing
+    the password between rounds (each typo is verified again: the stored
+    hash changed): counted six times, not eighteen; then the new password
+    is served."""
+    srv = make_server(MPMS[0], throttle=True)
+    htpasswd(srv.path("a.htpasswd"), "hugo", "old pass", cost=4)
+    source = "127.0.0.23"
+    try:
+        srv.start()
+        notes = []
+        for rnd in range(3):
+            htpasswd(srv.path("a.htpasswd"), "hugo", "pass %d" % rnd, cost=4)
+            for i in range(6):
+                for _ in range(2):
+                    notes.append(once(srv, "/a/index.html", "hugo", "typo %d" % i, source))
+        assert [c for c, _ in notes] == [401] * 36, notes
+        assert [n for _, n in notes] == ["denied", "negative-hit"] * 18, notes
+        st = srv.status()
+        assert st["throttled"] == 0 and st["bans"] == 0, st
+        assert once(srv, "/a/index.html", "hugo", "pass 2", source) == (200, "verified")
+        srv.stop()
+        problems = srv.log_problems()
+        assert not problems, problems
+    finally:
+        srv.cleanup()
+
+
+def test_a_ban_in_redis_that_no_server_made_is_ignored():
+    """A value under a client's ban key that does not verify (written by
+    anything else that can write the prefix), and a real ban's value copied
+    under another key: no ban, counted (redis_forged) and told; a real ban
+    is taken by the other server (told there, from the farm)."""
+    from test_redis import farm_server
+
+    shared, redis = FarmFiles(), Redis().start()
+    for u in ("ivan", "judy", "kim"):
+        htpasswd(shared.users, u, u + "'s pass", cost=4)
+    a = farm_server(shared, redis, name="forgeA", throttle=True).start()
+    b = farm_server(shared, redis, name="forgeB", throttle=True).start()
+    victim, guesser = "127.0.0.24", "127.0.0.25"
+    try:
+        # The victim guesses twice for one user and once for another on a:
+        # its client count (3) is the largest of the counts in Redis.
+        for user, pw in (("ivan", "x1"), ("ivan", "x2"), ("judy", "x3")):
+            assert once(a, "/w/", user, pw, victim)[0] == 401
+        counts = {k: int(redis.cli("GET", k)) for k in
+                  redis.cli("KEYS", "authn_hmac:t:*").split()}
+        client_key = max(counts, key=counts.get)
+        assert counts[client_key] == 3, counts
+        ban_key = client_key.replace("t:", "b:", 1)
+        redis.cli("SET", ban_key, "1", "EX", "600")
+        # b has not seen the victim: its miss reads the forged ban.
+        assert once(b, "/w/", "kim", "kim's pass", victim) == (200, "verified")
+        st = b.status()
+        assert st["redis_forged"] == 1 and st["bans"] == 0, st
+        b.expect_log(r"AHMAC0006: Redis returned a ban that does not verify")
+        # A real ban: the guesser's ten wrong passwords for ivan, on a.
+        for i in range(10):
+            assert once(a, "/w/", "ivan", "guess %d" % i, guesser)[0] == 401
+        a.expect_log(r"AHMAC0029")
+        real = [k for k in redis.cli("KEYS", "authn_hmac:b:*").split() if k != ban_key]
+        assert len(real) == 1, real
+        value = redis.cli("GET", real[0])
+        assert value.startswith("B:"), value
+        # Its value copied under the victim's key is no ban either.
+        redis.cli("SET", ban_key, value, "EX", "600")
+        assert once(b, "/w/", "judy", "judy's pass", victim) == (200, "verified")
+        st = b.status()
+        assert st["redis_forged"] == 2 and st["bans"] == 0, st
+        # The real one: b takes it (told there, from the farm) and refuses.
+        assert once(b, "/w/", "ivan", "ivan's pass", guesser) == (401, "throttled")
+        st = b.status()
+        assert st["bans"] == 1, st
+        assert re.search(BAN % "ivan" + r".*\(from the farm's Redis\)", b.error_log())
+        b.expect_log(r"AHMAC0029")
+        for srv in (a, b):
+            problems = srv.log_problems()
+            assert not problems, problems
+    finally:
+        a.cleanup()
+        b.cleanup()
+        redis.cleanup()
+        shared.cleanup()
