@@ -167,11 +167,15 @@ def test_the_limit_counts_across_the_farm():
         assert notes == ["denied"] * MAX + ["throttled"] * (20 - MAX), notes
         sa, sb = a.status(), b.status()
         assert sa["verifications"] + sb["verifications"] == MAX, (sa, sb)
-        # The ban is told once, by the server whose guess started it.
+        # The ban is told once by the server whose guess started it, and
+        # once by the other when it takes it from the farm (its origin).
         for srv in (a, b):
             srv.expect_log(r"AHMAC0029")
         log = a.error_log() + b.error_log()
-        assert len(re.findall(BAN % (r"127\.0\.0\.1", "carol"), log)) == 1, log
+        assert len(re.findall(BAN % (r"127\.0\.0\.1", "carol"), log)) == 2, log
+        assert len(re.findall(BAN % (r"127\.0\.0\.1", "carol") +
+                              r".*\(from the farm's Redis\)", log)) == 1, log
+        assert sa["bans"] + sb["bans"] == 2, (sa, sb)
         # Another client is not affected, in either server.
         for srv in (a, b):
             r, conn = get(srv.port, "/w/", basic("carol", "carol's pass"), source="127.0.0.2")
