@@ -411,15 +411,15 @@ static void farm_banned(redis_req *rq, const authn_hmac_throttle_ids_t *ids,
     if (!forged)
         return;
     count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
-    authn_hmac_logf(e->log, rq->baton,
-                    authn_hmac_redis_forged_first(
-                        authn_hmac_table_redis_health(e->table))
-                        ? AUTHN_HMAC_LOG_WARNING
-                        : AUTHN_HMAC_LOG_DEBUG,
-                    "AHMAC0006: Redis returned a ban that does not verify "
-                    "(forged, damaged, or written with another pepper); "
-                    "ignored. Is %s the farm's Redis?",
-                    e->redis_name);
+    authn_hmac_logf(
+        e->log, rq->baton,
+        authn_hmac_redis_forged_first(authn_hmac_table_redis_health(e->table))
+            ? AUTHN_HMAC_LOG_WARNING
+            : AUTHN_HMAC_LOG_DEBUG,
+        "AHMAC0006: Redis returned a ban that does not verify "
+        "(forged, damaged, or written with another pepper); "
+        "ignored. Is %s the farm's Redis?",
+        e->redis_name);
 }
 
 /* A new guess (fp its fingerprint), counted in the farm: the bans it
@@ -852,9 +852,8 @@ static int from_shm(req_t *q)
             /* NB: a client banned for all users keeps only its own
              * logged-in users (their entries marked for it): any other
              * hit from there would answer a sprayer's guess. */
-            if (q->client_ban && !authn_hmac_table_marked(e->table, q->key,
-                                                          q->uid,
-                                                          client_mark(q)))
+            if (q->client_ban && !authn_hmac_table_marked(
+                                     e->table, q->key, q->uid, client_mark(q)))
                 return client_banned(q);
             /* NB: no lock and no write unless half the TTL has passed
              * since the entry's last use was written. */
@@ -1129,9 +1128,8 @@ static void guessed(req_t *q, int failed)
     if (fresh && (farm = farm_guessed(&q->rq, &q->ids, fp))) {
         now = apr_time_now();
         if (farm & AUTHN_HMAC_BAN_PAIR)
-            started |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
-                                               AUTHN_HMAC_BAN_PAIR, now,
-                                               now + tc->ban);
+            started |= authn_hmac_throttle_ban(
+                e->table, tc, &q->ids, AUTHN_HMAC_BAN_PAIR, now, now + tc->ban);
         if (farm & AUTHN_HMAC_BAN_CLIENT)
             started |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
                                                AUTHN_HMAC_BAN_CLIENT, now,

@@ -44,10 +44,9 @@
  * reap cursor, head and places' times; 10: the histograms; 11: the Redis
  * health's TLS handshake counts; 12: the Sentinel's shared primary; 13:
  * the throttle's records; 14 to 16: the Redis health, the Sentinel state
- * and the previous pepper; 17: the farm's late and timed-out waits; 18: the throttle's records of
- * 128 bytes, a slot's client mark) makes
- * a kept segment start afresh, across a graceful restart after an upgrade
- * too. */
+ * and the previous pepper; 17: the farm's late and timed-out waits; 18: the
+ * throttle's records of 128 bytes, a slot's client mark) makes a kept segment
+ * start afresh, across a graceful restart after an upgrade too. */
 #define TABLE_MAGIC 0x61686d6163740012ULL
 
 #define WAYS        8 /* slots per set */
@@ -56,8 +55,8 @@
 /* NB: in the negative region, whose entries are never used again and
  * keep the life their section gave them, `used` is the expiry. */
 typedef struct {
-    uint32_t seq;  /* odd while a writer is inside */
-    uint32_t mark; /* the client it was last stored or refreshed for */
+    uint32_t seq;     /* odd while a writer is inside */
+    uint32_t mark;    /* the client it was last stored or refreshed for */
     int64_t verified; /* apr_time_t; 0 = empty */
     int64_t used;     /* apr_time_t: last use (negative: expiry) */
     uint64_t key[4];

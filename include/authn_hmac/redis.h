@@ -362,8 +362,15 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
     const unsigned char client[AUTHN_HMAC_KEY_LEN], apr_time_t deadline,
     apr_time_t until[2], int *forged, const char **why, apr_pool_t *p);
 
-/* A ban's value (exposed for tests and fuzzing): 1 with *until if its tag
- * verifies for the key's id, else 0. */
+/* A ban's value, for the ban key of id until until (µs): "B:" hex(until)
+ * ":" hex(tag), the tag made with the pepper over the rest and id. encode
+ * returns its length; decode (exposed for tests and fuzzing) 1 with
+ * *until if its tag verifies for id, else 0. */
+#define AUTHN_HMAC_BAN_LEN ((size_t)2 + 16 + 1 + (size_t)2 * AUTHN_HMAC_KEY_LEN)
+size_t authn_hmac_ban_encode(const authn_hmac_mac_t *mac,
+                             const unsigned char id[AUTHN_HMAC_KEY_LEN],
+                             apr_time_t until,
+                             char out[AUTHN_HMAC_BAN_LEN + 1]);
 int authn_hmac_ban_decode(const authn_hmac_mac_t *mac,
                           const unsigned char id[AUTHN_HMAC_KEY_LEN],
                           const char *v, size_t len, apr_time_t *until);
@@ -379,8 +386,8 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     const authn_hmac_mac_t *mac, const unsigned char pair[AUTHN_HMAC_KEY_LEN],
     const unsigned char client[AUTHN_HMAC_KEY_LEN], uint64_t fp,
     int max_failures, int max_client_failures, apr_interval_time_t window,
-    apr_interval_time_t ban, apr_time_t now, apr_time_t deadline,
-    int *started, const char **why, apr_pool_t *p);
+    apr_interval_time_t ban, apr_time_t now, apr_time_t deadline, int *started,
+    const char **why, apr_pool_t *p);
 
 /* Makes a hiredis reader refuse arrays of more than a few elements (they
  * would be allocated before being read). Returns 0 if it could not. */

@@ -552,9 +552,11 @@ static const char *throttle_key(const authn_hmac_redis_conf_t *conf,
 #define BAN_BODY ((size_t)2 + 16)
 #define BAN_LEN  (BAN_BODY + 1 + KEY_HEX)
 
-static void ban_value(const authn_hmac_mac_t *mac,
-                      const unsigned char id[AUTHN_HMAC_KEY_LEN],
-                      apr_time_t until, char out[BAN_LEN + 1])
+typedef char ban_len_is_kept[BAN_LEN == AUTHN_HMAC_BAN_LEN ? 1 : -1];
+
+size_t authn_hmac_ban_encode(const authn_hmac_mac_t *mac,
+                             const unsigned char id[AUTHN_HMAC_KEY_LEN],
+                             apr_time_t until, char out[AUTHN_HMAC_BAN_LEN + 1])
 {
     unsigned char tag[AUTHN_HMAC_KEY_LEN];
     char *o = out;
@@ -566,6 +568,7 @@ static void ban_value(const authn_hmac_mac_t *mac,
     *o++ = ':';
     o = put_hex(o, tag, sizeof(tag));
     *o = '\0';
+    return (size_t)(o - out);
 }
 
 int authn_hmac_ban_decode(const authn_hmac_mac_t *mac,
@@ -636,8 +639,8 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
  * the window (a stale client's password, sent to every server), the
  * pair's and the client's counts go up (each expiring a window after its
  * first guess), and a count at its limit (0: none) starts a ban, unless
- * one is in force (its value tagged: ARGV[5], ARGV[6]), and starts again. Returns the bans it started, 1 the pair's
- * and 2 the client's. */
+ * one is in force (its value tagged: ARGV[5], ARGV[6]), and starts again.
+ * Returns the bans it started, 1 the pair's and 2 the client's. */
 static const char throttle_fail[] =
     "if not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[1]) then "
     "  return 0 "
@@ -648,21 +651,21 @@ static const char throttle_fail[] =
     "  if n == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end "
     "  local limit = tonumber(ARGV[2 + i]) "
     "  if limit > 0 and n >= limit and "
-    "     redis.call('SET', KEYS[2 + i], ARGV[4 + i], 'NX', 'PX', ARGV[2]) then "
+    "     redis.call('SET', KEYS[2 + i], ARGV[4 + i], 'NX', 'PX', ARGV[2]) "
+    "then "
     "    redis.call('DEL', KEYS[i]) "
     "    started = started + i "
     "  end "
     "end "
     "return started";
 
-
 authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char pair[AUTHN_HMAC_KEY_LEN],
     const unsigned char client[AUTHN_HMAC_KEY_LEN], uint64_t fp,
     int max_failures, int max_client_failures, apr_interval_time_t window,
-    apr_interval_time_t ban, apr_time_t now, apr_time_t deadline,
-    int *started, const char **why, apr_pool_t *p)
+    apr_interval_time_t ban, apr_time_t now, apr_time_t deadline, int *started,
+    const char **why, apr_pool_t *p)
 {
     char *pban = apr_palloc(p, BAN_LEN + 1), *cban = apr_palloc(p, BAN_LEN + 1);
     char *g = apr_pstrcat(p, throttle_key(conf, "g:", pair, p),
@@ -690,8 +693,8 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     /* NB: the guess's fingerprint (a word of its credential MAC) after the
      * pair's id. */
     put_hex64(g + strlen(g) - 16, fp);
-    ban_value(mac, pair, now + ban, pban);
-    ban_value(mac, client, now + ban, cban);
+    (void)authn_hmac_ban_encode(mac, pair, now + ban, pban);
+    (void)authn_hmac_ban_encode(mac, client, now + ban, cban);
     *started = 0;
     for (i = 0; i < 14; i++)
         lens[i] = strlen(argv[i]);

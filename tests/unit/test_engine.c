@@ -1014,8 +1014,7 @@ static void test_throttle_client_ban_keeps_logged_in_users(apr_pool_t *p)
         CHECK(check(&e, 300, user, "right", "H-right", p) == AUTHN_HMAC_HIT);
     }
     /* bob's right password, cached from home: not from the office. */
-    CHECK(check(&e, 300, "bob", "right", "H-right", p) ==
-          AUTHN_HMAC_THROTTLED);
+    CHECK(check(&e, 300, "bob", "right", "H-right", p) == AUTHN_HMAC_THROTTLED);
     /* A new login there, and a wrong password of a logged-in user. */
     CHECK(check(&e, 300, "newcomer", "right", "H-right", p) ==
           AUTHN_HMAC_THROTTLED);
@@ -1034,8 +1033,7 @@ static void test_throttle_client_ban_keeps_logged_in_users(apr_pool_t *p)
     client_addr = "192.0.2.80";
     CHECK(check(&e, 300, "bob", "right", "H-right", p) == AUTHN_HMAC_HIT);
     client_addr = "192.0.2.81";
-    CHECK(check(&e, 300, "carl", "right", "H-right", p) ==
-          AUTHN_HMAC_VERIFIED);
+    CHECK(check(&e, 300, "carl", "right", "H-right", p) == AUTHN_HMAC_VERIFIED);
     CHECK(*calls == 1);
     client_addr = was;
 }

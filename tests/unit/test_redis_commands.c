@@ -332,6 +332,29 @@ static void test_flight_marker_has_an_owner(apr_pool_t *p)
     (void)one_end(&s, p);
 }
 
+/* A ban's value verifies for its own key under its pepper only: not
+ * under another key (a real ban copied), another pepper, or changed. */
+static void test_ban_value(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 7), *other = test_mac(p, 8);
+    unsigned char id[AUTHN_HMAC_KEY_LEN], id2[AUTHN_HMAC_KEY_LEN];
+    char v[AUTHN_HMAC_BAN_LEN + 1];
+    apr_time_t until = 0, when = apr_time_from_sec(1800000000);
+    size_t n;
+
+    memset(id, 1, sizeof(id));
+    memset(id2, 2, sizeof(id2));
+    n = authn_hmac_ban_encode(m, id, when, v);
+    CHECK(n == AUTHN_HMAC_BAN_LEN && strlen(v) == n);
+    CHECK(authn_hmac_ban_decode(m, id, v, n, &until) == 1 && until == when);
+    CHECK(authn_hmac_ban_decode(m, id2, v, n, &until) == 0 && until == 0);
+    CHECK(authn_hmac_ban_decode(other, id, v, n, &until) == 0);
+    CHECK(authn_hmac_ban_decode(m, id, "1", 1, &until) == 0);
+    CHECK(authn_hmac_ban_decode(m, id, v, n - 1, &until) == 0);
+    v[5] = v[5] == '0' ? '1' : '0'; /* a later end */
+    CHECK(authn_hmac_ban_decode(m, id, v, n, &until) == 0);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -339,5 +362,6 @@ int main(void)
     RUN(test_interpret, p);
     RUN(test_flight_interpret, p);
     RUN(test_flight_marker_has_an_owner, p);
+    RUN(test_ban_value, p);
     return unit_end();
 }
