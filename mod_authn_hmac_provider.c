@@ -494,6 +494,8 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
         return o;
     }
     case HMAC_SOURCE_DBD:
+        /* NB: a collation may match names whatever their case. */
+        cred->fold = 1;
         if ((why = dbd_hash(r, c, cred->user, &hash)) != NULL) {
             ap_log_rerror(
                 APLOG_MARK, APLOG_ERR, 0, r,
@@ -529,6 +531,8 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
         cred->hash_len = c->scope_len;
         cred->ask = ask_wrapped;
         cred->ask_ctx = &w; // cppcheck-suppress autoVariables
+        /* NB: LDAP matches uid whatever its case and outer spaces. */
+        cred->fold = 1;
         *rv = APR_SUCCESS;
         o = authn_hmac_check(e, pol, cred, r, r->pool);
         cred->uid_scope = NULL;

@@ -73,6 +73,7 @@
 
 #include <unistd.h>
 
+#include <apr_lib.h>
 #include <apr_strings.h>
 #include <bsd/string.h>
 
@@ -640,8 +641,9 @@ typedef struct {
     int ran;                  /* this request ran the verifier */
     int unkept;               /* a wrapped provider's refusal, not kept */
     int ids_made;             /* the throttle's ids are made */
-    int entered;              /* this request's guess has a place */
-    int client_ban;           /* its client is banned for all users */
+    unsigned char tuid[AUTHN_HMAC_KEY_LEN]; /* their user id (folded) */
+    int entered;    /* this request's guess has a place */
+    int client_ban; /* its client is banned for all users */
     authn_hmac_throttle_ids_t ids;
     authn_hmac_outcome o;
 } req_t;
@@ -695,12 +697,35 @@ static void prev_keys(req_t *q)
     q->pkeys = 1;
 }
 
-/* The throttle's ids of the request's client and user, made once. */
+/* The throttle's ids of the request's client and user, made once: of the
+ * name as the source matches it (folded where it folds). */
 static void throttle_ids(req_t *q)
 {
-    if (!q->ids_made)
-        authn_hmac_throttle_ids(q->e->mac, q->c->client, q->uid, &q->ids);
+    const authn_hmac_cred_t *c = q->c;
+    char name[256];
+    size_t b = 0, n = c->user_len, i;
+
+    if (q->ids_made)
+        return;
     q->ids_made = 1;
+    if (!c->fold) {
+        memcpy(q->tuid, q->uid, sizeof(q->tuid));
+        authn_hmac_throttle_ids(q->e->mac, c->client, q->uid, &q->ids);
+        return;
+    }
+    while (b < n && apr_isspace(c->user[b]))
+        b++;
+    while (n > b && apr_isspace(c->user[n - 1]))
+        n--;
+    n = n - b < sizeof(name) ? n - b : sizeof(name);
+    for (i = 0; i < n; i++)
+        name[i] = (char)apr_tolower(c->user[b + i]);
+    if (c->uid_scope)
+        authn_hmac_user_id(q->e->mac, c->uid_scope, c->uid_scope_len, name, n,
+                           q->tuid);
+    else
+        authn_hmac_user_id(q->e->mac, c->scope, c->scope_len, name, n, q->tuid);
+    authn_hmac_throttle_ids(q->e->mac, c->client, q->tuid, &q->ids);
 }
 
 /* A refusal by the throttle, for either tier that gives it. */
@@ -712,9 +737,10 @@ static int throttled(req_t *q)
 }
 
 /* A wrong password's fingerprint for the throttle: a word of a MAC of
- * the user and the password alone, so that a user's old typos stay
- * repeats when the stored hash changes (a password change). NB: "P"
- * first, as no other tagged body begins. */
+ * the user (as the throttle names it: throttle_ids first) and the
+ * password alone, so that a user's old typos stay repeats when the stored
+ * hash changes (a password change). NB: "P" first, as no other tagged
+ * body begins. */
 static uint64_t fingerprint(const req_t *q)
 {
     unsigned char body[1 + 256], tag[AUTHN_HMAC_KEY_LEN];
@@ -723,7 +749,7 @@ static uint64_t fingerprint(const req_t *q)
 
     body[0] = 'P';
     memcpy(body + 1, q->c->password, n);
-    authn_hmac_value_tag(q->e->mac, q->uid, body, 1 + n, tag);
+    authn_hmac_value_tag(q->e->mac, q->tuid, body, 1 + n, tag);
     memcpy(&fp, tag, sizeof(fp));
     explicit_bzero(body, sizeof(body));
     explicit_bzero(tag, sizeof(tag));

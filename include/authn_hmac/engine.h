@@ -96,6 +96,11 @@ typedef struct {
      * single flight, as a verification. */
     apr_status_t (*ask)(void *ctx, const char *password);
     void *ask_ctx;
+    /* The source matches a name whatever its case and outer spaces (SQL,
+     * a wrapped provider such as LDAP): the throttle counts the name in
+     * lower case (ASCII) without them, so that variants of one account
+     * share one count. */
+    int fold;
 } authn_hmac_cred_t;
 
 /* The request path: shared memory, then Redis, then the verifier; stores

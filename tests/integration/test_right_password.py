@@ -10,6 +10,7 @@ import pytest
 
 from conftest import MPMS, make_server
 from harness import COST, FarmFiles, Redis, basic, get, htpasswd
+from test_backends import db_dir  # noqa: F401 (a fixture)
 
 BAN = r"AHMAC0029: user %s: "
 PREFORK_64 = ("StartServers 64\nMinSpareServers 64\nMaxSpareServers 64\n"
@@ -241,3 +242,39 @@ def test_a_ban_in_redis_that_no_server_made_is_ignored():
         b.cleanup()
         redis.cleanup()
         shared.cleanup()
+
+
+def test_name_variants_share_one_count_behind_sql(db_dir):
+    """SQL whose collation matches names whatever their case (NOCASE):
+    wrong passwords sent as "Ann", "ann " and "ANN" from one client count
+    for one account, so the tenth distinct one bans it there, not the
+    thirtieth. ("ann " is no row for SQLite: an unknown user's refusal,
+    counted for the same folded name.)"""
+    from test_backends import SQLITE_DRIVER, bcrypt, dbd_server, sqlite_db
+
+    import os
+    if not os.path.exists(SQLITE_DRIVER):
+        pytest.skip("libaprutil1-dbd-sqlite3 is not installed")
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("ann", bcrypt("ann's pass"))])
+    srv = dbd_server(db, name="sqlfold")
+    srv.body = srv.body.replace("WHERE name = %s", "WHERE name = %s COLLATE NOCASE")
+    srv.throttle = True
+    srv.write_config()
+    source = "127.0.0.26"
+    try:
+        srv.start()
+        names = ["Ann", "ann ", "ANN"]
+        notes = [once(srv, "/s/", names[i % 3], "wrong %d" % i, source)[1] for i in range(12)]
+        assert notes == ["denied", "unknown-user", "denied"] * 3 + ["denied"] + \
+            ["throttled"] * 2, notes
+        assert once(srv, "/s/", "ann", "ann's pass", source) == (401, "throttled")
+        assert once(srv, "/s/", "ANN", "ann's pass", "127.0.0.27") == (200, "verified")
+        st = srv.status()
+        assert st["bans"] == 1, st
+        srv.expect_log(r"AHMAC0029")
+        srv.stop()
+        problems = srv.log_problems()
+        assert not problems, problems
+    finally:
+        srv.cleanup()

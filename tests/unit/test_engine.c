@@ -1038,6 +1038,49 @@ static void test_throttle_client_ban_keeps_logged_in_users(apr_pool_t *p)
     client_addr = was;
 }
 
+/* A source that folds names (SQL, LDAP): "Alice", "alice " and "ALICE"
+ * are one account's, and share one count (and one wrong password sent
+ * under two of them is one guess); a file that does not fold counts them
+ * apart. */
+static void test_throttle_folded_names_share_a_count(apr_pool_t *p)
+{
+    static const char *const names[] = {"Alice", "alice ", " ALICE", "aLiCe"};
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us, 0, 0};
+    const char *was = client_addr;
+    authn_hmac_cred_t c;
+    char pw[16];
+    int i;
+
+    e.throttle.max_failures = 3;
+    e.throttle.max_client_failures = 0;
+    e.throttle.window = apr_time_from_sec(600);
+    e.throttle.ban = apr_time_from_sec(600);
+    client_addr = "192.0.2.90";
+    *calls = 0;
+    for (i = 0; i < 4; i++) {
+        c = cred(names[i], "same typo", "H-right");
+        c.fold = 1;
+        CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_DENIED);
+    }
+    for (i = 0; i < 2; i++) {
+        snprintf(pw, sizeof(pw), "typo %d", i);
+        c = cred(names[i], pw, "H-right");
+        c.fold = 1;
+        CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_DENIED);
+    }
+    c = cred(names[3], "typo 9", "H-right");
+    c.fold = 1;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_THROTTLED);
+    CHECK(*calls == 6);
+    /* Not folded (a file): each name its own count. */
+    for (i = 0; i < 4; i++) {
+        c = cred(names[i], "typo 9", "H-right");
+        CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_DENIED);
+    }
+    client_addr = was;
+}
+
 /* AuthHMACCacheTTL 0 (no caching) is throttled too: a section that caches
  * nothing is no way around the limit. */
 static void test_throttle_without_a_cache(apr_pool_t *p)
@@ -1405,6 +1448,7 @@ int main(void)
     RUN(test_throttle_full_client_is_no_oracle, p);
     RUN(test_throttle_without_a_cache, p);
     RUN(test_throttle_client_ban_keeps_logged_in_users, p);
+    RUN(test_throttle_folded_names_share_a_count, p);
     RUN(test_queue, p);
     RUN(test_queue_fair_share, p);
     RUN(test_queue_waits_are_bounded, p);
