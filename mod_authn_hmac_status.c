@@ -5,6 +5,7 @@
  */
 #include "httpd.h"
 #include "http_config.h"
+#include "http_log.h"
 #include "http_protocol.h"
 #include "mod_status.h"
 
@@ -13,6 +14,7 @@
 #include <apr_strings.h>
 
 #include "authn_hmac/table.h"
+#include "authn_hmac/throttle.h"
 #include "authn_hmac/util.h"
 
 #include "mod_authn_hmac_private.h"
@@ -65,8 +67,47 @@ static const char *status_text(authn_hmac_format_t f, apr_pool_t *p)
 
     authn_hmac_table_stats(hmac_conf.table, now, &st);
     redis_state(&st);
+    st.now = now;
+    st.nbans = authn_hmac_throttle_bans(hmac_conf.table, now, st.bans,
+                                        AUTHN_HMAC_BOOK);
     st.max_verifications = (uint64_t)hmac_conf.max_verifications;
     return authn_hmac_status_format(&st, f, p);
+}
+
+/* POST ?lift=CLIENT[&user=NAME]: lifts the client's bans in this server
+ * (every one; with user=, its ban for all users; with user=NAME, its ban
+ * for that user), and says how many. */
+static int lift(request_rec *r)
+{
+    const char *client = NULL, *user = NULL;
+    char *args = apr_pstrdup(r->pool, r->args ? r->args : ""), *tok, *last;
+    int n;
+
+    for (tok = apr_strtok(args, "&", &last); tok;
+         tok = apr_strtok(NULL, "&", &last)) {
+        char *v = strchr(tok, '=');
+
+        if (!v)
+            continue;
+        *v++ = '\0';
+        if (ap_unescape_urlencoded(v) != OK)
+            return HTTP_BAD_REQUEST;
+        if (strcmp(tok, "lift") == 0)
+            client = v;
+        else if (strcmp(tok, "user") == 0)
+            user = v;
+    }
+    if (!client || !*client)
+        return HTTP_BAD_REQUEST;
+    n = authn_hmac_throttle_lift(hmac_conf.table, client, user, apr_time_now());
+    ap_log_rerror(APLOG_MARK, APLOG_NOTICE, 0, r,
+                  "AHMAC0037: %d ban(s) of client %s%s%s lifted", n, client,
+                  user ? (*user ? " for user " : " for all users") : "",
+                  user ? user : "");
+    ap_set_content_type(r, "text/plain; charset=utf-8");
+    apr_table_setn(r->headers_out, "Cache-Control", "no-store");
+    ap_rprintf(r, "lifted: %d\n", n);
+    return OK;
 }
 
 int hmac_status_handler(request_rec *r)
@@ -81,11 +122,13 @@ int hmac_status_handler(request_rec *r)
 
     if (!r->handler || strcmp(r->handler, STATUS_HANDLER) != 0)
         return DECLINED;
-    r->allowed = AP_METHOD_BIT << M_GET;
-    if (r->method_number != M_GET)
+    r->allowed = (AP_METHOD_BIT << M_GET) | (AP_METHOD_BIT << M_POST);
+    if (r->method_number != M_GET && r->method_number != M_POST)
         return HTTP_METHOD_NOT_ALLOWED;
     if (!hmac_conf.table)
         return HTTP_SERVICE_UNAVAILABLE;
+    if (r->method_number == M_POST)
+        return lift(r);
     f = authn_hmac_status_query(r->args);
     ap_set_content_type(r, type[f] ? type[f] : type[AUTHN_HMAC_FMT_TEXT]);
     apr_table_setn(r->headers_out, "Cache-Control", "no-store");

@@ -775,15 +775,22 @@ static void mark(req_t *q)
 }
 
 /* A ban, started here or taken from the farm (origin), told once with the
- * client (the log's) and the user, and counted. */
-static void ban_told(req_t *q, int started, const char *origin)
+ * client (the log's) and the user, counted, and written in the book of
+ * bans with its end (until[0] the pair's, until[1] the client's). */
+static void ban_told(req_t *q, int started, const char *origin,
+                     const apr_time_t until[2])
 {
     const authn_hmac_engine_t *e = q->e;
     const authn_hmac_throttle_conf_t *tc = &e->throttle;
+    int i;
 
     if (!started)
         return;
     count(e, AUTHN_HMAC_C_BANS, 1);
+    for (i = 0; i < 2; i++)
+        if (started & (1 << i))
+            authn_hmac_throttle_book(e->table, &q->ids, 1 << i, q->c->client,
+                                     q->c->user, q->c->user_len, until[i]);
     authn_hmac_logf(
         e->log, q->baton, AUTHN_HMAC_LOG_WARNING,
         "AHMAC0029: user %.*s: client refused for %" APR_TIME_T_FMT
@@ -803,10 +810,12 @@ static void ban_told(req_t *q, int started, const char *origin)
  * counted for its user+client pair, without a verification. */
 static int client_banned(req_t *q)
 {
+    apr_time_t until[2] = {q->t0 + q->e->throttle.ban, 0};
+
     ban_told(q,
              authn_hmac_throttle_refused(q->e->table, &q->e->throttle, &q->ids,
                                          fingerprint(q), q->t0),
-             "");
+             "", until);
     return throttled(q);
 }
 
@@ -995,7 +1004,11 @@ static int from_throttle(req_t *q)
     if (until[1])
         took |= authn_hmac_throttle_ban(e->table, tc, &q->ids,
                                         AUTHN_HMAC_BAN_CLIENT, q->t0, until[1]);
-    ban_told(q, took, " (from the farm's Redis)");
+    if (until[0] > q->t0 + tc->ban)
+        until[0] = q->t0 + tc->ban;
+    if (until[1] > q->t0 + tc->ban)
+        until[1] = q->t0 + tc->ban;
+    ban_told(q, took, " (from the farm's Redis)", until);
     refused |= (until[0] > q->t0 ? AUTHN_HMAC_BAN_PAIR : 0) |
                (until[1] > q->t0 ? AUTHN_HMAC_BAN_CLIENT : 0);
     if (!refused)
@@ -1144,15 +1157,15 @@ static void guessed(req_t *q, int failed)
     const authn_hmac_engine_t *e = q->e;
     const authn_hmac_throttle_conf_t *tc = &e->throttle;
     uint64_t fp;
-    apr_time_t now;
+    apr_time_t now, until[2];
     int fresh, started, farm;
 
     fp = fingerprint(q);
-    started = authn_hmac_throttle_leave(e->table, tc, &q->ids, fp, failed,
-                                        apr_time_now(), &fresh);
+    now = apr_time_now();
+    started = authn_hmac_throttle_leave(e->table, tc, &q->ids, fp, failed, now,
+                                        &fresh);
     q->entered = 0;
     if (fresh && (farm = farm_guessed(&q->rq, &q->ids, fp))) {
-        now = apr_time_now();
         if (farm & AUTHN_HMAC_BAN_PAIR)
             started |= authn_hmac_throttle_ban(
                 e->table, tc, &q->ids, AUTHN_HMAC_BAN_PAIR, now, now + tc->ban);
@@ -1161,7 +1174,8 @@ static void guessed(req_t *q, int failed)
                                                AUTHN_HMAC_BAN_CLIENT, now,
                                                now + tc->ban);
     }
-    ban_told(q, started, "");
+    until[0] = until[1] = now + tc->ban;
+    ban_told(q, started, "", until);
 }
 
 /* The one exit: stores what the request learned, ends its flight, writes

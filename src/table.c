@@ -84,7 +84,8 @@ typedef struct {
  *                    running (at most the cap) or waiting for a turn
  *                    (queue.c)
  *   throttle         records of clients' wrong passwords and bans, 1/32
- *                    of the segment (throttle.c)
+ *                    of the segment, then the book of bans in force
+ *                    (throttle.c)
  *   positive region  credentials verified: what grants (8 of 9 sets)
  *   negative region  wrong passwords seen recently: what denies without
  *                    bcrypt (1 of 9 sets; none in a table of one set)
@@ -164,7 +165,8 @@ static uint64_t throttle_slots(size_t size)
 static size_t fixed_size(size_t size)
 {
     return HEADER_SIZE + FLIGHTS_SIZE +
-           throttle_slots(size) * AUTHN_HMAC_THROTTLE_BYTES;
+           throttle_slots(size) * AUTHN_HMAC_THROTTLE_BYTES +
+           AUTHN_HMAC_BOOK_BYTES;
 }
 
 /* The header starts at the segment's first cache line boundary: apr_shm's
@@ -247,6 +249,8 @@ authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p)
     t->parts.throttle = (char *)h + h->throttle;
     t->parts.throttle_slots = h->throttle_slots;
     t->parts.throttle_until = &h->throttle_until;
+    t->parts.book =
+        (char *)h + h->throttle + h->throttle_slots * AUTHN_HMAC_THROTTLE_BYTES;
     t->parts.queue = &h->q;
     t->parts.verifying_max = &h->counter[AUTHN_HMAC_C_VERIFYING_MAX];
     return t;

@@ -21,6 +21,9 @@
 #define AUTHN_HMAC_FLIGHT_BYTES   ((size_t)64)
 #define AUTHN_HMAC_PLACE_BYTES    ((size_t)48)
 #define AUTHN_HMAC_THROTTLE_BYTES ((size_t)128)
+/* The book of bans (src/throttle.c): who each ban in force refuses, for
+ * the status page, after the throttle's records. */
+#define AUTHN_HMAC_BOOK_BYTES ((size_t)32 * 256)
 
 /* Tries of a seqlock's reader; then a slot is a miss, a flight busy. */
 #define AUTHN_HMAC_READ_TRIES 64
@@ -46,6 +49,7 @@ typedef struct {
     void *throttle;            /* throttle_slots records */
     uint64_t throttle_slots;
     int64_t *throttle_until; /* no ban lasts past it (read without lock) */
+    void *book;              /* AUTHN_HMAC_BOOK bans */
     authn_hmac_queue_hdr_t *queue;
     uint64_t *verifying_max; /* the counter: most places run at once */
 } authn_hmac_table_parts_t;

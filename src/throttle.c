@@ -32,6 +32,8 @@
 
 #include <string.h>
 
+#include <apr_strings.h>
+
 #include <arpa/inet.h>
 
 #define PROBES 8
@@ -444,4 +446,124 @@ int authn_hmac_throttle_ban(authn_hmac_table_t *t,
     }
     unlock(s);
     return started;
+}
+
+/* ------------------------------------------------ the book of bans */
+
+typedef struct {
+    int64_t until; /* 0: free */
+    uint32_t kind;
+    uint32_t unused;
+    unsigned char id[AUTHN_HMAC_KEY_LEN]; /* the record's whole MAC */
+    char client[64];
+    char user[144];
+} book_t;
+
+typedef char key_fits[sizeof(((authn_hmac_ban_t *)0)->key) ==
+                              2 + 2 * AUTHN_HMAC_KEY_LEN + 1
+                          ? 1
+                          : -1];
+typedef char book_is_the_size_kept
+    [AUTHN_HMAC_BOOK * sizeof(book_t) == AUTHN_HMAC_BOOK_BYTES ? 1 : -1];
+
+static void hex(char *o, const unsigned char *b, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        *o++ = digits[b[i] >> 4];
+        *o++ = digits[b[i] & 15];
+    }
+    *o = '\0';
+}
+
+void authn_hmac_throttle_book(authn_hmac_table_t *t,
+                              const authn_hmac_throttle_ids_t *ids, int which,
+                              const char *client, const char *user,
+                              size_t user_len, apr_time_t until)
+{
+    const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
+    const unsigned char *id =
+        which == AUTHN_HMAC_BAN_PAIR ? ids->pair : ids->client;
+    book_t *b = s->book, *take = NULL;
+    int i;
+
+    if (!b ||
+        (which != AUTHN_HMAC_BAN_PAIR && which != AUTHN_HMAC_BAN_CLIENT) ||
+        !lock(s))
+        return;
+    for (i = 0; i < AUTHN_HMAC_BOOK; i++) {
+        if (memcmp(b[i].id, id, sizeof(b[i].id)) == 0) {
+            take = &b[i];
+            break;
+        }
+        if (!take || b[i].until < take->until)
+            take = &b[i];
+    }
+    memset(take, 0, sizeof(*take));
+    take->until = until;
+    take->kind = (uint32_t)which;
+    memcpy(take->id, id, sizeof(take->id));
+    apr_cpystrn(take->client, client ? client : "", sizeof(take->client));
+    if (which == AUTHN_HMAC_BAN_PAIR) {
+        if (user_len >= sizeof(take->user))
+            user_len = sizeof(take->user) - 1;
+        memcpy(take->user, user, user_len);
+    }
+    unlock(s);
+}
+
+int authn_hmac_throttle_bans(authn_hmac_table_t *t, apr_time_t now,
+                             authn_hmac_ban_t *out, int max)
+{
+    const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
+    const book_t *b = s->book;
+    int i, n = 0;
+
+    if (!b || !lock(s))
+        return 0;
+    for (i = 0; i < AUTHN_HMAC_BOOK && n < max; i++) {
+        if (b[i].until <= now)
+            continue;
+        apr_cpystrn(out[n].client, b[i].client, sizeof(out[n].client));
+        apr_cpystrn(out[n].user, b[i].user, sizeof(out[n].user));
+        out[n].until = b[i].until;
+        memcpy(out[n].key, "b:", 2);
+        hex(out[n].key + 2, b[i].id, sizeof(b[i].id));
+        n++;
+    }
+    unlock(s);
+    return n;
+}
+
+int authn_hmac_throttle_lift(authn_hmac_table_t *t, const char *client,
+                             const char *user, apr_time_t now)
+{
+    const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
+    book_t *b = s->book;
+    int i, n = 0;
+
+    if (!b || !client || !lock(s))
+        return 0;
+    for (i = 0; i < AUTHN_HMAC_BOOK; i++) {
+        uint64_t id[2];
+        slot_t *r;
+
+        if (b[i].until <= now || strcmp(b[i].client, client) != 0 ||
+            (user && strcmp(b[i].user, user) != 0))
+            continue;
+        id_of(b[i].id, id);
+        r = find(s, id,
+                 b[i].kind == AUTHN_HMAC_BAN_PAIR ? KIND_PAIR : KIND_CLIENT,
+                 NULL, now, NULL);
+        if (r) {
+            r->until = 0;
+            r->count = 0;
+        }
+        memset(&b[i], 0, sizeof(b[i]));
+        n++;
+    }
+    unlock(s);
+    return n;
 }

@@ -254,6 +254,10 @@ static const authn_hmac_counter_info_t gauges[] = {
      "when the shared-memory segment was made, in seconds since the Unix "
      "epoch",
      1, 0},
+    {"bans_active",
+     "bans in force in this server (AuthHMACMaxFailures, "
+     "AuthHMACMaxClientFailures); the text and JSON pages list them",
+     1, 0},
 };
 
 #define NGAUGES (sizeof(gauges) / sizeof(gauges[0]))
@@ -396,6 +400,44 @@ static const char *words(authn_hmac_format_t f, const char *out,
     }
 }
 
+/* The bans in force, on the text and JSON pages: the client, the user
+ * (or all users), the seconds left and the ban's key in the farm's Redis
+ * (after AuthHMACRedisPrefix). */
+static const char *bans(authn_hmac_format_t f, const char *out,
+                        const authn_hmac_stats_t *s, apr_pool_t *p)
+{
+    int i;
+
+    if (f != AUTHN_HMAC_FMT_JSON && f != AUTHN_HMAC_FMT_TEXT)
+        return out;
+    if (f == AUTHN_HMAC_FMT_JSON)
+        out = apr_pstrcat(p, out, ",\n  \"bans_in_force\": [", NULL);
+    for (i = 0; i < s->nbans; i++) {
+        const authn_hmac_ban_t *b = &s->bans[i];
+        apr_time_t left = b->until > s->now ? b->until - s->now : 0;
+        long secs = (long)((left + APR_USEC_PER_SEC - 1) / APR_USEC_PER_SEC);
+
+        if (f == AUTHN_HMAC_FMT_JSON)
+            out =
+                apr_psprintf(p,
+                             "%s%s\n    {\"client\": \"%s\", \"user\": \"%s\", "
+                             "\"all_users\": %s, \"seconds_left\": %ld, "
+                             "\"redis_key\": \"%s\"}",
+                             out, i ? "," : "", quoted(f, b->client, p),
+                             quoted(f, b->user, p),
+                             b->user[0] ? "false" : "true", secs, b->key);
+        else
+            out = apr_psprintf(
+                p, "%sban: %s %s%s%s %ld s left (Redis key %s)\n", out,
+                quoted(f, b->client, p), b->user[0] ? "user \"" : "all users",
+                b->user[0] ? quoted(f, b->user, p) : "", b->user[0] ? "\"" : "",
+                secs, b->key);
+    }
+    if (f == AUTHN_HMAC_FMT_JSON)
+        out = apr_pstrcat(p, out, s->nbans ? "\n  ]" : "]", NULL);
+    return out;
+}
+
 const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
                                      authn_hmac_format_t f, apr_pool_t *p)
 {
@@ -422,6 +464,7 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
         s->max_verifications,
         s->bytes,
         s->started > 0 ? (uint64_t)apr_time_sec(s->started) : 0,
+        (uint64_t)s->nbans,
     };
     const char *out = "";
     size_t c;
@@ -438,6 +481,7 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
     for (c = 0; c < NGAUGES; c++)
         out = line(f, out, 0, &gauges[c], g[c], p);
     out = words(f, out, s, p);
+    out = bans(f, out, s, p);
     /* NB: the histograms only for Prometheus, which computes percentiles;
      * the other outputs keep one number per name. */
     if (f == AUTHN_HMAC_FMT_PROMETHEUS)

@@ -89,4 +89,30 @@ int authn_hmac_throttle_ban(authn_hmac_table_t *t,
                             const authn_hmac_throttle_ids_t *ids, int which,
                             apr_time_t now, apr_time_t until);
 
+/* ------------------------------------------------ the book of bans */
+
+/* The bans in force are written in a book of AUTHN_HMAC_BOOK entries, so
+ * that an admin sees whom they refuse (the status page) and can lift one:
+ * the client's address and the user's name, as the error log has them (a
+ * ban on the client for all users has no user), nothing else. When the
+ * book is full, the entry nearest its end makes room. */
+/* AUTHN_HMAC_BOOK and authn_hmac_ban_t: util.h (the status page's). */
+
+/* A ban started or taken here (which: one of the mask above) for client
+ * and user, until until. */
+void authn_hmac_throttle_book(authn_hmac_table_t *t,
+                              const authn_hmac_throttle_ids_t *ids, int which,
+                              const char *client, const char *user,
+                              size_t user_len, apr_time_t until);
+
+/* The bans in force at now, at most max of them, into out: how many. */
+int authn_hmac_throttle_bans(authn_hmac_table_t *t, apr_time_t now,
+                             authn_hmac_ban_t *out, int max);
+
+/* Lifts the bans in force of client (every one: user NULL; its ban for
+ * all users: user ""; else the one for user): their records forget the
+ * ban and the guesses counted. Returns how many it lifted. */
+int authn_hmac_throttle_lift(authn_hmac_table_t *t, const char *client,
+                             const char *user, apr_time_t now);
+
 #endif /* AUTHN_HMAC_THROTTLE_H */

@@ -160,6 +160,16 @@ typedef struct {
     uint64_t sum_usec;
 } authn_hmac_histogram_t;
 
+/* A ban in force (throttle.h's book), as the status page lists it. */
+#define AUTHN_HMAC_BOOK 32
+
+typedef struct {
+    char client[64];
+    char user[144];   /* "": all users (a longer name is cut) */
+    apr_time_t until; /* the ban's end */
+    char key[67];     /* its key in the farm's Redis: "b:" hex(id) */
+} authn_hmac_ban_t;
+
 typedef struct {
     uint64_t counter[AUTHN_HMAC_C_COUNT];
     int redis;                      /* Redis is configured */
@@ -185,6 +195,9 @@ typedef struct {
     uint64_t bytes;             /* size of the shared segment */
     apr_time_t started;
     authn_hmac_histogram_t hist[AUTHN_HMAC_H_COUNT];
+    apr_time_t now;                         /* when the page was made */
+    int nbans;                              /* bans in force */
+    authn_hmac_ban_t bans[AUTHN_HMAC_BOOK]; /* the first nbans */
 } authn_hmac_stats_t;
 
 /* The outputs of the status page. */

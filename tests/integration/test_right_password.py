@@ -4,6 +4,7 @@ of 10 minutes), as users run it. A cold burst of one right password, an
 office behind one address where someone sprays, a user retrying typos
 across a password change, and bans in Redis that no server made."""
 import re
+import subprocess
 import threading
 
 import pytest
@@ -273,6 +274,51 @@ def test_name_variants_share_one_count_behind_sql(db_dir):
         st = srv.status()
         assert st["bans"] == 1, st
         srv.expect_log(r"AHMAC0029")
+        srv.stop()
+        problems = srv.log_problems()
+        assert not problems, problems
+    finally:
+        srv.cleanup()
+
+
+def test_bans_are_listed_and_lifted():
+    """The status page lists the bans in force (client, user or all users,
+    seconds left, the farm key); a POST lifts one, and the user is served
+    again from there."""
+    srv = make_server(MPMS[0], throttle=True)
+    htpasswd(srv.path("a.htpasswd"), "lena", "lena's pass", cost=4)
+    guesser, sprayer = "127.0.0.28", "127.0.0.29"
+    try:
+        srv.start()
+        for i in range(10):
+            assert once(srv, "/a/index.html", "lena", "guess %d" % i, guesser)[0] == 401
+        for i in range(30):
+            assert once(srv, "/a/index.html", "sp%d" % i, "Spring", sprayer)[0] == 401
+        st = srv.status()
+        assert st["bans_active"] == 2, st
+        bans = sorted(st["bans_in_force"], key=lambda b: b["client"])
+        assert [(b["client"], b["user"], b["all_users"]) for b in bans] == \
+            [(guesser, "lena", False), (sprayer, "", True)], bans
+        assert all(0 < b["seconds_left"] <= 600 for b in bans), bans
+        assert all(re.fullmatch(r"b:[0-9a-f]{64}", b["redis_key"]) for b in bans), bans
+        text = subprocess.run(["curl", "-s", srv.url + "/authn-hmac-status"],
+                              capture_output=True, text=True).stdout
+        assert re.search(r"^ban: 127\.0\.0\.28 user \"lena\" \d+ s left", text, re.M), text
+        assert re.search(r"^ban: 127\.0\.0\.29 all users \d+ s left", text, re.M), text
+        prom = subprocess.run(["curl", "-s", srv.url + "/authn-hmac-status?prometheus"],
+                              capture_output=True, text=True).stdout
+        assert re.search(r"^authn_hmac_bans_active 2$", prom, re.M), prom
+        assert once(srv, "/a/index.html", "lena", "lena's pass", guesser) == (401, "throttled")
+        # Lifted: the guesser's ban for lena (a GET lifts nothing).
+        out = subprocess.run(["curl", "-s", "-X", "POST", srv.url +
+                              "/authn-hmac-status?lift=127.0.0.28&user=lena"],
+                             capture_output=True, text=True).stdout
+        assert out == "lifted: 1\n", out
+        assert once(srv, "/a/index.html", "lena", "lena's pass", guesser) == (200, "verified")
+        st = srv.status()
+        assert st["bans_active"] == 1 and st["bans_in_force"][0]["client"] == sprayer, st
+        srv.expect_log(r"AHMAC0029")
+        srv.expect_log(r"AHMAC0037: 1 ban\(s\) of client 127\.0\.0\.28 for user lena lifted")
         srv.stop()
         problems = srv.log_problems()
         assert not problems, problems
