@@ -140,7 +140,9 @@ static void test_status_format(apr_pool_t *p)
     CHECK(strstr(json, "\"verify_seconds\": 0.5,"));
     CHECK(strstr(json, "\"start_time_seconds\": 1764000000,\n"));
     CHECK(strstr(json, "\"redis_primary\": \"\",\n  "
-                       "\"redis_breaker_reason\": \"\"\n}\n"));
+                       "\"redis_breaker_reason\": \"\",\n  "
+                       "\"bans_in_force\": []\n}\n"));
+    CHECK(strstr(txt, "bans_active: 0\n") && !strstr(txt, "ban: "));
     /* Prometheus: counters end in _total, each with HELP and TYPE. */
     CHECK(strstr(prom, "# HELP authn_hmac_hits_total credentials found in "
                        "shared memory\n# TYPE authn_hmac_hits_total counter\n"
@@ -199,7 +201,7 @@ static void test_status_format(apr_pool_t *p)
     CHECK(strstr(txt, "redis_primary: [fd00::1]:6379\n"));
     CHECK(strstr(txt, "redis_breaker_reason: AUTH refused: \"x\\y\"?<b>\n"));
     CHECK(strstr(json, "\"redis_breaker_reason\": \"AUTH refused: "
-                       "\\\"x\\\\y\\\"\\u000a<b>\"\n}"));
+                       "\\\"x\\\\y\\\"\\u000a<b>\",\n"));
     CHECK(strstr(json, "\"sentinel_switches\": 3,"));
     CHECK(strstr(prom, "# TYPE authn_hmac_sentinel_switches_total counter\n"
                        "authn_hmac_sentinel_switches_total 3\n"));
@@ -226,6 +228,42 @@ static void test_fingerprint(apr_pool_t *p)
           authn_hmac_fingerprint(spam, sizeof(spam) - 1));
 }
 
+/* The bans in force: listed on the text and JSON pages with their user
+ * (escaped: a name is the client's text) or all users, the seconds left
+ * (rounded up) and the farm key; counted everywhere. */
+static void test_status_bans(apr_pool_t *p)
+{
+    static authn_hmac_stats_t s;
+    const char *txt, *json, *prom;
+
+    memset(&s, 0, sizeof(s));
+    s.now = apr_time_from_sec(1764000000);
+    s.nbans = 2;
+    strcpy(s.bans[0].client, "192.0.2.7");
+    strcpy(s.bans[0].user, "eve\"\n<x>");
+    s.bans[0].until = s.now + apr_time_from_msec(599500);
+    strcpy(s.bans[0].key, "b:00ff");
+    strcpy(s.bans[1].client, "2001:db8::1");
+    s.bans[1].until = s.now + apr_time_from_sec(12);
+    strcpy(s.bans[1].key, "b:0a0b");
+    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, p);
+    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
+    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, p);
+    CHECK(strstr(txt, "bans_active: 2\n"));
+    CHECK(strstr(txt, "ban: 192.0.2.7 user \"eve\"?<x>\" 600 s left (Redis "
+                      "key b:00ff)\n"));
+    CHECK(strstr(txt, "ban: 2001:db8::1 all users 12 s left (Redis key "
+                      "b:0a0b)\n"));
+    CHECK(strstr(json,
+                 "\"bans_in_force\": [\n    {\"client\": "
+                 "\"192.0.2.7\", \"user\": \"eve\\\"\\u000a<x>\", "
+                 "\"all_users\": false, \"seconds_left\": 600, "
+                 "\"redis_key\": \"b:00ff\"},\n    {\"client\": "
+                 "\"2001:db8::1\", \"user\": \"\", \"all_users\": true, "
+                 "\"seconds_left\": 12, \"redis_key\": \"b:0a0b\"}\n  ]\n}"));
+    CHECK(strstr(prom, "authn_hmac_bans_active 2\n") && !strstr(prom, "eve"));
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -236,6 +274,7 @@ int main(void)
     RUN(test_uint, p);
     RUN(test_json_query, p);
     RUN(test_status_format, p);
+    RUN(test_status_bans, p);
     RUN(test_fingerprint, p);
     return unit_end();
 }
