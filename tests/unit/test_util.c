@@ -240,7 +240,7 @@ static void test_status_bans(apr_pool_t *p)
     s.now = apr_time_from_sec(1764000000);
     s.nbans = 2;
     strcpy(s.bans[0].client, "192.0.2.7");
-    strcpy(s.bans[0].user, "eve\"\n<x>");
+    strcpy(s.bans[0].user, "zq9\"\n<x>");
     s.bans[0].until = s.now + apr_time_from_msec(599500);
     strcpy(s.bans[0].key, "b:00ff");
     strcpy(s.bans[1].client, "2001:db8::1");
@@ -250,18 +250,18 @@ static void test_status_bans(apr_pool_t *p)
     json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
     prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, p);
     CHECK(strstr(txt, "bans_active: 2\n"));
-    CHECK(strstr(txt, "ban: 192.0.2.7 user \"eve\"?<x>\" 600 s left (Redis "
+    CHECK(strstr(txt, "ban: 192.0.2.7 user \"zq9\"?<x>\" 600 s left (Redis "
                       "key b:00ff)\n"));
     CHECK(strstr(txt, "ban: 2001:db8::1 all users 12 s left (Redis key "
                       "b:0a0b)\n"));
     CHECK(strstr(json,
                  "\"bans_in_force\": [\n    {\"client\": "
-                 "\"192.0.2.7\", \"user\": \"eve\\\"\\u000a<x>\", "
+                 "\"192.0.2.7\", \"user\": \"zq9\\\"\\u000a<x>\", "
                  "\"all_users\": false, \"seconds_left\": 600, "
                  "\"redis_key\": \"b:00ff\"},\n    {\"client\": "
                  "\"2001:db8::1\", \"user\": \"\", \"all_users\": true, "
                  "\"seconds_left\": 12, \"redis_key\": \"b:0a0b\"}\n  ]\n}"));
-    CHECK(strstr(prom, "authn_hmac_bans_active 2\n") && !strstr(prom, "eve"));
+    CHECK(strstr(prom, "authn_hmac_bans_active 2\n") && !strstr(prom, "zq9"));
 }
 
 int main(void)
