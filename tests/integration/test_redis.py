@@ -475,7 +475,7 @@ def test_acl_user_and_unix_socket(shared, kind):
                               f.read()).group(1)
         redis = Redis(password="default-user-pass", acl_user=("app", "app-user-pass"),
                       acl_rules=rules).start()
-        srv = farm_server(shared, redis, auth=False, throttle=True,
+        srv = farm_server(shared, redis, auth=False,
                           extra="AuthHMACCacheSize 0\nAuthHMACRedisAuthFile %s" %
                           redis.auth_file(os.path.join(shared.dir, "auth"),
                                           "app app-user-pass"))
@@ -507,7 +507,7 @@ def test_a_command_the_acl_refuses_is_logged(shared):
     the ban still holds on this server."""
     redis = Redis(password="default-user-pass", acl_user=("app", "app-user-pass"),
                   acl_rules="~authn_hmac:* -@all +get +set +eval +mget +incr +pexpire").start()
-    srv = farm_server(shared, redis, auth=False, throttle=True,
+    srv = farm_server(shared, redis, auth=False,
                       extra="AuthHMACMaxFailures 2\nAuthHMACRedisAuthFile %s" %
                       redis.auth_file(os.path.join(shared.dir, "auth"), "app app-user-pass"))
     srv.secrets.add("app-user-pass")
