@@ -155,6 +155,15 @@ def test_redis_holds_only_macs_times_and_tags(farm):
                                 redis.cli("GET", k) or "R" + "0" * 32)
             assert int(redis.cli("PTTL", k)) <= 30000
             continue
+        if re.match(r"authn_hmac:[gtb]:", k):
+            # The throttle's (on at the defaults; the module's earlier tests
+            # sent wrong passwords): a guess's mark (g:, the pair's id and
+            # the guess's fingerprint), a count (t:) or a ban (b:), of ids
+            # only, for the window or the ban (600 s) at most.
+            assert re.fullmatch(r"authn_hmac:(g:[0-9a-f]{80}|[tb]:[0-9a-f]{64})", k), k
+            assert re.fullmatch(r"\d+", redis.cli("GET", k) or "0"), k
+            assert int(redis.cli("PTTL", k)) <= 601000
+            continue
         assert re.fullmatch(r"authn_hmac:[0-9a-f]{64}", k), k
         # Version 4, one or two entries (MAC, verified, last used), their
         # tag; kept until the newest verification is the max age old (the
