@@ -1,12 +1,61 @@
 """Clients: one GET, ab, and a flood of wrong passwords."""
 import base64
 import http.client
+import itertools
 import re
 import secrets
 import subprocess
 import threading
 
 from .env import S
+
+
+# NB: single addresses from 127.0.0.0/16; blocks of 65,534 (for a process
+# of its own, as harness.queue_clients's flood) are 127.1.0.0/16 and up.
+_clients = itertools.count(1)  # NB: 0 is 127.0.0.1, the default client
+_blocks = itertools.count(1)
+_clients_lock = threading.Lock()
+
+
+def _in_block(block, n):
+    """The nth usable address of block (127.K), or None past its last; no
+    .0 or .255, which nothing else uses."""
+    hi, lo = divmod(n, 254)
+    return "%s.%d.%d" % (block, hi, lo + 1) if hi < 256 else None
+
+
+def client_address():
+    """A loopback address that no one in this run has had (127.0.0.2 and
+    up; Linux routes all of 127.0.0.0/8 to lo): a client of its own, with
+    the throttle's counts of its own, as each of a real site's clients
+    has. For a test whose clients send many wrong passwords on purpose:
+    get(source=...), Httpd.status_code(source=...), Flood(source=...)."""
+    with _clients_lock:
+        a = _in_block("127.0", next(_clients))
+    if a is None:
+        raise RuntimeError("client_address(): 127.0.0.0/16 used up")
+    return a
+
+
+def client_block():
+    """A /16 of loopback addresses (127.K) that no one in this run has
+    had: for clients made in another process (Flood(clients=...) there)."""
+    with _clients_lock:
+        k = next(_blocks)
+    if k > 255:
+        raise RuntimeError("client_block(): 127.0.0.0/8 used up")
+    return "127.%d" % k
+
+
+def block_addresses(block):
+    """Each address of block (client_block()) in turn, for Flood(clients=...)."""
+    n = 0
+    while True:
+        a = _in_block(block, n)
+        if a is None:
+            raise RuntimeError("block_addresses(): %s.0.0/16 used up" % block)
+        yield a
+        n += 1
 
 
 def basic(user, password):
@@ -83,11 +132,24 @@ class Flood(Workers):
     every request, and honouring a 503's Retry-After as a browser would.
     codes counts the answers, retry_after holds the Retry-After values of
     the 503s, errors counts requests that got no answer. keepalive=False:
-    a new connection for every request; source: the address it comes from."""
+    a new connection for every request; source: the address it comes from;
+    clients: where each connection takes its address instead (an iterator,
+    e.g. block_addresses(client_block()), or True: client_address()), a new
+    one after every GUESSES requests, so that none is refused by the
+    throttle on guessing: a distributed flood, as it reaches a real site
+    (sources then holds the addresses used)."""
 
-    def __init__(self, srv, path, user, n=32, keepalive=True, source="127.0.0.1"):
+    # NB: AuthHMACMaxFailures's default: a client's 10th distinct wrong
+    # password is still verified, its 11th refused; counted per request,
+    # whatever its answer.
+    GUESSES = 10
+
+    def __init__(self, srv, path, user, n=32, keepalive=True, source="127.0.0.1",
+                 clients=None):
         self.srv, self.path, self.user, self.keepalive = srv, path, user, keepalive
         self.source = source
+        self.clients = clients
+        self.sources = set()
         self.tag = secrets.token_hex(4)  # no password repeats from an earlier flood
         self.stop = threading.Event()
         self.codes, self.retry_after, self.errors = {}, set(), 0
@@ -95,13 +157,27 @@ class Flood(Workers):
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True)
                         for i in range(n)]
 
+    def next_source(self):
+        if self.clients is None:
+            return self.source
+        with self.lock:
+            a = client_address() if self.clients is True else next(self.clients)
+            self.sources.add(a)
+        return a
+
     def run(self, i):
         conn, k = None, 0
+        source = self.next_source()
         while not self.stop.is_set():
             k += 1
+            if self.clients is not None and k > 1 and (k - 1) % self.GUESSES == 0:
+                # NB: this client has sent its GUESSES: the next one's turn.
+                if conn:
+                    conn.close()
+                conn, source = None, self.next_source()
             auth = basic(self.user, "flood %s %d %d" % (self.tag, i, k))
             try:
-                r, conn = get(self.srv.port, self.path, auth, conn=conn, source=self.source)
+                r, conn = get(self.srv.port, self.path, auth, conn=conn, source=source)
             except (OSError, http.client.HTTPException):
                 conn = None
                 with self.lock:

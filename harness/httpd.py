@@ -98,6 +98,17 @@ def hmac_location(path, userfile, realm, *extra, provider="hmac", require="valid
         "    " + line + "\n" for line in inside.splitlines()), section)
 
 
+def changed_default(why, **directives):
+    """Config lines that change the module's shipped defaults
+    (AuthHMACMaxFailures=0, ...), after a comment with why: the one-line
+    reason a test (or tool) does not run what users run. The harness
+    itself changes none."""
+    if not why.strip() or "\n" in why or not directives:
+        raise ValueError("changed_default(): one line of why, and the directives")
+    return "# Changed from the shipped default: %s\n%s" % (why.strip(), "".join(
+        "%s %s\n" % kv for kv in directives.items()))
+
+
 def threads_of(pid):
     """Each thread of pid: its name, state, kernel wait channel and
     syscall (from /proc), as one line."""
@@ -150,7 +161,7 @@ class Httpd:
 
     def __init__(self, mpm=None, as_user=None, global_conf="", body="", name="httpd",
                  port=None, directory=None, modules=(), mpm_conf=None,
-                 log_level="warn authn_hmac:debug", log_requests=True, throttle=False):
+                 log_level="warn authn_hmac:debug", log_requests=True):
         self.name = name
         self.mpm = mpm or ("prefork" if VALGRIND else "event")
         self.modules = list(modules)
@@ -162,17 +173,19 @@ class Httpd:
         os.makedirs(self.dir, exist_ok=True)
         os.chmod(self.dir, 0o755)
         self.port = port or free_port()
+        # NB: the module's shipped defaults, the throttle on guessing too:
+        # the tests run what users run. A test that changes a default says
+        # which and why (changed_default()); clients that send many wrong
+        # passwords on purpose come from addresses of their own
+        # (client_address()), as a real site's clients do.
         self.global_conf = global_conf
-        # NB: the throttle on guessing off (its limits 0) unless asked for:
-        # the tests send many wrong passwords from 127.0.0.1 on purpose.
-        # Those of the throttle, and those that check it changes nothing
-        # they measure, turn it on (throttle=True: the module's defaults;
-        # or limits of their own in global_conf, which come after).
-        self.throttle = throttle
         self.body = body
         self.expected_log = list(EXPECTED_LOG)
         self.secrets = set()  # strings that must never reach a log
         self.sent = {}  # user -> requests sent with that user's credentials
+        # The loopback address status_code() sends from unless told: a
+        # test's own client (client_address()), None for 127.0.0.1.
+        self.source = None
         for d in ("logs", "run", "htdocs"):
             os.makedirs(self.path(d), exist_ok=True)
         self.conf = self.path("httpd.conf")
@@ -223,7 +236,6 @@ MaxKeepAliveRequests 0
 Timeout 30
 {user_lines}
 {mpm}
-{throttle}
 {global_conf}
 <Directory />
     Require all granted
@@ -235,9 +247,7 @@ Timeout 30
 </Location>
 """.format(d=self.dir, port=self.port, user_lines=user_lines, mpm=self.mpm_conf,
            log_level=self.log_level, access_log=access_log,
-           global_conf=self.global_conf, body=self.body,
-           throttle="" if self.throttle else
-           "AuthHMACMaxFailures 0\nAuthHMACMaxClientFailures 0")
+           global_conf=self.global_conf, body=self.body)
 
     def write_config(self):
         with open(self.conf, "w") as f:
@@ -480,9 +490,14 @@ Timeout 30
 
     # ------------------------------------------------------------ requests
 
-    def status_code(self, path, user=None, password=None, auth_header=None):
-        """HTTP status of a GET, with Basic credentials if given."""
+    def status_code(self, path, user=None, password=None, auth_header=None, source=None):
+        """HTTP status of a GET, with Basic credentials if given, from the
+        loopback address source (a client of its own: client_address())
+        or self.source (127.0.0.1 if None)."""
         cmd = [S["curl"], "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30"]
+        source = source or self.source
+        if source is not None:
+            cmd += ["--interface", source]
         if user is not None:
             raw = base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
             cmd += ["-H", "Authorization: Basic " + raw]

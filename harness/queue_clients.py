@@ -6,7 +6,9 @@ interpreter, and the cores, with the client that is timed.
     flood PORT PATH USER N [KEEPALIVE SOURCE]
                              N connections of wrong passwords (Flood; kept
                              alive unless KEEPALIVE is 0; from SOURCE, by
-                             default 127.0.0.1), at nice 10 (on a real site
+                             default 127.0.0.1, or from fresh clients of
+                             the block B, client_block(), when SOURCE is
+                             clients:B), at nice 10 (on a real site
                              the clients are other machines), until stdin
                              closes; then prints {"codes": ..., "errors":
                              ...} as JSON
@@ -46,14 +48,18 @@ def hits(port, path, auth, seconds, gap):
 
 
 def flood(port, path, user, n, keepalive=True, source="127.0.0.1"):
-    from harness.client import Flood
+    from harness.client import Flood, block_addresses
 
     class Srv:
         pass
     srv = Srv()
     srv.port, srv.sent = port, {}
     os.nice(10)
-    with Flood(srv, path, user, n=n, keepalive=keepalive, source=source) as fl:
+    clients = None
+    if source.startswith("clients:"):
+        clients = block_addresses(source[len("clients:"):])
+    with Flood(srv, path, user, n=n, keepalive=keepalive, source=source,
+               clients=clients) as fl:
         sys.stdin.read()  # till the parent closes it
         fl.stop.set()
         with fl.lock:

@@ -88,9 +88,8 @@ def page_load(port, prefix, connections=6):
 
 
 def main():
-    # NB: the module as an admin gets it: the throttle at its defaults (the
-    # harness turns it off for the tests).
-    srv = Httpd(mpm="event", name="demo", port=PORT, directory=DIR, throttle=True)
+    # NB: the module as an admin gets it: its defaults, as the harness has.
+    srv = Httpd(mpm="event", name="demo", port=PORT, directory=DIR)
     if sys.argv[1:] == ["stop"]:
         srv.stop()
         print("demo stopped")

@@ -12,7 +12,7 @@ import pytest
 
 # The harness is harness/ at the tree's top, shared with tools/.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from harness import VALGRIND, Httpd, hmac_location, htpasswd  # noqa: E402
+from harness import VALGRIND, Httpd, client_address, hmac_location, htpasswd  # noqa: E402
 
 ALL_MPMS = ("event", "prefork", "worker")
 MPMS = (os.environ.get("AUTHN_HMAC_MPMS") or " ".join(ALL_MPMS)).split()
@@ -106,3 +106,34 @@ def serve(srv):
 @pytest.fixture(scope="module", params=MPMS)
 def server(request):
     yield from serve(make_server(request.param))
+
+
+# The servers a module's tests share (module-scoped fixtures).
+SHARED = ("server", "srv", "redis_srv", "plain", "plain_status", "site", "ldap_site",
+          "remote", "farm", "burst_farm")
+
+
+@pytest.fixture(autouse=True)
+def own_client(request):
+    """Each test sends to the servers its module shares from a client of its
+    own (Httpd.source: status_code() and the helpers that read it), as a
+    real site's clients do: the throttle on guessing counts each client's
+    wrong passwords, and one test's must not refuse the next one's."""
+    def servers(v):
+        if isinstance(v, Httpd):
+            yield v
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                yield from servers(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                yield from servers(x)
+    touched = []
+    for name in SHARED:
+        if name in request.fixturenames:
+            for srv in servers(request.getfixturevalue(name)):
+                srv.source = client_address()
+                touched.append(srv)
+    yield
+    for srv in touched:
+        srv.source = None

@@ -2,8 +2,9 @@
 Redis address (a process on the network path, a spoofed name, a local
 process that took the port while redis-server was down, a compromised
 Redis). It speaks enough RESP for the module: AUTH, SELECT, GET, SET, DEL,
-and EVAL of the farm marker's compare-and-set script (what the script
-does, not Lua).
+EVAL of the farm marker's compare-and-set script (what the script does,
+not Lua), and the throttle's MGET of its bans and EVAL of a wrong guess's
+count (no ban ever started: counts are not kept).
 
 Modes (set `mode` at any time; it applies to the next command):
   record   an honest store: SET keeps the value, GET returns it
@@ -163,6 +164,17 @@ class FakeRedis:
                             + bulk(b"3129242") for i in range(self.replicas))
                 elif name == b"GET":
                     reply = self._answer_get(cmd[1])
+                elif name == b"MGET":
+                    # The throttle's bans (on at the shipped defaults): as
+                    # Redis answers, from the store (a ban only refuses).
+                    with self.lock:
+                        vals = [self.store.get(k) for k in cmd[1:]]
+                    reply = b"*%d\r\n" % len(vals) + b"".join(
+                        bulk(v) if v is not None else b"$-1\r\n" for v in vals)
+                elif name == b"EVAL" and len(cmd) == 12 and cmd[2] == b"5":
+                    # The throttle's count of a wrong guess: as Redis answers
+                    # below the limits (no ban started); counts not kept.
+                    reply = b":0\r\n"
                 elif name == b"PTTL":
                     reply = b":300000\r\n" if self.mode == "forge" or cmd[1] in self.store \
                         else b":-2\r\n"

@@ -332,7 +332,7 @@ def test_first_tries_of_sql_users_known_unknown_and_locked(db_dir, with_redis):
     (test_timing holds that bound for the htpasswd file's path, which is
     this one past the lookup)."""
     from test_timing import COST as T_COST
-    from test_timing import first_tries, monitor, show, timed
+    from test_timing import THROTTLE_OUT_OF_REACH, first_tries, monitor, show, timed
     from harness import DelayProxy
     db = os.path.join(db_dir, "users.db")
     real = subprocess.run([shutil.which("htpasswd"), "-nbB", "-C", str(T_COST), "x",
@@ -340,8 +340,8 @@ def test_first_tries_of_sql_users_known_unknown_and_locked(db_dir, with_redis):
                           text=True).stdout.strip().split(":", 1)[1]
     sqlite_db(db, [("alice", real), ("carol", ""), ("dave", "!" + real)])
     redis = proxy = None
-    extra = "AuthHMACMaxFailures 100000\nAuthHMACMaxClientFailures 100000\n"
-    srv = Httpd(mpm="event", name="sqltiming", modules=["dbd"], throttle=True)
+    extra = THROTTLE_OUT_OF_REACH
+    srv = Httpd(mpm="event", name="sqltiming", modules=["dbd"])
     if with_redis:
         redis = Redis().start()
         proxy = DelayProxy(redis.port, delay=0.001).start()

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from conftest import MPMS, make_server
-from harness import Flood, basic, get, htpasswd, parse_ab, queue_clients
+from harness import Flood, basic, changed_default, client_block, get, htpasswd, parse_ab, \
+    queue_clients
 from harness.fail2ban import BUSY as BUSY_FILTER, fail2ban_matched
 
 CAP = 2
@@ -31,7 +32,10 @@ def test_flood_of_wrong_passwords(mpm):
                 if mpm == "event" else None)
     srv = make_server(mpm, mpm_conf=mpm_conf,
                       global_conf="AuthHMACMaxVerifications %d\n"
-                                  "AuthHMACVerifyBacklog %d" % (CAP, BACKLOG))
+                                  "AuthHMACVerifyBacklog %d\n" % (CAP, BACKLOG) + changed_default(
+                                      "one client's flood must reach the queue, whose share "
+                                      "for one client is tested here",
+                                      AuthHMACMaxFailures=0, AuthHMACMaxClientFailures=0))
     srv.write_config()
     htpasswd(srv.path("a.htpasswd"), "carol", "carol's pass")
     try:
@@ -170,8 +174,11 @@ def test_cached_hits_go_on_while_a_flood_fills_a_large_queue(mpm):
         client, go = hits_client(srv, "/short/index.html", auth, 15)
         assert srv.status_code("/short/index.html", "alice", "correct horse") == 200
         last = time.monotonic()
+        # NB: from clients of their own, 10 guesses each (a distributed
+        # flood): the throttle refuses one client's 11th before the queue.
         flood = subprocess.Popen(queue_clients.command("flood", srv.port, "/a/index.html",
-                                                       "mallory", LARGE_FLOOD),
+                                                       "mallory", LARGE_FLOOD, 1,
+                                                       "clients:" + client_block()),
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         full = 0
         # NB: a generous deadline (120 s) for the flood to fill the queue.

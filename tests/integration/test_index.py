@@ -14,7 +14,8 @@ import time
 import pytest
 
 from conftest import MPMS
-from harness import S, Httpd, Workers, basic, get, hmac_location, htpasswd, htpasswd_line, smaps_rollup
+from harness import S, Httpd, Workers, basic, client_address, get, hmac_location, htpasswd, \
+    htpasswd_line, smaps_rollup
 
 COST = 5  # every hash here: the index is tested, not bcrypt
 BULK_PASSWORD = "bulk users' pass"  # every userNNNNNN has it (one hash, repeated)
@@ -365,7 +366,10 @@ def revoked_at_close(srv, uf, v, **how):
         assert srv.status_code("/i/index.html", "flipper", old) == 200
     assert srv.notes("flipper")[-1] == "hit"
     uf.write(v, **how)
-    codes = [srv.status_code("/i/index.html", "flipper", old) for _ in range(5)]
+    # NB: the old password from a client of its own: one client that sent
+    # every version's old one would be refused after 10 (AuthHMACMaxFailures).
+    source = client_address()
+    codes = [srv.status_code("/i/index.html", "flipper", old, source=source) for _ in range(5)]
     assert codes == [401] * 5, ("the old password after the close", codes)
     assert srv.status_code("/i/index.html", "flipper", FLIP[v]) == 200
 
@@ -441,7 +445,9 @@ def test_writer_that_holds_the_file_open_long_is_not_waited_for(mpm):
                 old = FLIP[uf.current]
                 v = "B" if uf.current == "A" else "A"
                 writes.append(uf.write(v, hold=2.5))
-                codes = [srv.status_code("/i/index.html", "flipper", old) for _ in range(3)]
+                source = client_address()  # NB: as in revoked_at_close()
+                codes = [srv.status_code("/i/index.html", "flipper", old, source=source)
+                         for _ in range(3)]
                 assert codes == [401] * 3, ("the old password after the close", codes)
                 assert srv.status_code("/i/index.html", "flipper", FLIP[v]) == 200
         results = clients.results

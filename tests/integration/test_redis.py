@@ -155,6 +155,15 @@ def test_redis_holds_only_macs_times_and_tags(farm):
                                 redis.cli("GET", k) or "R" + "0" * 32)
             assert int(redis.cli("PTTL", k)) <= 30000
             continue
+        if re.match(r"authn_hmac:[gtb]:", k):
+            # The throttle's (on at the defaults; the module's earlier tests
+            # sent wrong passwords): a guess's mark (g:, the pair's id and
+            # the guess's fingerprint), a count (t:) or a ban (b:), of ids
+            # only, for the window or the ban (600 s) at most.
+            assert re.fullmatch(r"authn_hmac:(g:[0-9a-f]{80}|[tb]:[0-9a-f]{64})", k), k
+            assert re.fullmatch(r"\d+", redis.cli("GET", k) or "0"), k
+            assert int(redis.cli("PTTL", k)) <= 601000
+            continue
         assert re.fullmatch(r"authn_hmac:[0-9a-f]{64}", k), k
         # Version 4, one or two entries (MAC, verified, last used), their
         # tag; kept until the newest verification is the max age old (the
@@ -475,7 +484,7 @@ def test_acl_user_and_unix_socket(shared, kind):
                               f.read()).group(1)
         redis = Redis(password="default-user-pass", acl_user=("app", "app-user-pass"),
                       acl_rules=rules).start()
-        srv = farm_server(shared, redis, auth=False, throttle=True,
+        srv = farm_server(shared, redis, auth=False,
                           extra="AuthHMACCacheSize 0\nAuthHMACRedisAuthFile %s" %
                           redis.auth_file(os.path.join(shared.dir, "auth"),
                                           "app app-user-pass"))
@@ -507,7 +516,7 @@ def test_a_command_the_acl_refuses_is_logged(shared):
     the ban still holds on this server."""
     redis = Redis(password="default-user-pass", acl_user=("app", "app-user-pass"),
                   acl_rules="~authn_hmac:* -@all +get +set +eval +mget +incr +pexpire").start()
-    srv = farm_server(shared, redis, auth=False, throttle=True,
+    srv = farm_server(shared, redis, auth=False,
                       extra="AuthHMACMaxFailures 2\nAuthHMACRedisAuthFile %s" %
                       redis.auth_file(os.path.join(shared.dir, "auth"), "app app-user-pass"))
     srv.secrets.add("app-user-pass")

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import MPMS, make_server, serve
-from harness import S, Httpd, Redis, basic, htpasswd
+from harness import S, Httpd, Redis, basic, client_address, htpasswd
 from harness import get as get_from
 
 
@@ -366,12 +366,10 @@ def test_redis_health_and_the_check():
     line and exit status: OK, CRITICAL with Redis down (WARNING after a 503:
     test_the_check_warns_after_a_503)."""
     redis = Redis(password=None).start()
-    # NB: the throttle off: the misses that reach Redis here are wrong
-    # passwords.
+    # NB: the misses that reach Redis here are wrong passwords, each from
+    # a client of its own: none is refused by the throttle before Redis.
     s = make_server("event", global_conf="AuthHMACMaxVerifications 1\n"
-                                         "AuthHMACVerifyBacklog 0\n"
-                                         "AuthHMACMaxFailures 0\n"
-                                         "AuthHMACMaxClientFailures 0\n")
+                                         "AuthHMACVerifyBacklog 0\n")
     with_redis(s, redis.address)
     try:
         s.start()
@@ -399,7 +397,8 @@ def test_redis_health_and_the_check():
         # Redis goes: the breaker opens, with the reason the log gives.
         redis.kill9()
         for i in range(6):
-            assert s.status_code("/a/index.html", "bob", "hunter2 %d" % i) == 401
+            assert s.status_code("/a/index.html", "bob", "hunter2 %d" % i,
+                                 source=client_address()) == 401
             if s.status()["redis_breaker_open"]:
                 break
         js = s.status()
@@ -426,7 +425,8 @@ def test_redis_health_and_the_check():
         n = 0
         while time.time() < deadline and not s.status()["redis_up"]:
             n += 1
-            assert s.status_code("/a/index.html", "bob", "again %d" % n) == 401
+            assert s.status_code("/a/index.html", "bob", "again %d" % n,
+                                 source=client_address()) == 401
             time.sleep(0.5)
         js = s.status()
         assert js["redis_up"] == 1 and js["redis_breaker_open"] == 0, js
@@ -455,9 +455,7 @@ def test_the_check_warns_after_a_503():
     --busy-window seconds, then says OK. The user's hash costs 12 (about
     250 ms): the first verification is under way while the others come."""
     s = make_server("event", global_conf="AuthHMACMaxVerifications 1\n"
-                                         "AuthHMACVerifyBacklog 0\n"
-                                         "AuthHMACMaxFailures 0\n"
-                                         "AuthHMACMaxClientFailures 0\n")
+                                         "AuthHMACVerifyBacklog 0\n")
     htpasswd(s.path("a.htpasswd"), "slow", "slow pass", cost=12)
     try:
         s.start()

@@ -8,12 +8,13 @@ import re
 import pytest
 
 from conftest import MPMS, make_server
-from harness import COST, FarmFiles, Redis, basic, get, htpasswd
+from harness import COST, FarmFiles, Redis, basic, changed_default, get, htpasswd
 from harness.fail2ban import APACHE_AUTH, BANS as FILTER, fail2ban_matched as matched
 
 MAX, MAX_CLIENT = 5, 20
-THROTTLE = ("AuthHMACMaxFailures %d\nAuthHMACMaxClientFailures %d\n"
-            "AuthHMACFailureWindow 10m\nAuthHMACBanTime 10m\n" % (MAX, MAX_CLIENT))
+THROTTLE = changed_default("limits below the defaults: fewer guesses reach them",
+                           AuthHMACMaxFailures=MAX, AuthHMACMaxClientFailures=MAX_CLIENT,
+                           AuthHMACFailureWindow="10m", AuthHMACBanTime="10m")
 BAN = r"\[authn_hmac:warn\] \[pid [^]]*\] \[client %s:\d+\] AHMAC0029: user %s: "
 
 
@@ -109,7 +110,7 @@ def test_guessing_stops_at_the_limit(mpm):
 def test_the_defaults():
     """With no throttle directive: 10 distinct wrong passwords for one user
     from one client, then refused for 10 minutes."""
-    srv = make_server(MPMS[0], throttle=True)
+    srv = make_server(MPMS[0])
     try:
         srv.start()
         codes, notes = guesses(srv, "alice", 12, "127.0.0.1", "defaults")
@@ -129,8 +130,9 @@ def test_the_defaults():
 
 def test_limits_off():
     """0 turns both limits off: every distinct guess verifies."""
-    srv = make_server(MPMS[0], throttle=True,
-                      global_conf="AuthHMACMaxFailures 0\nAuthHMACMaxClientFailures 0\n")
+    srv = make_server(MPMS[0], global_conf=changed_default(
+        "the limits off is what this test checks",
+        AuthHMACMaxFailures=0, AuthHMACMaxClientFailures=0))
     try:
         srv.start()
         before = srv.status()

@@ -20,7 +20,8 @@ import sys
 import tempfile
 import time
 
-from harness import S, Httpd, ab, basic, busy_ticks, cpu_ticks, get, hmac_location, htpasswd
+from harness import S, Httpd, ab, basic, busy_ticks, changed_default, cpu_ticks, get, \
+    hmac_location, htpasswd
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USER = "benchuser"
@@ -332,16 +333,21 @@ def site(docs, userfile):
         + hmac_location("/hmac/", userfile, "bench")
 
 
-def make_httpd(a, tmp, name, port=None, server_extra=""):
+def make_httpd(a, tmp, name, port=None, server_extra="", throttle=None):
     """One httpd instance in <tmp>/<name>/; the documents and user files are
     shared. server_extra goes at server scope (the Redis directives). No
-    access log, LogLevel warn: nothing but the request is measured."""
+    access log, LogLevel warn: nothing but the request is measured. The
+    throttle on guessing off unless throttle (by default --throttle)."""
+    if throttle is None:
+        throttle = getattr(a, "throttle", False)
+    off = "" if throttle else changed_default(
+        "a flood from one address measures the verification cap, not the throttle "
+        "(--throttle keeps the defaults)", AuthHMACMaxFailures=0, AuthHMACMaxClientFailures=0)
     return Httpd(mpm=a.mpm, name=name, port=port, directory=os.path.join(tmp, name),
                  modules=("authn_anon", "authn_socache", "socache_shmcb"),
                  mpm_conf=mpm_conf(a), log_level="warn", log_requests=False,
-                 throttle=getattr(a, "throttle", False),
                  global_conf="AddType application/octet-stream .bin\n"
-                             "AuthnCacheSOCache shmcb\n" + server_extra)
+                             "AuthnCacheSOCache shmcb\n" + off + server_extra)
 
 
 def prepare_tmp(tmp):

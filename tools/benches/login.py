@@ -94,8 +94,7 @@ def part(a, tmp):
     with open(os.path.join(cgi, "busy.cgi"), "w") as f:
         f.write(BUSY_CGI)
     os.chmod(os.path.join(cgi, "busy.cgi"), 0o755)
-    srv = make_httpd(a, tmp, "login")
-    srv.throttle = True  # NB: the module's defaults (no directive of its own)
+    srv = make_httpd(a, tmp, "login", throttle=True)  # NB: the module's defaults
     srv.modules.append("cgi")
     srv.body = site(os.path.join(tmp, "htdocs"), userfile) + (
         'ScriptAlias /busy/ "%s/"\n<Directory "%s">\n    Require all granted\n'

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from harness import Httpd, basic, hmac_location, htpasswd, queue_clients
+from harness import Httpd, basic, client_block, hmac_location, htpasswd, queue_clients
 
 from .common import (FILE, USER, die, fetch, log, machine_line, module_info, pct,
                      prepare_tmp, start, with_tmp)
@@ -129,8 +129,11 @@ def part(a, tmp):
         before = srv.status()
         log("queue: flood of %d connections" % QUEUE_FLOOD)
         # NB: at nice 10, in its own process (harness/queue_clients.py).
+        # From clients of their own, 10 guesses each (a distributed flood):
+        # the throttle on guessing refuses one client's 11th before the queue.
         fl = subprocess.Popen(queue_clients.command("flood", srv.port, "/hmac/" + FILE,
-                                                    USER, QUEUE_FLOOD),
+                                                    USER, QUEUE_FLOOD, 1,
+                                                    "clients:" + client_block()),
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             deadline, full = time.time() + 60, 0
