@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from conftest import MPMS, make_server
-from harness import COST, FarmFiles, Redis, basic, get, htpasswd
+from harness import COST, FarmFiles, Redis, basic, client_address, get, htpasswd
 from test_backends import db_dir  # noqa: F401 (a fixture)
 
 BAN = r"AHMAC0029: user %s: "
@@ -55,7 +55,7 @@ def test_a_cold_burst_is_one_guess(mpm):
     """64 requests with one right password at once, nothing cached: all
     served, after one verification (the others wait for it: one guess)."""
     # NB: prefork with 64 children (8 by default here), so that 64 are at once.
-    srv = make_server(mpm, throttle=True, mpm_conf=PREFORK_64 if mpm == "prefork" else None)
+    srv = make_server(mpm, mpm_conf=PREFORK_64 if mpm == "prefork" else None)
     htpasswd(srv.path("a.htpasswd"), "dana", "dana's pass", cost=COST)
     try:
         srv.start()
@@ -80,8 +80,8 @@ def test_a_cold_burst_over_a_farm_is_one_guess():
 
     shared, redis = FarmFiles(), Redis().start()
     htpasswd(shared.users, "erin", "erin's pass", cost=COST)
-    a = farm_server(shared, redis, name="burstA", throttle=True).start()
-    b = farm_server(shared, redis, name="burstB", throttle=True).start()
+    a = farm_server(shared, redis, name="burstA").start()
+    b = farm_server(shared, redis, name="burstB").start()
     try:
         out = {}
         ts = [threading.Thread(target=lambda s=s: out.__setitem__(
@@ -111,8 +111,8 @@ def test_an_office_keeps_its_logged_in_users_through_a_spray():
     logged-in users are still served. A user from another address logs in;
     the banned address, sending the right password of a user cached from
     elsewhere, is refused (no oracle), and so is a new login there."""
-    srv = make_server(MPMS[0], throttle=True)
-    office, home, elsewhere = "127.0.0.20", "127.0.0.21", "127.0.0.22"
+    srv = make_server(MPMS[0])
+    office, home, elsewhere = client_address(), client_address(), client_address()
     users = ["staff%02d" % i for i in range(24)]
     with open(srv.path("a.htpasswd"), "a") as f:
         for u in users + ["frank", "newcomer", "grace"]:
@@ -164,9 +164,9 @@ def test_retried_typos_are_not_new_guesses():
     the password between rounds (each typo is verified again: the stored
     hash changed): counted six times, not eighteen; then the new password
     is served."""
-    srv = make_server(MPMS[0], throttle=True)
+    srv = make_server(MPMS[0])
     htpasswd(srv.path("a.htpasswd"), "hugo", "old pass", cost=4)
-    source = "127.0.0.23"
+    source = client_address()
     try:
         srv.start()
         notes = []
@@ -197,9 +197,9 @@ def test_a_ban_in_redis_that_no_server_made_is_ignored():
     shared, redis = FarmFiles(), Redis().start()
     for u in ("ivan", "judy", "kim"):
         htpasswd(shared.users, u, u + "'s pass", cost=4)
-    a = farm_server(shared, redis, name="forgeA", throttle=True).start()
-    b = farm_server(shared, redis, name="forgeB", throttle=True).start()
-    victim, guesser = "127.0.0.24", "127.0.0.25"
+    a = farm_server(shared, redis, name="forgeA").start()
+    b = farm_server(shared, redis, name="forgeB").start()
+    victim, guesser = client_address(), client_address()
     try:
         # The victim guesses twice for one user and once for another on a:
         # its client count (3) is the largest of the counts in Redis.
@@ -260,9 +260,8 @@ def test_name_variants_share_one_count_behind_sql(db_dir):
     sqlite_db(db, [("ann", bcrypt("ann's pass"))])
     srv = dbd_server(db, name="sqlfold")
     srv.body = srv.body.replace("WHERE name = %s", "WHERE name = %s COLLATE NOCASE")
-    srv.throttle = True
     srv.write_config()
-    source = "127.0.0.26"
+    source = client_address()
     try:
         srv.start()
         names = ["Ann", "ann ", "ANN"]
@@ -270,7 +269,7 @@ def test_name_variants_share_one_count_behind_sql(db_dir):
         assert notes == ["denied", "unknown-user", "denied"] * 3 + ["denied"] + \
             ["throttled"] * 2, notes
         assert once(srv, "/s/", "ann", "ann's pass", source) == (401, "throttled")
-        assert once(srv, "/s/", "ANN", "ann's pass", "127.0.0.27") == (200, "verified")
+        assert once(srv, "/s/", "ANN", "ann's pass", client_address()) == (200, "verified")
         st = srv.status()
         assert st["bans"] == 1, st
         srv.expect_log(r"AHMAC0029")
@@ -285,9 +284,9 @@ def test_bans_are_listed_and_lifted():
     """The status page lists the bans in force (client, user or all users,
     seconds left, the farm key); a POST lifts one, and the user is served
     again from there."""
-    srv = make_server(MPMS[0], throttle=True)
+    srv = make_server(MPMS[0])
     htpasswd(srv.path("a.htpasswd"), "lena", "lena's pass", cost=4)
-    guesser, sprayer = "127.0.0.28", "127.0.0.29"
+    guesser, sprayer = client_address(), client_address()
     try:
         srv.start()
         for i in range(10):
@@ -303,22 +302,24 @@ def test_bans_are_listed_and_lifted():
         assert all(re.fullmatch(r"b:[0-9a-f]{64}", b["redis_key"]) for b in bans), bans
         text = subprocess.run(["curl", "-s", srv.url + "/authn-hmac-status"],
                               capture_output=True, text=True).stdout
-        assert re.search(r"^ban: 127\.0\.0\.28 user \"lena\" \d+ s left", text, re.M), text
-        assert re.search(r"^ban: 127\.0\.0\.29 all users \d+ s left", text, re.M), text
+        assert re.search(r"^ban: %s user \"lena\" \d+ s left" % re.escape(guesser), text,
+                         re.M), text
+        assert re.search(r"^ban: %s all users \d+ s left" % re.escape(sprayer), text, re.M), text
         prom = subprocess.run(["curl", "-s", srv.url + "/authn-hmac-status?prometheus"],
                               capture_output=True, text=True).stdout
         assert re.search(r"^authn_hmac_bans_active 2$", prom, re.M), prom
         assert once(srv, "/a/index.html", "lena", "lena's pass", guesser) == (401, "throttled")
         # Lifted: the guesser's ban for lena (a GET lifts nothing).
         out = subprocess.run(["curl", "-s", "-X", "POST", srv.url +
-                              "/authn-hmac-status?lift=127.0.0.28&user=lena"],
+                              "/authn-hmac-status?lift=%s&user=lena" % guesser],
                              capture_output=True, text=True).stdout
         assert out == "lifted: 1\n", out
         assert once(srv, "/a/index.html", "lena", "lena's pass", guesser) == (200, "verified")
         st = srv.status()
         assert st["bans_active"] == 1 and st["bans_in_force"][0]["client"] == sprayer, st
         srv.expect_log(r"AHMAC0029")
-        srv.expect_log(r"AHMAC0037: 1 ban\(s\) of client 127\.0\.0\.28 for user lena lifted")
+        srv.expect_log(r"AHMAC0037: 1 ban\(s\) of client %s for user lena lifted"
+                       % re.escape(guesser))
         srv.stop()
         problems = srv.log_problems()
         assert not problems, problems
