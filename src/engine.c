@@ -48,10 +48,11 @@
  * An unknown user, or a locked line, takes the same path against a dummy
  * hash that no password matches (authn_hmac_dummy_hash), and is refused
  * (see run() at the end). authn_hmac_check_user looks the user up in the
- * htpasswd file first, and applies the writer rule: a deny from a reading
- * of a file changed or read less than a second ago waits for the file to
- * be quiet, and is checked again if the quiet file changed the user's
- * answer; the same wait for every deny, none for a grant.
+ * htpasswd file first, and applies the writer rule: any answer but a
+ * grant (a deny, busy) from a reading of a file changed or read less than
+ * a second ago waits for the file to be quiet, and is checked again if the
+ * quiet file changed the user's answer; the same wait for every such
+ * answer, none for a grant.
  * Each Redis operation waits at most the configured timeout, and a
  * request's first Redis failure ends its use of Redis (but for clearing its
  * farm marker).
@@ -1339,10 +1340,12 @@ typedef struct {
     unsigned char digest[AUTHN_HMAC_DIGEST_LEN];
 } found_t;
 
-static int denied(authn_hmac_outcome o)
+/* Whether o grants; any other answer (a deny, busy, an error) from an
+ * unsettled reading falls under the writer rule. */
+static int granted(authn_hmac_outcome o)
 {
-    return o == AUTHN_HMAC_DENIED || o == AUTHN_HMAC_NEGATIVE_HIT ||
-           o == AUTHN_HMAC_UNKNOWN_USER || o == AUTHN_HMAC_THROTTLED;
+    return o == AUTHN_HMAC_HIT || o == AUTHN_HMAC_REDIS_HIT ||
+           o == AUTHN_HMAC_VERIFIED || o == AUTHN_HMAC_COALESCED;
 }
 
 /* The credential, with the user's answer f. */
@@ -1420,11 +1423,15 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
     }
     with(c, &first);
     o = run(e, pol, c, baton, p);
-    /* The writer rule: a deny from a reading that a writer may have left
-     * half done is asked again of the quiet file, and checked again only
-     * if that changed the user's answer. NB: the wait is the same for
-     * every deny (a wrong password, an unknown or a locked user). */
-    if (denied(o) && authn_hmac_userfile_unsettled(&rd, since)) {
+    /* The writer rule: any answer but a grant from a reading that a
+     * writer may have left half done is asked again of the quiet file, and
+     * checked again only if that changed the user's answer. NB: a busy
+     * too: a cached user missing from a half-written file takes the dummy
+     * verification's way, and a full queue answered it busy (a 503) where
+     * the quiet file holds its cached credential. The wait is the same for
+     * every such answer (a wrong password, an unknown or a locked user,
+     * busy, throttled). */
+    if (!granted(o) && authn_hmac_userfile_unsettled(&rd, since)) {
         then.rv = authn_hmac_userfile_settle(
             uf, c->user, e->mac, c->scope, c->scope_len, &then.hash,
             &then.hash_len, then.uid, then.digest, bad, baton, p, &rd,

@@ -113,15 +113,15 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
 /* The request path from the htpasswd file uf: looks c->user up (lines
  * not used told to bad, with baton), sets c's hash, dummy_hash, locked,
  * uid and digest from the answer, and checks the credential as
- * authn_hmac_check does. The writer rule: when that ends in a deny (a
- * mismatch, an unknown or a locked user) and the answer's reading was
- * unsettled (authn_hmac_reading_t), the request waits for the file to be
- * quiet (a second at most from its start: authn_hmac_userfile_settle),
- * and checks once more only if the user's answer changed (another hash;
- * or the user came or went); else the first deny stands. A grant never
- * waits; every deny waits the same. One outcome, the final one, is
- * counted and returned. AUTHN_HMAC_ERROR with *rv the error when the file
- * cannot be read; else *rv is APR_SUCCESS. */
+ * authn_hmac_check does. The writer rule: when that ends in anything but a
+ * grant (a mismatch, an unknown or a locked user, throttled, busy) and the
+ * answer's reading was unsettled (authn_hmac_reading_t), the request waits
+ * for the file to be quiet (a second at most from its start:
+ * authn_hmac_userfile_settle), and checks once more only if the user's
+ * answer changed (another hash; or the user came or went); else the first
+ * answer stands. A grant never waits; every other answer waits the same. One
+ * outcome, the final one, is counted and returned. AUTHN_HMAC_ERROR with *rv
+ * the error when the file cannot be read; else *rv is APR_SUCCESS. */
 authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
                                          const authn_hmac_policy_t *pol,
                                          authn_hmac_userfile_t *uf,

@@ -67,11 +67,11 @@ typedef struct {
     int unsure; /* the user's line not taken (torn, or the last maybe cut) */
 } authn_hmac_reading_t;
 
-/* Whether a deny from rd's reading, asked for at (monotonic, taken before
- * the lookup), may come of a writer's half-written file: the file changed,
- * or was read, less than a second before. The request that ends in such a
- * deny waits for the file to be quiet and looks again
- * (authn_hmac_userfile_settle). */
+/* Whether a deny (or busy) from rd's reading, asked for at (monotonic,
+ * taken before the lookup), may come of a writer's half-written file: the
+ * file changed, or was read, less than a second before. The request that
+ * ends in any answer but a grant from such a reading waits for the file to
+ * be quiet and looks again (authn_hmac_userfile_settle). */
 int authn_hmac_userfile_unsettled(const authn_hmac_reading_t *rd,
                                   apr_time_t at);
 
@@ -103,7 +103,7 @@ apr_status_t authn_hmac_userfile_lookup_id(
  * begun after the change waits for the change to be a second old), until
  * a second after since at most, then answers as authn_hmac_userfile_
  * lookup_id from the quiet file (rd: its reading). The wait does not
- * depend on the user or the answer: every deny pays the same. */
+ * depend on the user or the answer: every deny (or busy) pays the same. */
 apr_status_t authn_hmac_userfile_settle(
     authn_hmac_userfile_t *uf, const char *user, const authn_hmac_mac_t *mac,
     const char *scope, size_t scope_len, const char **hash, size_t *hash_len,

@@ -240,3 +240,191 @@ def test_new_password_sent_while_htpasswd_sets_it(mpm):
     assert all(r[3] == 200 for r in after), [r for r in after if r[3] != 200][:20]
     assert all(r[3] in (200, 401) for r in within + before)
     assert not problems, problems
+
+
+# ------------------------------------------------ in-place writes and a flood
+
+FLOOD_COST = 9  # the flood's user: ~30 ms of bcrypt a guess, enough to keep
+# the only turn taken
+N_BULK = 3000  # cost-5 users (one hash, repeated): ~200 KB, written in chunks
+FLOOD_SOURCES = ["127.0.0.%d" % i for i in range(2, 202)]
+
+
+class CachedClients(Workers):
+    """Threads asking as alice, whose credential is cached, all the time,
+    each on a kept-alive connection from 127.0.0.1 (a new one after an
+    answer that is not a 200), 2 ms apart. results: [(start, end, status)],
+    status 0 for no answer."""
+    join_timeout = 60
+
+    def __init__(self, srv, password, n=2):
+        self.srv, self.password = srv, password
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.results = []
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(n)]
+
+    def run(self):
+        conn = None
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            try:
+                r, conn = get(self.srv.port, "/w/index.html", basic("alice", self.password),
+                              conn=conn, timeout=30)
+                status = r.status
+            except (OSError, http.client.HTTPException):
+                status, conn = 0, None
+            t1 = time.monotonic()
+            if status != 200 and conn:
+                conn.close()
+                conn = None
+            with self.lock:
+                self.results.append((t0, t1, status))
+            self.stop.wait(0.002)  # a modest load
+        if conn:
+            conn.close()
+
+
+class SpreadFlood(Workers):
+    """A flood of new wrong passwords for user, each request on a new
+    connection from the next of FLOOD_SOURCES (127.0.0.2 and up), so that
+    no client reaches the throttle's limits (10 wrong per user and client,
+    30 per client); a 503 is waited on 20 ms only, not its Retry-After.
+    codes counts the answers."""
+    join_timeout = 60
+
+    def __init__(self, srv, user, n=3):
+        self.srv, self.user = srv, user
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.codes = {}
+        self.k = 0
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True)
+                        for i in range(n)]
+
+    def run(self, i):
+        while not self.stop.is_set():
+            with self.lock:
+                self.k += 1
+                k = self.k
+            source = FLOOD_SOURCES[k % len(FLOOD_SOURCES)]
+            try:
+                r, conn = get(self.srv.port, "/w/index.html",
+                              basic(self.user, "flood guess %d %d" % (i, k)), source=source,
+                              timeout=30)
+                if conn:
+                    conn.close()
+                status = r.status
+            except (OSError, http.client.HTTPException):
+                status = 0
+            with self.lock:
+                self.codes[status] = self.codes.get(status, 0) + 1
+            if status == 503:
+                self.stop.wait(0.02)  # a modest load: the turn is taken again soon
+
+
+@pytest.mark.slow
+@pytest.mark.mpm
+@pytest.mark.parametrize("mpm", ["event"])
+def test_cached_user_is_never_busy_while_the_file_is_written_in_place_beside_a_flood(mpm):
+    """A writer rewrites a 3,000-user file in place (O_TRUNC, then 16 KB
+    chunks 10 ms apart: htpasswd too writes a file of that size in pieces,
+    without the pauses), 12 times, while a flood of wrong passwords from 200 other
+    addresses keeps the only turn to verify taken (AuthHMACMaxVerifications
+    1, no backlog; the throttle on, with the module's defaults). alice,
+    cached, asks all the time: not one 503, not one 401. A reading of the
+    half-written file lacks her, so her request takes the dummy
+    verification's way, which the full queue answered busy: the writer rule
+    now covers that answer too, waits for the file to be quiet, and the
+    quiet file holds her line (a hit). Before: 503s."""
+    if mpm not in MPMS:
+        pytest.skip("AUTHN_HMAC_MPMS")
+    srv = Httpd(mpm=mpm, name="writer_flood_" + mpm, throttle=True,
+                global_conf="AuthHMACMaxVerifications 1\nAuthHMACVerifyBacklog 0")
+    path = srv.path("users")
+    # NB: no negative cache: else the first of alice's dummy verifications
+    # that finds a turn is remembered, and her later readings of a
+    # half-written file are refused without one (a 401, then a hit): the
+    # flood's queue would be tested only until then.
+    srv.body = ('Alias /w/ "%s/htdocs/"\n' % srv.dir +
+                hmac_location("/w/", path, "writer", "AuthHMACNegativeTTL 0"))
+    srv.write_config()
+    srv.expect_log(r"AHMAC0007")  # the flood's 503s
+    srv.expect_log(r"AHMAC0030")
+    srv.expect_log(r"AHMAC0029")  # a flood address banned, if one ever is
+    with open(srv.path("htdocs", "index.html"), "w") as f:
+        f.write("<html><body>hello</body></html>\n")
+    alice_pw, target_pw = "alice's cached pass", "target's pass"
+    bulk_hash = htpasswd_line("u", "bulk pass", COST).split(":", 1)[1]
+    head = [htpasswd_line("target", target_pw, FLOOD_COST) + "\n"]
+    bulk = ["bulk%05d:%s\n" % (i, bulk_hash) for i in range(N_BULK)]
+    # alice near the end, with one hash in both versions: a file cut short
+    # lacks her; two versions (another user's password changed) so that
+    # each write changes the file.
+    alice = htpasswd_line("alice", alice_pw, COST) + "\n"
+    versions = ["".join(head + bulk[:-50] + [alice] +
+                        [htpasswd_line("flip", "flip pass %d" % v, COST) + "\n"] +
+                        bulk[-50:]).encode() for v in range(2)]
+    with open(path, "wb") as f:
+        f.write(versions[0])
+    os.chmod(path, 0o644)
+    for pw in (alice_pw, target_pw, "bulk pass"):
+        srv.secrets.add(pw)
+    writes = []  # (open, close) on the monotonic clock
+
+    def write(v):
+        data = versions[v]
+        t0 = time.monotonic()
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            for off in range(0, len(data), 16384):
+                if off:
+                    time.sleep(0.01)
+                os.write(fd, data[off:off + 16384])
+        finally:
+            os.close(fd)
+        writes.append((t0, time.monotonic()))
+
+    try:
+        srv.start()
+        time.sleep(1.1)  # the file is past its racy second
+        assert srv.status_code("/w/index.html", "alice", alice_pw) == 200
+        assert srv.notes("alice")[-1] == "verified"
+        assert srv.status_code("/w/index.html", "alice", alice_pw) == 200
+        assert srv.notes("alice")[-1] == "hit"
+        rnd = random.Random(31)
+        with SpreadFlood(srv, "target") as flood:
+            time.sleep(1)
+            with CachedClients(srv, alice_pw) as cached:
+                time.sleep(0.3)
+                for i in range(12):
+                    write((i + 1) % 2)
+                    time.sleep(rnd.uniform(0.3, 0.5))
+            results = cached.results
+        codes = dict(flood.codes)
+        status = srv.status()
+        srv.stop()
+        problems = srv.log_problems()
+    finally:
+        srv.cleanup()
+    during = [r for r in results if any(r[0] <= e and r[1] >= s for s, e in writes)]
+    busy = [r for r in results if r[2] == 503]
+    refused = [r for r in results if r[2] == 401]
+    other = [r for r in results if r[2] not in (200, 401, 503)]
+    print("%s: %d writes of %d bytes, %.2f-%.2f s each; flood answers %s; alice: %d "
+          "requests (%d during a write), 503: %d, 401: %d, other failures: %d, slowest "
+          "%.2f s; the server's busy count: %s" % (
+              mpm, len(writes), len(versions[0]), min(e - s for s, e in writes),
+              max(e - s for s, e in writes), sorted(codes.items()), len(results), len(during),
+              len(busy), len(refused), len(other), max(r[1] - r[0] for r in results),
+              status.get("busy")))
+    # The flood kept the queue full: it was answered busy, and verified too.
+    assert codes.get(503) and codes.get(401), codes
+    assert all(e - s < 1 for s, e in writes), writes
+    assert results and during, (len(results), len(during))
+    assert not busy, ["%.3f-%.3f after write %d" % next(
+        (r[0] - s, r[1] - s, i) for i, (s, e) in reversed(list(enumerate(writes))) if s <= r[1])
+        for r in busy[:20]]
+    assert not refused, refused[:20]
+    assert not other, other[:20]
+    assert not problems, problems
