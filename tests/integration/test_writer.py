@@ -339,7 +339,7 @@ def test_cached_user_is_never_busy_while_the_file_is_written_in_place_beside_a_f
     quiet file holds her line (a hit). Before: 503s."""
     if mpm not in MPMS:
         pytest.skip("AUTHN_HMAC_MPMS")
-    srv = Httpd(mpm=mpm, name="writer_flood_" + mpm, throttle=True,
+    srv = Httpd(mpm=mpm, name="writer_flood_" + mpm,
                 global_conf="AuthHMACMaxVerifications 1\nAuthHMACVerifyBacklog 0")
     path = srv.path("users")
     # NB: no negative cache: else the first of alice's dummy verifications

@@ -117,9 +117,13 @@ def parser():
     p.add_argument("--no-redis", action="store_true",
                    help="skip the Redis columns")
     p.add_argument("--throttle", action="store_true",
-                   help="leave the module's throttle on guessing on, at its defaults "
-                   "(default: off, so that a flood from one address measures the "
-                   "verification cap, not the throttle)")
+                   help="the floods, logins and timings too with the module's throttle "
+                   "on guessing at its defaults (default: off there, so that a flood "
+                   "from one address measures the verification cap, not the throttle; "
+                   "the default run's hits always run the shipped defaults)")
+    p.add_argument("--no-throttle", action="store_true",
+                   help="the default run's servers with the throttle off (default: on, "
+                   "as shipped)")
     p.add_argument("--no-pin", action="store_true",
                    help="do not run ab under taskset -c 1 (default: pin it when "
                    "nproc >= 2 and taskset is installed)")

@@ -305,7 +305,9 @@ def run(a):
     try:
         prepare_tmp(tmp)
         password, userfiles = make_userfiles(a, tmp)
-        httpds = {"main": make_httpd(a, tmp, "main", a.port or None)}
+        # NB: the hits as users run them: the throttle on, as shipped.
+        shipped = not a.no_throttle
+        httpds = {"main": make_httpd(a, tmp, "main", a.port or None, throttle=shipped)}
         if not redis_skip:
             redis = Redis(password=secrets.token_hex(16), binary=a.redis_server)
             log("starting redis-server on 127.0.0.1:%d" % redis.port)
@@ -322,8 +324,9 @@ def run(a):
                               pepper, redis.address,
                               redis.auth_file(os.path.join(redis.dir, "redis-auth"),
                                               redis.password)))
-            httpds["redis"] = make_httpd(a, tmp, "redis", server_extra=redis_conf)
-            httpds["redisonly"] = make_httpd(a, tmp, "redisonly",
+            httpds["redis"] = make_httpd(a, tmp, "redis", server_extra=redis_conf,
+                                         throttle=shipped)
+            httpds["redisonly"] = make_httpd(a, tmp, "redisonly", throttle=shipped,
                                              server_extra=redis_conf + "AuthHMACCacheSize 0\n")
         main = httpds["main"]
         servers = dict({col: main for col in TIMED + SLOW},
