@@ -256,7 +256,7 @@ static const authn_hmac_counter_info_t gauges[] = {
      1, 0},
     {"bans_active",
      "bans in force in this server (AuthHMACMaxFailures, "
-     "AuthHMACMaxClientFailures); the text and JSON pages list them",
+     "AuthHMACMaxClientFailures); listed on the text and JSON pages",
      1, 0},
 };
 

@@ -14,7 +14,7 @@ PW = "correct horse"
 def counters_delta(server, before):
     after = server.status()
     # NB: the numbers; the Redis tier's words (redis_primary...) are text.
-    return {k: after[k] - before[k] for k in before if not isinstance(before[k], str)}
+    return {k: after[k] - before[k] for k in before if isinstance(before[k], (int, float))}
 
 
 def test_right_password_gives_200(server):
@@ -321,11 +321,13 @@ def test_burst_mixing_right_and_wrong_passwords(server):
     assert d["verifications"] == 3, d
 
 
-@pytest.mark.slow
 def test_timing_does_not_tell_unknown_users(server):
     """30 unknown names and 30 wrong passwords of a known user, all
-    distinct: their median times differ by less than a tenth of one bcrypt.
-    The note still tells the admin the truth."""
+    distinct: each first try costs exactly one verification, a real one for
+    the known user and a dummy (at the file's own cost) for the unknown
+    name; the medians are printed, not asserted (durations are
+    tools/bench's: a loaded machine moves them). The note still tells the
+    admin the truth."""
     if server.mpm != "event":
         pytest.skip("timing: measured once, on the event MPM")
     import statistics
@@ -339,20 +341,20 @@ def test_timing_does_not_tell_unknown_users(server):
         assert server.status_code("/a/index.html", user, pw, source=source) == 401
         return t.monotonic() - t0
 
-    # NB: taken in turns, so that the machine slowing down (CI's sanitized
-    # stage once measured every known user a fifth slower than every
-    # unknown one after it) weighs on both alike.
+    before = server.status()
     known, unknown = [], []
     for i in range(30):
         known.append(timed("alice", "wrong timing %d" % i))
         unknown.append(timed("nobody%d" % i, "wrong timing %d" % i))
+    d = counters_delta(server, before)
     st = server.status()
     bcrypt = st["verify_seconds"] / st["verifications"]
-    mk, mu = statistics.median(known), statistics.median(unknown)
     print("median: known user, wrong password %.1f ms; unknown user %.1f ms; "
-          "one bcrypt %.1f ms" % (mk * 1e3, mu * 1e3, bcrypt * 1e3))
-    assert abs(mk - mu) < 0.1 * bcrypt, (mk, mu, bcrypt)
-    assert st["dummy_verifications"] >= 30
+          "one bcrypt %.1f ms" % (statistics.median(known) * 1e3,
+                                  statistics.median(unknown) * 1e3, bcrypt * 1e3))
+    assert d["verifications"] == 30 and d["dummy_verifications"] == 30, d
+    assert d["denied"] == 30 and d["unknown_user"] == 30, d
+    assert d["throttled"] == 0 and d["coalesced"] == 0, d
     assert server.notes("nobody0") == ["unknown-user"]
 
 

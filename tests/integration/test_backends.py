@@ -52,7 +52,7 @@ def page(srv):
 
 def delta(srv, before):
     after = srv.status()
-    return {k: after[k] - before[k] for k in before if not isinstance(before[k], str)}
+    return {k: after[k] - before[k] for k in before if isinstance(before[k], (int, float))}
 
 
 def dbm_section(path, dbm_type, *extra):

@@ -57,7 +57,7 @@ def site(request):
 def delta(srv, before):
     after = srv.status()
     # NB: the numbers; the Redis tier's words (redis_primary...) are text.
-    return {k: after[k] - before[k] for k in before if not isinstance(before[k], str)}
+    return {k: after[k] - before[k] for k in before if isinstance(before[k], (int, float))}
 
 
 def alternate(srv, user, paths, n=12):

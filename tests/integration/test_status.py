@@ -84,9 +84,11 @@ WORDS = {"redis_primary", "redis_breaker_reason"}
 
 
 def numbers(js):
-    """The JSON's numbers: every field but the Redis tier's two words."""
+    """The JSON's numbers: every field but the Redis tier's two words and
+    the list of bans in force."""
     assert {k for k, v in js.items() if isinstance(v, str)} == WORDS, js
-    return {k: v for k, v in js.items() if k not in WORDS}
+    assert {k for k, v in js.items() if isinstance(v, list)} == {"bans_in_force"}, js
+    return {k: v for k, v in js.items() if k not in WORDS and k != "bans_in_force"}
 
 
 NUMBER = r"(\d+(?:\.\d+)?)"
