@@ -166,10 +166,11 @@ static int better(const slot_t *a, const slot_t *b,
 }
 
 /* The record of id among its probes; with conf, made if missing (never
- * in avoid, the other record of the same request). */
-static slot_t *find(const authn_hmac_table_parts_t *s, const uint64_t id[2],
-                    uint16_t kind, const authn_hmac_throttle_conf_t *conf,
-                    apr_time_t now, const slot_t *avoid)
+ * in avoid, the other record of the same request), in a slot free or idle
+ * only unless evict. */
+static slot_t *find_in(const authn_hmac_table_parts_t *s, const uint64_t id[2],
+                       uint16_t kind, const authn_hmac_throttle_conf_t *conf,
+                       apr_time_t now, const slot_t *avoid, int evict)
 {
     slot_t *slots = s->throttle, *take = NULL;
     uint64_t n = s->throttle_slots, at = (id[0] ^ id[1]) % n;
@@ -183,6 +184,9 @@ static slot_t *find(const authn_hmac_table_parts_t *s, const uint64_t id[2],
         if (conf && r != avoid && (!take || better(r, take, conf, now)))
             take = r;
     }
+    if (take && !evict && (take->id[0] || take->id[1]) &&
+        !idle(take, conf, now))
+        take = NULL;
     if (take) {
         memset(take, 0, sizeof(*take));
         take->id[0] = id[0];
@@ -191,6 +195,13 @@ static slot_t *find(const authn_hmac_table_parts_t *s, const uint64_t id[2],
         take->last = now;
     }
     return take;
+}
+
+static slot_t *find(const authn_hmac_table_parts_t *s, const uint64_t id[2],
+                    uint16_t kind, const authn_hmac_throttle_conf_t *conf,
+                    apr_time_t now, const slot_t *avoid)
+{
+    return find_in(s, id, kind, conf, now, avoid, 1);
 }
 
 int authn_hmac_throttle_any(authn_hmac_table_t *t, apr_time_t now)
@@ -410,7 +421,10 @@ int authn_hmac_throttle_refused(authn_hmac_table_t *t,
     id_of(ids->pair, pid);
     if (!lock(s))
         return 0;
-    pair = find(s, pid, KIND_PAIR, conf, now, NULL);
+    /* NB: a record for a new pair only where one is free or idle: the
+     * refusals of a banned client cost no verification, and must not push
+     * others' counts out at the server's speed. */
+    pair = find_in(s, pid, KIND_PAIR, conf, now, NULL, 0);
     if (pair && pair->until <= now && fresh_guess(pair, fp32(fp), conf, now) &&
         guess(s, pair, conf->max_failures, conf, now))
         started = AUTHN_HMAC_BAN_PAIR;

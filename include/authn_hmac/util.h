@@ -100,7 +100,7 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
       "misses refused without a verification: the client had guessed too "     \
       "many wrong passwords")                                                  \
     X(BANS, C, "bans",                                                         \
-      "bans started on a client, for one user or for all, or taken from "     \
+      "bans started on a client, for one user or for all, or taken from "      \
       "the farm's Redis (the throttle)")                                       \
     X(PREVIOUS_HITS, C, "previous_hits",                                       \
       "credentials found under the previous pepper (AuthHMACPepperFile's "     \

@@ -393,6 +393,48 @@ static void test_pair_and_client_never_share_a_slot(apr_pool_t *p)
     shared_done();
 }
 
+/* A banned client's refusals (no verification: as fast as it sends)
+ * never push another's live count out of the table: a record for a new
+ * pair only where one is free or idle. Else an accomplice at another
+ * address could have its count of nine forgotten, and guess nine more,
+ * after each burst of refusals (found by review). */
+static void test_refusals_do_not_evict(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    uint64_t n = authn_hmac_table_parts(t)->throttle_slots, i, w[2] = {0, 0};
+    authn_hmac_throttle_conf_t c = conf(10, 1000000);
+    authn_hmac_throttle_ids_t ids, victim;
+    int k, fresh;
+
+    /* The victim's nine guesses, the table's oldest: its pair's record at
+     * slot 7, its client's at slot 3 (one client for every pair here). */
+    memset(&victim, 0, sizeof(victim));
+    w[0] = 7 + n * 11;
+    memcpy(victim.pair, w, sizeof(w));
+    w[0] = 3 + n * 13;
+    memcpy(victim.client, w, sizeof(w));
+    for (k = 1; k <= 9; k++)
+        CHECK(fail(t, &c, &victim, (uint64_t)k, T0 + SEC(1), &fresh) == 0);
+    /* Every other slot a live count of one, newer. */
+    ids = victim;
+    for (i = 0; i < n; i++) {
+        if (i == 7 || i == 3)
+            continue;
+        w[0] = i + n * 17;
+        memcpy(ids.pair, w, sizeof(w));
+        CHECK(fail(t, &c, &ids, 1, T0 + SEC(2), &fresh) == 0);
+    }
+    /* 5,000 refused guesses for new users: nothing pushed out. */
+    for (i = 0; i < 5000; i++) {
+        w[0] = i % n + n * (19 + i);
+        memcpy(ids.pair, w, sizeof(w));
+        CHECK(authn_hmac_throttle_refused(t, &c, &ids, 77, T0 + SEC(3)) == 0);
+    }
+    /* The victim's count holds: its tenth guess bans. */
+    CHECK(fail(t, &c, &victim, 10, T0 + SEC(4), &fresh) == AUTHN_HMAC_BAN_PAIR);
+    shared_done();
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start(), *kept;
@@ -418,5 +460,6 @@ int main(void)
     RUN(test_ipv4_inside_ipv6, p);
     RUN(test_a_dead_guess_lets_go, p);
     RUN(test_pair_and_client_never_share_a_slot, p);
+    RUN(test_refusals_do_not_evict, p);
     return unit_end();
 }
