@@ -486,6 +486,13 @@ def med(runs, key):
     return statistics.median(vals) if vals else None
 
 
+def diffs(runs_a, runs_b, key):
+    """Each round's value of a minus b's in the same round (a TIMED
+    column's runs are in round order)."""
+    return [x[key] - y[key] for x, y in zip(runs_a, runs_b)
+            if x[key] is not None and y[key] is not None]
+
+
 def fmt(v, spec):
     return "-" if v is None else format(v, spec)
 

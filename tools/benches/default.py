@@ -32,9 +32,9 @@ from harness import Redis
 from . import flood
 from .common import (COUNTERS, LABEL, SLOW, TARGET_EXTRA_US, TARGET_LARGE, TARGET_RATIO,
                      TARGET_REDIS, TARGET_REDIS_ONLY, TIMED, USER, counter_delta, delta_sum, die,
-                     error_log_report, fmt, header, interrupt_on_term, log, make_httpd,
-                     make_userfiles, med, prepare_tmp, ratio, run_ab, site, start, warm_up,
-                     warm_up_redis)
+                     diffs, error_log_report, fmt, header, interrupt_on_term, log, make_httpd,
+                     make_userfiles, med, prepare_tmp, ratio, run_ab, site, start,
+                     warm_up, warm_up_redis)
 
 COLUMNS = ("noauth", "anon", "file", "socache", "hmac", "redis", "redisonly")
 REDIS_COLUMNS = ("redis", "redisonly")   # ab -t -k, in the keep-alive rounds
@@ -148,15 +148,16 @@ def cpu_table(results, summary, large, have_redis):
     print("| users | keep-alive | no-auth | anon | file | socache+file | hmac "
           "| hmac+redis | redis only | no-auth req/s, each round "
           "| anon req/s, each round | hmac req/s, each round "
+          "| hmac - no-auth µs/req, each round | anon - no-auth µs/req, each round "
           "| other load, max (cores) |")
-    print("|---:|:---:|" + "---:|" * 7 + ":---|" * 3 + "---:|")
+    print("|---:|:---:|" + "---:|" * 7 + ":---|" * 5 + "---:|")
     for users in (1, large):
         for ka in (True, False):
             runs = results[users][ka]["runs"]
             _, cpu, _ = summary[users, ka]
             other = max(r["other"] for c in COLUMNS for r in runs[c])
             worst_other = max(worst_other, other)
-            print("| {:,} | {} | {} | {} | {} | {} | {:.2f} |".format(
+            print("| {:,} | {} | {} | {} | {} | {} | {} | {} | {:.2f} |".format(
                 users, "yes" if ka else "no",
                 " | ".join((fmt(cpu["noauth"], ".1f"), fmt(cpu["anon"], ".1f"),
                             fmt(cpu["file"], ".0f"), fmt(cpu["socache"], ".0f"),
@@ -164,8 +165,15 @@ def cpu_table(results, summary, large, have_redis):
                             fmt(cpu["redisonly"], ".1f"))),
                 ", ".join("%.0f" % r["rps"] for r in runs["noauth"]),
                 ", ".join("%.0f" % r["rps"] for r in runs["anon"]),
-                ", ".join("%.0f" % r["rps"] for r in runs["hmac"]), other))
+                ", ".join("%.0f" % r["rps"] for r in runs["hmac"]),
+                ", ".join("%+.1f" % d for d in diffs(runs["hmac"], runs["noauth"], "cpu_us")),
+                ", ".join("%+.1f" % d for d in diffs(runs["anon"], runs["noauth"], "cpu_us")),
+                other))
     print()
+    print("(each round: that round's run minus no-auth's in the same round. anon "
+          "- no-auth is\nthe control: anon's provider does no work, so its spread "
+          "is this machine's noise\nin the CPU per request, which the medians above "
+          "do not show.)")
     print("(other load: machine CPU time not spent in httpd, redis-server or ab "
           "during a run,\nin cores; it includes kernel network work not charged "
           "to them, so it is not zero\non an idle machine.)")
