@@ -812,11 +812,18 @@ static void ban_told(req_t *q, int started, const char *origin,
 static int client_banned(req_t *q)
 {
     apr_time_t until[2] = {q->t0 + q->e->throttle.ban, 0};
+    authn_hmac_held_t *h = q->c->hold;
 
-    ban_told(q,
-             authn_hmac_throttle_refused(q->e->table, &q->e->throttle, &q->ids,
-                                         fingerprint(q), q->t0),
-             "", until);
+    if (h) {
+        h->what = 2;
+        h->fp = fingerprint(q);
+        h->ids = q->ids;
+    }
+    else
+        ban_told(q,
+                 authn_hmac_throttle_refused(q->e->table, &q->e->throttle,
+                                             &q->ids, fingerprint(q), q->t0),
+                 "", until);
     return throttled(q);
 }
 
@@ -1153,19 +1160,16 @@ static int from_verifier(req_t *q)
  * verified, is counted by the throttle, here and in the farm, unless the
  * client sent it lately; a ban it starts is told once, with the client
  * (the log's) and the user. */
-static void guessed(req_t *q, int failed)
+/* A wrong password counted (fresh: not a repeat here) in the farm, the
+ * bans started here or there told. */
+static void counted(req_t *q, uint64_t fp, int fresh, int started,
+                    apr_time_t now)
 {
     const authn_hmac_engine_t *e = q->e;
     const authn_hmac_throttle_conf_t *tc = &e->throttle;
-    uint64_t fp;
-    apr_time_t now, until[2];
-    int fresh, started, farm;
+    apr_time_t until[2];
+    int farm;
 
-    fp = fingerprint(q);
-    now = apr_time_now();
-    started = authn_hmac_throttle_leave(e->table, tc, &q->ids, fp, failed, now,
-                                        &fresh);
-    q->entered = 0;
     if (fresh && (farm = farm_guessed(&q->rq, &q->ids, fp))) {
         if (farm & AUTHN_HMAC_BAN_PAIR)
             started |= authn_hmac_throttle_ban(
@@ -1177,6 +1181,28 @@ static void guessed(req_t *q, int failed)
     }
     until[0] = until[1] = now + tc->ban;
     ban_told(q, started, "", until);
+}
+
+static void guessed(req_t *q, int failed)
+{
+    const authn_hmac_engine_t *e = q->e;
+    authn_hmac_held_t *h = q->c->hold;
+    uint64_t fp = fingerprint(q);
+    apr_time_t now = apr_time_now();
+    int fresh, started;
+
+    /* NB: held for the caller (the writer rule): the place is given back,
+     * and the wrong password counted once the answer stands. */
+    started = authn_hmac_throttle_leave(e->table, &e->throttle, &q->ids, fp,
+                                        failed && !h, now, &fresh);
+    q->entered = 0;
+    if (h && failed) {
+        h->what = 1;
+        h->fp = fp;
+        h->ids = q->ids;
+        return;
+    }
+    counted(q, fp, fresh, started, now);
 }
 
 /* The one exit: stores what the request learned, ends its flight, writes
@@ -1253,6 +1279,39 @@ static void begin(req_t *q, const authn_hmac_engine_t *e,
     q->entered = 0;
     q->client_ban = 0;
     q->o = AUTHN_HMAC_ERROR;
+}
+
+void authn_hmac_count_held(const authn_hmac_engine_t *e,
+                           const authn_hmac_cred_t *c,
+                           const authn_hmac_held_t *h, void *baton,
+                           apr_pool_t *p)
+{
+    authn_hmac_policy_t pol = {1, 1, 0, 0};
+    apr_time_t now = apr_time_now(), until[2];
+    int fresh = 0, started;
+    req_t q;
+
+    if (!h->what || !authn_hmac_throttle_on(&e->throttle))
+        return;
+    begin(&q, e, &pol, c, NULL, 0, 0, baton, p);
+    q.ids = h->ids;
+    q.ids_made = 1;
+    q.rq.e = e;
+    q.rq.baton = baton;
+    q.rq.p = p;
+    q.rq.off = !e->redis;
+    if (h->what == 2) {
+        until[0] = now + e->throttle.ban;
+        until[1] = 0;
+        ban_told(&q,
+                 authn_hmac_throttle_refused(e->table, &e->throttle, &q.ids,
+                                             h->fp, now),
+                 "", until);
+        return;
+    }
+    started = authn_hmac_throttle_count(e->table, &e->throttle, &q.ids, h->fp,
+                                        now, &fresh);
+    counted(&q, h->fp, fresh, started, now);
 }
 
 /* The tiers in order, each answering or passing on, then the one exit. */
@@ -1397,7 +1456,9 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
     apr_time_t since = coarse_monotonic();
     authn_hmac_reading_t rd;
     authn_hmac_outcome o;
+    authn_hmac_held_t held;
     found_t first, then;
+    int unsettled;
 
     first.rv = authn_hmac_userfile_lookup_id(
         uf, c->user, e->mac, c->scope, c->scope_len, &first.hash,
@@ -1422,7 +1483,14 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
         goto done;
     }
     with(c, &first);
+    /* NB: from a reading the writer rule may ask again, a wrong password's
+     * count waits for the answer that stands: a right password that a
+     * half-written file missed is never counted. */
+    memset(&held, 0, sizeof(held));
+    unsettled = authn_hmac_userfile_unsettled(&rd, since);
+    c->hold = unsettled ? &held : NULL;
     o = run(e, pol, c, baton, p);
+    c->hold = NULL;
     /* The writer rule: any answer but a grant from a reading that a
      * writer may have left half done is asked again of the quiet file, and
      * checked again only if that changed the user's answer. NB: a busy
@@ -1431,7 +1499,7 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
      * the quiet file holds its cached credential. The wait is the same for
      * every such answer (a wrong password, an unknown or a locked user,
      * busy, throttled). */
-    if (!granted(o) && authn_hmac_userfile_unsettled(&rd, since)) {
+    if (!granted(o) && unsettled) {
         then.rv = authn_hmac_userfile_settle(
             uf, c->user, e->mac, c->scope, c->scope_len, &then.hash,
             &then.hash_len, then.uid, then.digest, bad, baton, p, &rd,
@@ -1439,10 +1507,13 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
         if (found(then.rv) && !rd.unsure && changed(&first, &then)) {
             with(c, &then);
             o = run(e, pol, c, baton, p);
+            held.what = 0; /* the second answer counted itself */
         }
         else
             with(c, &first);
     }
+    if (!granted(o))
+        authn_hmac_count_held(e, c, &held, baton, p);
 done:
     tally(e, c, o);
     c->uid = NULL; /* this function's */

@@ -374,6 +374,25 @@ static uint32_t fp32(uint64_t fp)
     return f ? f : 1;
 }
 
+/* A wrong password fp of the pair: counted for the pair and the client
+ * unless a repeat; the bans that started. */
+static int count_failed(const authn_hmac_table_parts_t *s, slot_t *pair,
+                        slot_t *client, uint64_t fp,
+                        const authn_hmac_throttle_conf_t *conf, apr_time_t now,
+                        int *fresh)
+{
+    int started = 0;
+
+    if (!pair || !fresh_guess(pair, fp32(fp), conf, now))
+        return 0;
+    *fresh = 1;
+    if (guess(s, pair, conf->max_failures, conf, now))
+        started |= AUTHN_HMAC_BAN_PAIR;
+    if (client && guess(s, client, conf->max_client_failures, conf, now))
+        started |= AUTHN_HMAC_BAN_CLIENT;
+    return started;
+}
+
 int authn_hmac_throttle_leave(authn_hmac_table_t *t,
                               const authn_hmac_throttle_conf_t *conf,
                               const authn_hmac_throttle_ids_t *ids, uint64_t fp,
@@ -395,13 +414,32 @@ int authn_hmac_throttle_leave(authn_hmac_table_t *t,
     client = find(s, cid, KIND_CLIENT, conf, now, pair);
     leave_one(pair, now);
     leave_one(client, now);
-    if (failed && pair && fresh_guess(pair, fp32(fp), conf, now)) {
-        *fresh = 1;
-        if (guess(s, pair, conf->max_failures, conf, now))
-            started |= AUTHN_HMAC_BAN_PAIR;
-        if (client && guess(s, client, conf->max_client_failures, conf, now))
-            started |= AUTHN_HMAC_BAN_CLIENT;
-    }
+    if (failed)
+        started = count_failed(s, pair, client, fp, conf, now, fresh);
+    unlock(s);
+    return started;
+}
+
+int authn_hmac_throttle_count(authn_hmac_table_t *t,
+                              const authn_hmac_throttle_conf_t *conf,
+                              const authn_hmac_throttle_ids_t *ids, uint64_t fp,
+                              apr_time_t now, int *fresh)
+{
+    const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
+    uint64_t pid[2], cid[2];
+    slot_t *pair, *client;
+    int started;
+
+    *fresh = 0;
+    if (!authn_hmac_throttle_on(conf))
+        return 0;
+    id_of(ids->pair, pid);
+    id_of(ids->client, cid);
+    if (!lock(s))
+        return 0;
+    pair = find(s, pid, KIND_PAIR, conf, now, NULL);
+    client = find(s, cid, KIND_CLIENT, conf, now, pair);
+    started = count_failed(s, pair, client, fp, conf, now, fresh);
     unlock(s);
     return started;
 }

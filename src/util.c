@@ -249,14 +249,14 @@ static const authn_hmac_counter_info_t gauges[] = {
      "verifications allowed at once "
      "(AuthHMACMaxVerifications)",
      1, 0},
+    {"bans_active",
+     "bans in force in this server (AuthHMACMaxFailures, "
+     "AuthHMACMaxClientFailures); listed on the text and JSON pages",
+     1, 0},
     {"cache_bytes", "size of the shared-memory segment", 1, 0},
     {"start_time_seconds",
      "when the shared-memory segment was made, in seconds since the Unix "
      "epoch",
-     1, 0},
-    {"bans_active",
-     "bans in force in this server (AuthHMACMaxFailures, "
-     "AuthHMACMaxClientFailures); listed on the text and JSON pages",
      1, 0},
 };
 
@@ -462,9 +462,9 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
         s->verifying,
         s->waiting,
         s->max_verifications,
+        (uint64_t)s->nbans,
         s->bytes,
         s->started > 0 ? (uint64_t)apr_time_sec(s->started) : 0,
-        (uint64_t)s->nbans,
     };
     const char *out = "";
     size_t c;

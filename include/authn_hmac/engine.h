@@ -101,7 +101,19 @@ typedef struct {
      * lower case (ASCII) without them, so that variants of one account
      * share one count. */
     int fold;
+    /* Where the throttle's count of a wrong password is held for the
+     * caller (the writer rule: a reading of a file being written may have
+     * missed the user), else NULL: counted at once. */
+    struct authn_hmac_held *hold;
 } authn_hmac_cred_t;
+
+/* A guess's count, held (cred's hold): counted with
+ * authn_hmac_count_held() once the answer stands. */
+typedef struct authn_hmac_held {
+    int what; /* 0: nothing; 1: a wrong password; 2: refused by a ban */
+    uint64_t fp;
+    authn_hmac_throttle_ids_t ids;
+} authn_hmac_held_t;
 
 /* The request path: shared memory, then Redis, then the verifier; stores
  * what it verified. baton goes to the log callback. */
@@ -109,6 +121,13 @@ authn_hmac_outcome authn_hmac_check(const authn_hmac_engine_t *e,
                                     const authn_hmac_policy_t *pol,
                                     const authn_hmac_cred_t *c, void *baton,
                                     apr_pool_t *p);
+
+/* Counts a guess whose count was held (cred's hold), as the engine would
+ * have at once: here and, with Redis, in the farm. */
+void authn_hmac_count_held(const authn_hmac_engine_t *e,
+                           const authn_hmac_cred_t *c,
+                           const authn_hmac_held_t *h, void *baton,
+                           apr_pool_t *p);
 
 /* The request path from the htpasswd file uf: looks c->user up (lines
  * not used told to bad, with baton), sets c's hash, dummy_hash, locked,

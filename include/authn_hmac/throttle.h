@@ -72,6 +72,13 @@ int authn_hmac_throttle_leave(authn_hmac_table_t *t,
                               const authn_hmac_throttle_ids_t *ids, uint64_t fp,
                               int failed, apr_time_t now, int *fresh);
 
+/* A wrong password counted without a place (leave()'s count alone): a
+ * guess whose count was held until its answer stood. */
+int authn_hmac_throttle_count(authn_hmac_table_t *t,
+                              const authn_hmac_throttle_conf_t *conf,
+                              const authn_hmac_throttle_ids_t *ids, uint64_t fp,
+                              apr_time_t now, int *fresh);
+
 /* A guess refused without a verification because its client is banned
  * for all users: counted for its pair as a wrong password (fp, as above)
  * unless a repeat. Returns AUTHN_HMAC_BAN_PAIR if that started the pair's

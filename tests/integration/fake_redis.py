@@ -171,7 +171,7 @@ class FakeRedis:
                         vals = [self.store.get(k) for k in cmd[1:]]
                     reply = b"*%d\r\n" % len(vals) + b"".join(
                         bulk(v) if v is not None else b"$-1\r\n" for v in vals)
-                elif name == b"EVAL" and len(cmd) == 12 and cmd[2] == b"5":
+                elif name == b"EVAL" and len(cmd) == 14 and cmd[2] == b"5":
                     # The throttle's count of a wrong guess: as Redis answers
                     # below the limits (no ban started); counts not kept.
                     reply = b":0\r\n"

@@ -215,7 +215,7 @@ def test_a_ban_in_redis_that_no_server_made_is_ignored():
         assert once(b, "/w/", "kim", "kim's pass", victim) == (200, "verified")
         st = b.status()
         assert st["redis_forged"] == 1 and st["bans"] == 0, st
-        b.expect_log(r"AHMAC0006: Redis returned a ban that does not verify")
+        b.expect_log(r"AHMAC0038: Redis returned a ban that does not verify")
         # A real ban: the guesser's ten wrong passwords for ivan, on a.
         for i in range(10):
             assert once(a, "/w/", "ivan", "guess %d" % i, guesser)[0] == 401

@@ -47,6 +47,7 @@ def test_stat_prints_the_counters(srv):
     assert p.returncode == 0, p.stderr
     got, js = parse(p.stdout), srv.status()
     assert js.pop("redis_primary") == js.pop("redis_breaker_reason") == ""
+    assert js.pop("bans_in_force") == []  # listed on the page, not a number
     assert not re.search(r"^redis_(primary|breaker_reason) ", p.stdout, re.M)  # no Redis
     assert set(got) == set(js), set(got) ^ set(js)
     assert got == js

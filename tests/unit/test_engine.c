@@ -1488,6 +1488,50 @@ static void test_busy_from_an_unsettled_reading_is_checked_again(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* A right password that a half-written file missed is never counted by
+ * the throttle: the first answer's count waits for the one that stands
+ * (with a limit of 1, it banned alice's own right password on the
+ * writer rule's second look). A wrong password in an unsettled reading
+ * is still counted, once its answer stands. */
+static void test_unsettled_reading_counts_no_right_password(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    char *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX"), *path;
+    authn_hmac_userfile_t *uf;
+
+    e.throttle.max_failures = 1;
+    e.throttle.max_client_failures = 0;
+    e.throttle.window = apr_time_from_sec(600);
+    e.throttle.ban = apr_time_from_sec(600);
+    CHECK(mkdtemp(dir) != NULL);
+    path = apr_pstrcat(p, dir, "/users", NULL);
+    write_file(path, "bob:H-b\nalice:H-a\n");
+    uf = authn_hmac_userfile_make(path, p);
+    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    rewrite_path = path;
+    rewrite_text = NULL;
+    CHECK(from_file(&e, uf, "alice", "a", p) == AUTHN_HMAC_VERIFIED);
+    /* Half written: alice's line not yet there; the whole file comes
+     * while the request waits for the file to be quiet. */
+    write_file(path, "bob:H-b\n");
+    rewrite_text = "bob:H-b\nalice:H-a\n";
+    looks_seen = 0;
+    authn_hmac_test_pause_hook = rewrite_on_second_look;
+    CHECK(from_file(&e, uf, "alice", "a", p) == AUTHN_HMAC_HIT);
+    authn_hmac_test_pause_hook = NULL;
+    CHECK(rewrite_text == NULL);
+    CHECK(from_file(&e, uf, "alice", "a", p) == AUTHN_HMAC_HIT);
+    CHECK(counted(&e, AUTHN_HMAC_C_BANS) == 0);
+    /* A wrong password from a reading still unsettled: counted once its
+     * answer stands (a ban at the limit of 1). */
+    CHECK(from_file(&e, uf, "bob", "wrong", p) == AUTHN_HMAC_DENIED);
+    CHECK(counted(&e, AUTHN_HMAC_C_BANS) == 1);
+    CHECK(from_file(&e, uf, "bob", "b", p) == AUTHN_HMAC_THROTTLED);
+    rewrite_path = NULL;
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -1516,6 +1560,7 @@ int main(void)
     RUN(test_throttle_full_client_is_no_oracle, p);
     RUN(test_throttle_without_a_cache, p);
     RUN(test_throttle_client_ban_keeps_logged_in_users, p);
+    RUN(test_unsettled_reading_counts_no_right_password, p);
     RUN(test_throttle_folded_names_share_a_count, p);
     RUN(test_queue, p);
     RUN(test_queue_fair_share, p);
