@@ -74,14 +74,25 @@ static const char *status_text(authn_hmac_format_t f, apr_pool_t *p)
     return authn_hmac_status_format(&st, f, p);
 }
 
-/* POST ?lift=CLIENT[&user=NAME]: lifts the client's bans in this server
- * (every one; with user=, its ban for all users; with user=NAME, its ban
- * for that user), and says how many. */
+/* POST ?lift=CLIENT[&user=NAME], with the header X-Authn-HMAC-Lift:
+ * lifts the client's bans in this server (every one; with user=, its ban
+ * for all users; with user=NAME, its ban for that user), and says how
+ * many. NB: the header makes it no "simple" request: a browser sends one
+ * from another site's page only after a CORS preflight, which this
+ * handler never grants (a form an admin's browser were made to post
+ * would lift a guesser's ban). */
 static int lift(request_rec *r)
 {
     const char *client = NULL, *user = NULL;
     char *args = apr_pstrdup(r->pool, r->args ? r->args : ""), *tok, *last;
     int n;
+
+    if (!apr_table_get(r->headers_in, "X-Authn-HMAC-Lift")) {
+        ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r,
+                      "a POST to the status handler without the header "
+                      "X-Authn-HMAC-Lift: refused");
+        return HTTP_FORBIDDEN;
+    }
 
     for (tok = apr_strtok(args, "&", &last); tok;
          tok = apr_strtok(NULL, "&", &last)) {

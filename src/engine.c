@@ -813,16 +813,23 @@ static int client_banned(req_t *q)
 {
     apr_time_t until[2] = {q->t0 + q->e->throttle.ban, 0};
     authn_hmac_held_t *h = q->c->hold;
+    /* NB: a wrong password for a user the ban still serves (an entry
+     * marked for this client) is an answer from the cache: counted for
+     * the client too, which seals its ban at the limit. */
+    int oracle =
+        authn_hmac_table_user_marked(q->e->table, q->uid, client_mark(q));
 
     if (h) {
         h->what = 2;
+        h->oracle = oracle;
         h->fp = fingerprint(q);
         h->ids = q->ids;
     }
     else
         ban_told(q,
                  authn_hmac_throttle_refused(q->e->table, &q->e->throttle,
-                                             &q->ids, fingerprint(q), q->t0),
+                                             &q->ids, fingerprint(q), oracle,
+                                             q->t0),
                  "", until);
     return throttled(q);
 }
@@ -847,7 +854,7 @@ static int from_ban(req_t *q)
         return 0;
     throttle_ids(q);
     bans = authn_hmac_throttle_banned(e->table, &e->throttle, &q->ids, q->t0);
-    if (bans & AUTHN_HMAC_BAN_PAIR)
+    if (bans & (AUTHN_HMAC_BAN_PAIR | AUTHN_HMAC_BAN_SEALED))
         return throttled(q);
     q->client_ban = bans != 0;
     return 0;
@@ -1305,7 +1312,7 @@ void authn_hmac_count_held(const authn_hmac_engine_t *e,
         until[1] = 0;
         ban_told(&q,
                  authn_hmac_throttle_refused(e->table, &e->throttle, &q.ids,
-                                             h->fp, now),
+                                             h->fp, h->oracle, now),
                  "", until);
         return;
     }

@@ -573,6 +573,29 @@ void authn_hmac_table_mark(authn_hmac_table_t *t,
     explicit_bzero(&copy, sizeof(copy));
 }
 
+int authn_hmac_table_user_marked(authn_hmac_table_t *t,
+                                 const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                                 uint32_t mark)
+{
+    region_t *r = &t->region[POSITIVE];
+    uint64_t user = user_word(uid);
+    set_t *st;
+    slot_t copy;
+    int i, yes = 0;
+
+    if (r->nsets == 0 || !mark)
+        return 0;
+    st = set_for(r, user);
+    /* NB: every slot of the user's set looked at, whatever it finds: the
+     * same work for a user with entries and one without. */
+    for (i = 0; i < WAYS; i++)
+        if (slot_read(&st->slot[i], &copy) && copy.verified != 0 &&
+            copy.user == user && copy.mark == mark)
+            yes = 1;
+    explicit_bzero(&copy, sizeof(copy));
+    return yes;
+}
+
 int authn_hmac_table_marked(authn_hmac_table_t *t,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],

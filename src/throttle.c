@@ -218,6 +218,28 @@ static uint32_t counted(const slot_t *r, const authn_hmac_throttle_conf_t *conf,
     return now - r->first < conf->window ? r->count : 0;
 }
 
+/* A client's ban is sealed at this many of its users' wrong passwords
+ * answered from the cache (the count in recent[0], their fingerprints
+ * after it, while the ban lasts). */
+static uint32_t seal_at(const authn_hmac_throttle_conf_t *conf)
+{
+    return conf->max_failures > 0 ? (uint32_t)conf->max_failures : 10;
+}
+
+static int sealed(const slot_t *r, const authn_hmac_throttle_conf_t *conf,
+                  apr_time_t now)
+{
+    return r->kind == KIND_CLIENT && r->until > now &&
+           r->recent[0] >= seal_at(conf);
+}
+
+/* A ban starts on r: its seal's count starts from nothing. */
+static void ban_starts(slot_t *r)
+{
+    if (r->kind == KIND_CLIENT)
+        memset(r->recent, 0, sizeof(r->recent));
+}
+
 /* Whether r refuses a guess: banned, or at its limit with the guesses
  * under way (one more could start a ban: till it ends, its pair or client
  * is refused as a banned one is, caches and all). */
@@ -273,6 +295,14 @@ int authn_hmac_throttle_banned(authn_hmac_table_t *t,
         bans |= AUTHN_HMAC_BAN_PAIR;
     if (refuses(s, cid, KIND_CLIENT, conf->max_client_failures, conf, now))
         bans |= AUTHN_HMAC_BAN_CLIENT;
+    /* NB: a sealed ban is read under the mutex (rare: a ban in force). */
+    if ((bans & AUTHN_HMAC_BAN_CLIENT) && lock(s)) {
+        const slot_t *r = find(s, cid, KIND_CLIENT, NULL, now, NULL);
+
+        if (r && sealed(r, conf, now))
+            bans |= AUTHN_HMAC_BAN_SEALED;
+        unlock(s);
+    }
     return bans;
 }
 
@@ -338,6 +368,7 @@ static int guess(const authn_hmac_table_parts_t *s, slot_t *r, int limit,
      * allowance anyone has. */
     r->until = now + conf->ban;
     r->count = 0;
+    ban_starts(r);
     may_refuse(s, r->until);
     return 1;
 }
@@ -447,25 +478,38 @@ int authn_hmac_throttle_count(authn_hmac_table_t *t,
 int authn_hmac_throttle_refused(authn_hmac_table_t *t,
                                 const authn_hmac_throttle_conf_t *conf,
                                 const authn_hmac_throttle_ids_t *ids,
-                                uint64_t fp, apr_time_t now)
+                                uint64_t fp, int oracle, apr_time_t now)
 {
     const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
-    uint64_t pid[2];
-    slot_t *pair;
-    int started = 0;
+    uint64_t pid[2], cid[2];
+    slot_t *pair, *client;
+    uint32_t f = fp32(fp);
+    int started = 0, i;
 
     if (!authn_hmac_throttle_on(conf))
         return 0;
     id_of(ids->pair, pid);
+    id_of(ids->client, cid);
     if (!lock(s))
         return 0;
     /* NB: a record for a new pair only where one is free or idle: the
      * refusals of a banned client cost no verification, and must not push
      * others' counts out at the server's speed. */
     pair = find_in(s, pid, KIND_PAIR, conf, now, NULL, 0);
-    if (pair && pair->until <= now && fresh_guess(pair, fp32(fp), conf, now) &&
+    if (pair && pair->until <= now && fresh_guess(pair, f, conf, now) &&
         guess(s, pair, conf->max_failures, conf, now))
         started = AUTHN_HMAC_BAN_PAIR;
+    client = oracle ? find(s, cid, KIND_CLIENT, NULL, now, NULL) : NULL;
+    if (client && client->until > now && !sealed(client, conf, now)) {
+        for (i = 1; i < RECENT && client->recent[i] != f; i++)
+            ;
+        if (i == RECENT) {
+            memmove(client->recent + 2, client->recent + 1,
+                    (RECENT - 2) * sizeof(client->recent[0]));
+            client->recent[1] = f;
+            client->recent[0]++;
+        }
+    }
     unlock(s);
     return started;
 }
@@ -493,6 +537,8 @@ int authn_hmac_throttle_ban(authn_hmac_table_t *t,
              conf, now, NULL);
     if (r && r->until < until) {
         started = r->until <= now ? which : 0;
+        if (started)
+            ban_starts(r);
         r->until = until;
         may_refuse(s, until);
     }
@@ -559,8 +605,13 @@ void authn_hmac_throttle_book(authn_hmac_table_t *t,
     memcpy(take->id, id, sizeof(take->id));
     apr_cpystrn(take->client, client ? client : "", sizeof(take->client));
     if (which == AUTHN_HMAC_BAN_PAIR) {
-        if (user_len >= sizeof(take->user))
+        if (user_len >= sizeof(take->user)) {
             user_len = sizeof(take->user) - 1;
+            /* NB: not in the middle of a UTF-8 character. */
+            while (user_len > 0 &&
+                   ((unsigned char)user[user_len] & 0xc0) == 0x80)
+                user_len--;
+        }
         memcpy(take->user, user, user_len);
     }
     unlock(s);

@@ -332,8 +332,41 @@ static const char *histogram(const char *out, enum authn_hmac_histogram h,
                         out, name, seconds(hist->sum_usec, p), name, n);
 }
 
+/* The length of the valid UTF-8 sequence at s (1 to 4), or 0 (RFC 3629:
+ * no overlong form, no surrogate, nothing past U+10FFFF). */
+static size_t utf8_len(const unsigned char *s)
+{
+    unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+    size_t n, i;
+
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4;
+    else
+        return 0;
+    if (c == 0xe0)
+        lo = 0xa0;
+    else if (c == 0xed)
+        hi = 0x9f;
+    else if (c == 0xf0)
+        lo = 0x90;
+    else if (c == 0xf4)
+        hi = 0x8f;
+    for (i = 1; i < n; i++) {
+        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf))
+            return 0;
+    }
+    return n;
+}
+
 /* s as f shows a string: JSON's escapes, a Prometheus label's, HTML's;
- * else control characters as '?'. */
+ * else control characters as '?'. Bytes that are not UTF-8 (a name a
+ * client sent, cut) are '?' too: every page stays valid UTF-8. */
 static const char *quoted(authn_hmac_format_t f, const char *s, apr_pool_t *p)
 {
     char *out = apr_palloc(p, strlen(s) * 6 + 1), *o = out;
@@ -341,6 +374,18 @@ static const char *quoted(authn_hmac_format_t f, const char *s, apr_pool_t *p)
 
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
+        size_t n = utf8_len((const unsigned char *)s);
+
+        if (c >= 0x80) {
+            if (n) {
+                memcpy(o, s, n);
+                o += n;
+                s += n - 1;
+            }
+            else
+                *o++ = '?';
+            continue;
+        }
 
         if ((json || prom) && (c == '"' || c == '\\'))
             o += apr_snprintf(o, 7, "\\%c", c);

@@ -78,6 +78,10 @@ void authn_hmac_table_mark(authn_hmac_table_t *t,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
                            const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                            uint32_t mark);
+/* Whether any entry of the user (uid) carries mark. */
+int authn_hmac_table_user_marked(authn_hmac_table_t *t,
+                                 const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                                 uint32_t mark);
 int authn_hmac_table_marked(authn_hmac_table_t *t,
                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
                             const unsigned char uid[AUTHN_HMAC_KEY_LEN],

@@ -37,8 +37,13 @@ void authn_hmac_throttle_ids(const authn_hmac_mac_t *mac, const char *client,
  * IPv6 one; else the text itself (at most 16 bytes of it). Returns n. */
 size_t authn_hmac_client_bytes(const char *client, unsigned char out[16]);
 
-/* Which bans: the pair's, the client's. */
-enum { AUTHN_HMAC_BAN_PAIR = 1, AUTHN_HMAC_BAN_CLIENT = 2 };
+/* Which bans: the pair's, the client's; and a client's ban sealed (its
+ * logged-in users refused too: see authn_hmac_throttle_refused). */
+enum {
+    AUTHN_HMAC_BAN_PAIR = 1,
+    AUTHN_HMAC_BAN_CLIENT = 2,
+    AUTHN_HMAC_BAN_SEALED = 4
+};
 
 /* Whether any ban may be in force at now: one word, read without a lock
  * (the hit path asks it first). */
@@ -81,12 +86,16 @@ int authn_hmac_throttle_count(authn_hmac_table_t *t,
 
 /* A guess refused without a verification because its client is banned
  * for all users: counted for its pair as a wrong password (fp, as above)
- * unless a repeat. Returns AUTHN_HMAC_BAN_PAIR if that started the pair's
- * ban. */
+ * unless a repeat. oracle: its user is one of the client's logged-in
+ * users (an entry marked for it), whom the ban still serves: a wrong
+ * password for such a user is an answer the cache gave, and counts for
+ * the client too; at AuthHMACMaxFailures of them (10 without it) the ban
+ * is sealed, and refuses those users as well till it ends. Returns
+ * AUTHN_HMAC_BAN_PAIR if that started the pair's ban. */
 int authn_hmac_throttle_refused(authn_hmac_table_t *t,
                                 const authn_hmac_throttle_conf_t *conf,
                                 const authn_hmac_throttle_ids_t *ids,
-                                uint64_t fp, apr_time_t now);
+                                uint64_t fp, int oracle, apr_time_t now);
 
 /* A ban learnt from the farm (which: AUTHN_HMAC_BAN_PAIR or _CLIENT),
  * kept here until until, never past now + conf->ban. Returns which if no

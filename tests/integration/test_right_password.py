@@ -309,9 +309,17 @@ def test_bans_are_listed_and_lifted():
                               capture_output=True, text=True).stdout
         assert re.search(r"^authn_hmac_bans_active 2$", prom, re.M), prom
         assert once(srv, "/a/index.html", "lena", "lena's pass", guesser) == (401, "throttled")
-        # Lifted: the guesser's ban for lena (a GET lifts nothing).
-        out = subprocess.run(["curl", "-s", "-X", "POST", srv.url +
-                              "/authn-hmac-status?lift=%s&user=lena" % guesser],
+        # Lifted: the guesser's ban for lena. A cross-site form (no header)
+        # lifts nothing: 403.
+        lift = srv.url + "/authn-hmac-status?lift=%s&user=lena" % guesser
+        out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X",
+                              "POST", "-H", "Origin: https://evil.example", "-H",
+                              "Content-Type: application/x-www-form-urlencoded", "--data",
+                              "", lift], capture_output=True, text=True).stdout
+        assert out == "403", out
+        srv.expect_log(r"a POST to the status handler without the header X-Authn-HMAC-Lift")
+        assert srv.status()["bans_active"] == 2
+        out = subprocess.run(["curl", "-s", "-X", "POST", "-H", "X-Authn-HMAC-Lift: 1", lift],
                              capture_output=True, text=True).stdout
         assert out == "lifted: 1\n", out
         assert once(srv, "/a/index.html", "lena", "lena's pass", guesser) == (200, "verified")

@@ -1532,6 +1532,58 @@ static void test_unsettled_reading_counts_no_right_password(apr_pool_t *p)
     rmdir(dir);
 }
 
+/* A sprayer banned for all users at an office's address does not go on
+ * testing passwords against the office's logged-in users at the cache's
+ * speed: their wrong passwords answered from the cache count for the
+ * client, and at AuthHMACMaxFailures of them the ban is sealed (those
+ * users refused there too) till it ends (found by review: 900 tests, one
+ * a hit, before). */
+static void
+test_throttle_client_ban_is_sealed_by_tests_of_its_users(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    const char *was = client_addr;
+    char user[16], hash[32], pw[16];
+    int i, round, hits = 0;
+
+    e.throttle.max_failures = 10;
+    e.throttle.max_client_failures = 30;
+    e.throttle.window = apr_time_from_sec(600);
+    e.throttle.ban = apr_time_from_sec(600);
+    client_addr = "198.51.100.1"; /* the office */
+    for (i = 0; i < 100; i++) {   /* 100 colleagues log in; u7's "Summer7" */
+        snprintf(user, sizeof(user), "u%d", i);
+        snprintf(hash, sizeof(hash), "H-%s", i == 7 ? "Summer7" : "secret-pw");
+        CHECK(check(&e, 300, user, i == 7 ? "Summer7" : "secret-pw", hash, p) ==
+              AUTHN_HMAC_VERIFIED);
+    }
+    for (i = 0; i < 40; i++) { /* the sprayer gets the address banned */
+        snprintf(user, sizeof(user), "s%d", i);
+        (void)check(&e, 300, user, "x", "H-right", p);
+    }
+    CHECK(authn_hmac_table_counter(e.table, AUTHN_HMAC_C_BANS) == 1);
+    /* The logged-in users: served. */
+    CHECK(check(&e, 300, "u0", "secret-pw", "H-secret-pw", p) ==
+          AUTHN_HMAC_HIT);
+    *calls = 0;
+    for (round = 0; round < 9; round++)
+        for (i = 0; i < 100; i++) {
+            snprintf(user, sizeof(user), "u%d", i);
+            snprintf(pw, sizeof(pw), "Summer%d", round);
+            snprintf(hash, sizeof(hash), "H-%s",
+                     i == 7 ? "Summer7" : "secret-pw");
+            hits += check(&e, 300, user, pw, hash, p) == AUTHN_HMAC_HIT;
+        }
+    CHECK(*calls == 0 && hits == 0);
+    /* Sealed: the office's users refused there too; served elsewhere. */
+    CHECK(check(&e, 300, "u0", "secret-pw", "H-secret-pw", p) ==
+          AUTHN_HMAC_THROTTLED);
+    client_addr = "192.0.2.99";
+    CHECK(check(&e, 300, "u0", "secret-pw", "H-secret-pw", p) ==
+          AUTHN_HMAC_HIT);
+    client_addr = was;
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -1560,6 +1612,7 @@ int main(void)
     RUN(test_throttle_full_client_is_no_oracle, p);
     RUN(test_throttle_without_a_cache, p);
     RUN(test_throttle_client_ban_keeps_logged_in_users, p);
+    RUN(test_throttle_client_ban_is_sealed_by_tests_of_its_users, p);
     RUN(test_unsettled_reading_counts_no_right_password, p);
     RUN(test_throttle_folded_names_share_a_count, p);
     RUN(test_queue, p);

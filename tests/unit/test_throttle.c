@@ -225,16 +225,16 @@ static void test_refused_counts_for_the_pair(apr_pool_t *p)
     authn_hmac_throttle_ids_t ids;
 
     ids_of("192.0.2.13", "jack", &ids);
-    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 1, T0) == 0);
-    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 1, T0) == 0);
-    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 2, T0) == 0);
+    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 1, 0, T0) == 0);
+    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 1, 0, T0) == 0);
+    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 2, 0, T0) == 0);
     CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0) == 0);
-    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 3, T0) ==
+    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 3, 0, T0) ==
           AUTHN_HMAC_BAN_PAIR);
     CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0 + SEC(1)) ==
           AUTHN_HMAC_BAN_PAIR);
     /* Banned: counted no more. */
-    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 4, T0 + SEC(1)) == 0);
+    CHECK(authn_hmac_throttle_refused(t, &c, &ids, 4, 0, T0 + SEC(1)) == 0);
     shared_done();
 }
 
@@ -428,7 +428,8 @@ static void test_refusals_do_not_evict(apr_pool_t *p)
     for (i = 0; i < 5000; i++) {
         w[0] = i % n + n * (19 + i);
         memcpy(ids.pair, w, sizeof(w));
-        CHECK(authn_hmac_throttle_refused(t, &c, &ids, 77, T0 + SEC(3)) == 0);
+        CHECK(authn_hmac_throttle_refused(t, &c, &ids, 77, 0, T0 + SEC(3)) ==
+              0);
     }
     /* The victim's count holds: its tenth guess bans. */
     CHECK(fail(t, &c, &victim, 10, T0 + SEC(4), &fresh) == AUTHN_HMAC_BAN_PAIR);

@@ -262,6 +262,15 @@ static void test_status_bans(apr_pool_t *p)
                  "\"2001:db8::1\", \"user\": \"\", \"all_users\": true, "
                  "\"seconds_left\": 12, \"redis_key\": \"b:0a0b\"}\n  ]\n}"));
     CHECK(strstr(prom, "authn_hmac_bans_active 2\n") && !strstr(prom, "zq9"));
+    /* Not UTF-8 (a name cut, Latin-1 bytes, an overlong form, a
+     * surrogate): '?' each; UTF-8 kept. */
+    s.nbans = 1;
+    strcpy(s.bans[0].user,
+           "\xc3\xa9t\xe9\xc3\xc0\xaf\xed\xa0\x80\xf0\x9f\x98\x80");
+    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
+    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, p);
+    CHECK(strstr(json, "\"user\": \"\xc3\xa9t???????\xf0\x9f\x98\x80\""));
+    CHECK(strstr(txt, "user \"\xc3\xa9t???????\xf0\x9f\x98\x80\""));
 }
 
 int main(void)
