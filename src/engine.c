@@ -376,6 +376,24 @@ static void farm_result(redis_req *rq, const unsigned char *key,
     redis_end(rq, conn, rc, why);
 }
 
+/* A ban or a count of the throttle in Redis that does not verify: no
+ * ban, no count; counted and told once, as a forged entry is. */
+static void throttle_forged(redis_req *rq)
+{
+    const authn_hmac_engine_t *e = rq->e;
+
+    count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
+    authn_hmac_logf(
+        e->log, rq->baton,
+        authn_hmac_redis_forged_first(authn_hmac_table_redis_health(e->table))
+            ? AUTHN_HMAC_LOG_WARNING
+            : AUTHN_HMAC_LOG_DEBUG,
+        "AHMAC0038: Redis returned a ban or a count of the throttle that "
+        "does not verify (forged, copied from another key, past its end, or "
+        "written with another pepper); ignored. Is %s the farm's Redis?",
+        e->redis_name);
+}
+
 #define BAN_SLACK apr_time_from_sec(5)
 
 /* The farm's bans for ids: when each ends (until[0] the pair's, [1] the
@@ -410,18 +428,8 @@ static void farm_banned(redis_req *rq, const authn_hmac_throttle_ids_t *ids,
             forged |= 1 << i;
             until[i] = 0;
         }
-    if (!forged)
-        return;
-    count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
-    authn_hmac_logf(
-        e->log, rq->baton,
-        authn_hmac_redis_forged_first(authn_hmac_table_redis_health(e->table))
-            ? AUTHN_HMAC_LOG_WARNING
-            : AUTHN_HMAC_LOG_DEBUG,
-        "AHMAC0006: Redis returned a ban that does not verify "
-        "(forged, damaged, or written with another pepper); "
-        "ignored. Is %s the farm's Redis?",
-        e->redis_name);
+    if (forged)
+        throttle_forged(rq);
 }
 
 /* A new guess (fp its fingerprint), counted in the farm: the bans it
@@ -435,15 +443,19 @@ static int farm_guessed(redis_req *rq, const authn_hmac_throttle_ids_t *ids,
     authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
     authn_hmac_redis_rc rc;
     const char *why = "";
-    int started = 0;
+    int started = 0, forged = 0;
 
     if (!conn)
         return 0;
     rc = authn_hmac_redis_throttle_fail(
         conn, e->redis_conf, e->mac, ids->pair, ids->client, fp,
         tc->max_failures, tc->max_client_failures, tc->window, tc->ban,
-        apr_time_now(), deadline, &started, &why, rq->p);
+        apr_time_now(), deadline, &started, &forged, &why, rq->p);
     redis_end(rq, conn, rc, why);
+    /* NB: a count that does not verify is no count (a Redis can hide
+     * guesses, never add one). */
+    if (forged)
+        throttle_forged(rq);
     return rc == AUTHN_HMAC_REDIS_OK ? started : 0;
 }
 

@@ -376,18 +376,27 @@ int authn_hmac_ban_decode(const authn_hmac_mac_t *mac,
                           const char *v, size_t len, apr_time_t *until);
 
 /* A new wrong guess of the pair, fp its fingerprint, counted for the
- * farm (one EVAL): a guess the farm saw within the window is not counted
- * again; each count lives a window from its first guess, and one that
- * reaches its limit (0: none) starts a ban until now + ban, its value
- * tagged (above), unless one is in force. *started has the bans it
- * started: 1 the pair's, 2 the client's. */
+ * farm (two EVALs): a guess the farm saw within the window is not counted
+ * again; the pair's and the client's counts are read, their tags checked
+ * (one that does not verify is no count: *forged), raised and written
+ * back tagged, each for what remains of its window; one that reaches its
+ * limit (0: none) starts a ban until now + ban, tagged, unless one is in
+ * force, and starts again. A Redis can so hide guesses, never add one.
+ * *started has the bans this started: 1 the pair's, 2 the client's. */
 authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
     const authn_hmac_mac_t *mac, const unsigned char pair[AUTHN_HMAC_KEY_LEN],
     const unsigned char client[AUTHN_HMAC_KEY_LEN], uint64_t fp,
     int max_failures, int max_client_failures, apr_interval_time_t window,
     apr_interval_time_t ban, apr_time_t now, apr_time_t deadline, int *started,
-    const char **why, apr_pool_t *p);
+    int *forged, const char **why, apr_pool_t *p);
+
+/* A count's value (exposed for tests and fuzzing): 1 with the window's
+ * start and the count if its tag verifies for id, else 0. */
+int authn_hmac_count_decode(const authn_hmac_mac_t *mac,
+                            const unsigned char id[AUTHN_HMAC_KEY_LEN],
+                            const char *v, size_t len, apr_time_t *start,
+                            uint32_t *n);
 
 /* Makes a hiredis reader refuse arrays of more than a few elements (they
  * would be allocated before being read). Returns 0 if it could not. */

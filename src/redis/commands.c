@@ -635,29 +635,105 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
     return rc;
 }
 
+/* A count's value: "C:" hex(window's start, µs) ":" hex(count) ":"
+ * hex(tag), the tag over the rest under the count key's id, as a ban's:
+ * whatever else writes Redis can hide guesses (delete or roll back a
+ * count), never add one, and so never bring a ban. */
+#define COUNT_BODY ((size_t)2 + 16 + 1 + 8)
+#define COUNT_LEN  (COUNT_BODY + 1 + KEY_HEX)
+
+static size_t count_encode(const authn_hmac_mac_t *mac,
+                           const unsigned char id[AUTHN_HMAC_KEY_LEN],
+                           apr_time_t start, uint32_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    unsigned char tag[AUTHN_HMAC_KEY_LEN];
+    char *o = out;
+    int i;
+
+    *o++ = 'C';
+    *o++ = ':';
+    o = put_hex64(o, (uint64_t)start);
+    *o++ = ':';
+    for (i = 7; i >= 0; i--)
+        *o++ = digits[(n >> (4 * i)) & 15];
+    authn_hmac_value_tag(mac, id, out, COUNT_BODY, tag);
+    *o++ = ':';
+    o = put_hex(o, tag, sizeof(tag));
+    *o = '\0';
+    return (size_t)(o - out);
+}
+
+int authn_hmac_count_decode(const authn_hmac_mac_t *mac,
+                            const unsigned char id[AUTHN_HMAC_KEY_LEN],
+                            const char *v, size_t len, apr_time_t *start,
+                            uint32_t *n)
+{
+    unsigned char want[AUTHN_HMAC_KEY_LEN], got[AUTHN_HMAC_KEY_LEN], b[4];
+    char buf[COUNT_LEN + 1];
+    int ok;
+
+    *start = 0;
+    *n = 0;
+    if (len != COUNT_LEN || v[0] != 'C' || v[1] != ':' || v[18] != ':' ||
+        v[COUNT_BODY] != ':')
+        return 0;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    if (!get_hex(buf + COUNT_BODY + 1, got, sizeof(got)))
+        return 0;
+    authn_hmac_value_tag(mac, id, buf, COUNT_BODY, want);
+    ok = CRYPTO_memcmp(want, got, sizeof(want)) == 0 &&
+         get_hex64(buf + 2, start) && get_hex(buf + 19, b, sizeof(b));
+    explicit_bzero(want, sizeof(want));
+    if (!ok) {
+        *start = 0;
+        return 0;
+    }
+    *n = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 |
+         b[3];
+    return 1;
+}
+
 /* A new wrong guess: unless the farm saw this one of the pair's within
- * the window (a stale client's password, sent to every server), the
- * pair's and the client's counts go up (each expiring a window after its
- * first guess), and a count at its limit (0: none) starts a ban, unless
- * one is in force (its value tagged: ARGV[5], ARGV[6]), and starts again.
- * Returns the bans it started, 1 the pair's and 2 the client's. */
-static const char throttle_fail[] =
-    "if not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[1]) then "
+ * the window (a stale client's password, sent to every server: its mark,
+ * g:, is there), the pair's and the client's counts as they are. */
+static const char throttle_read[] =
+    "if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then "
     "  return 0 "
     "end "
+    "return {redis.call('GET', KEYS[2]) or '', "
+    "        redis.call('GET', KEYS[3]) or ''}";
+
+/* The counts written back, each for what remains of its window, and the
+ * bans that a count at its limit started (tagged by the server that
+ * counted, "" for none), unless one is in force. */
+static const char throttle_write[] =
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+    "redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) "
     "local started = 0 "
     "for i = 1, 2 do "
-    "  local n = redis.call('INCR', KEYS[i]) "
-    "  if n == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end "
-    "  local limit = tonumber(ARGV[2 + i]) "
-    "  if limit > 0 and n >= limit and "
-    "     redis.call('SET', KEYS[2 + i], ARGV[4 + i], 'NX', 'PX', ARGV[2]) "
-    "then "
-    "    redis.call('DEL', KEYS[i]) "
-    "    started = started + i "
-    "  end "
+    "  if ARGV[4 + i] ~= '' and "
+    "     redis.call('SET', KEYS[2 + i], ARGV[4 + i], 'NX', 'PX', ARGV[7]) "
+    "  then started = started + i end "
     "end "
     "return started";
+
+/* The count of id as the farm has it, at now: (start, n), a new window
+ * for none, one past or one that does not verify (*forged then). */
+static void count_of(const authn_hmac_mac_t *mac, const unsigned char *id,
+                     const redisReply *v, apr_time_t now,
+                     apr_interval_time_t window, apr_time_t *start, uint32_t *n,
+                     int *forged)
+{
+    if (v->type == REDIS_REPLY_STRING && v->len > 0 &&
+        !authn_hmac_count_decode(mac, id, v->str, v->len, start, n))
+        *forged = 1;
+    if (*start > now || now - *start >= window) {
+        *start = now;
+        *n = 0;
+    }
+}
 
 authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
@@ -665,44 +741,90 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     const unsigned char client[AUTHN_HMAC_KEY_LEN], uint64_t fp,
     int max_failures, int max_client_failures, apr_interval_time_t window,
     apr_interval_time_t ban, apr_time_t now, apr_time_t deadline, int *started,
-    const char **why, apr_pool_t *p)
+    int *forged, const char **why, apr_pool_t *p)
 {
-    char *pban = apr_palloc(p, BAN_LEN + 1), *cban = apr_palloc(p, BAN_LEN + 1);
+    const unsigned char *ids[2] = {pair, client};
+    const int limits[2] = {max_failures, max_client_failures};
     char *g = apr_pstrcat(p, throttle_key(conf, "g:", pair, p),
                           "0000000000000000", NULL);
-    const char *argv[14] = {
-        "EVAL",
-        throttle_fail,
-        "5",
-        throttle_key(conf, "t:", pair, p),
-        throttle_key(conf, "t:", client, p),
-        throttle_key(conf, "b:", pair, p),
-        throttle_key(conf, "b:", client, p),
-        g,
-        apr_psprintf(p, "%" APR_INT64_T_FMT, window / 1000 + 1),
-        apr_psprintf(p, "%" APR_INT64_T_FMT, ban / 1000 + 1),
-        apr_psprintf(p, "%d", max_failures),
-        apr_psprintf(p, "%d", max_client_failures),
-        pban,
-        cban};
+    const char *rargv[7], *wargv[14];
     size_t lens[14];
     redisReply *r = NULL;
     authn_hmac_redis_rc rc;
+    apr_time_t start[2] = {0, 0};
+    uint32_t n[2] = {0, 0};
     int i;
 
-    /* NB: the guess's fingerprint (a word of its credential MAC) after the
-     * pair's id. */
-    put_hex64(g + strlen(g) - 16, fp);
-    (void)authn_hmac_ban_encode(mac, pair, now + ban, pban);
-    (void)authn_hmac_ban_encode(mac, client, now + ban, cban);
     *started = 0;
-    for (i = 0; i < 14; i++)
-        lens[i] = strlen(argv[i]);
-    rc = authn_hmac_redis_command(c, 14, argv, lens, deadline, &r, why, p);
+    *forged = 0;
+    /* NB: the guess's fingerprint (a word of a MAC of user and password)
+     * after the pair's id. */
+    put_hex64(g + strlen(g) - 16, fp);
+    rargv[0] = "EVAL";
+    rargv[1] = throttle_read;
+    rargv[2] = "3";
+    rargv[3] = g;
+    rargv[4] = throttle_key(conf, "t:", pair, p);
+    rargv[5] = throttle_key(conf, "t:", client, p);
+    rargv[6] = apr_psprintf(p, "%" APR_INT64_T_FMT, window / 1000 + 1);
+    for (i = 0; i < 7; i++)
+        lens[i] = strlen(rargv[i]);
+    rc = authn_hmac_redis_command(c, 7, rargv, lens, deadline, &r, why, p);
     if (rc != AUTHN_HMAC_REDIS_OK)
         return rc;
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+        freeReplyObject(r); /* a repeat the farm saw */
+        return rc;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        *why = apr_psprintf(p, "EVAL: unexpected answer (%s)",
+                            authn_hmac_redis_reply_error(r, p));
+        freeReplyObject(r);
+        return AUTHN_HMAC_REDIS_ERROR;
+    }
+    for (i = 0; i < 2; i++)
+        count_of(mac, ids[i], r->element[i], now, window, &start[i], &n[i],
+                 forged);
+    freeReplyObject(r);
+    wargv[0] = "EVAL";
+    wargv[1] = throttle_write;
+    wargv[2] = "4";
+    wargv[3] = rargv[4];
+    wargv[4] = rargv[5];
+    wargv[5] = throttle_key(conf, "b:", pair, p);
+    wargv[6] = throttle_key(conf, "b:", client, p);
+    wargv[13] = apr_psprintf(p, "%" APR_INT64_T_FMT, ban / 1000 + 1);
+    for (i = 0; i < 2; i++) {
+        char *v = apr_palloc(p, COUNT_LEN + 1);
+        int full;
+
+        n[i]++;
+        full = limits[i] > 0 && n[i] >= (uint32_t)limits[i];
+        wargv[11 + i] = "";
+        if (full) {
+            /* NB: the count starts again with the ban. */
+            char *b = apr_palloc(p, AUTHN_HMAC_BAN_LEN + 1);
+
+            (void)authn_hmac_ban_encode(mac, ids[i], now + ban, b);
+            wargv[11 + i] = b;
+            start[i] = now;
+            n[i] = 0;
+        }
+        (void)count_encode(mac, ids[i], start[i], n[i], v);
+        wargv[7 + 2 * i] = v;
+        wargv[8 + 2 * i] = apr_psprintf(p, "%" APR_INT64_T_FMT,
+                                        (start[i] + window - now) / 1000 + 1);
+    }
+    for (i = 0; i < 14; i++)
+        lens[i] = strlen(wargv[i]);
+    rc = authn_hmac_redis_command(c, 14, wargv, lens, deadline, &r, why, p);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
+    /* NB: the bans started are the ones this server counted to their
+     * limit from counts whose tags verified, whatever Redis answers (it
+     * says which it kept: one in force there already). */
     if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && r->integer <= 3)
-        *started = (int)r->integer;
+        *started = (wargv[11][0] ? 1 : 0) | (wargv[12][0] ? 2 : 0);
     else {
         *why = apr_psprintf(p, "EVAL: unexpected answer (%s)",
                             authn_hmac_redis_reply_error(r, p));

@@ -5,6 +5,7 @@ office behind one address where someone sprays, a user retrying typos
 across a password change, and bans in Redis that no server made."""
 import re
 import subprocess
+import time
 import threading
 
 import pytest
@@ -205,7 +206,8 @@ def test_a_ban_in_redis_that_no_server_made_is_ignored():
         # its client count (3) is the largest of the counts in Redis.
         for user, pw in (("ivan", "x1"), ("ivan", "x2"), ("judy", "x3")):
             assert once(a, "/w/", user, pw, victim)[0] == 401
-        counts = {k: int(redis.cli("GET", k)) for k in
+        # NB: a count is "C:" start ":" count (hex) ":" tag.
+        counts = {k: int(redis.cli("GET", k).split(":")[2], 16) for k in
                   redis.cli("KEYS", "authn_hmac:t:*").split()}
         client_key = max(counts, key=counts.get)
         assert counts[client_key] == 3, counts
@@ -215,7 +217,8 @@ def test_a_ban_in_redis_that_no_server_made_is_ignored():
         assert once(b, "/w/", "kim", "kim's pass", victim) == (200, "verified")
         st = b.status()
         assert st["redis_forged"] == 1 and st["bans"] == 0, st
-        b.expect_log(r"AHMAC0038: Redis returned a ban that does not verify")
+        b.expect_log(r"AHMAC0038: Redis returned a ban or a count of the throttle that "
+                     r"does not verify")
         # A real ban: the guesser's ten wrong passwords for ivan, on a.
         for i in range(10):
             assert once(a, "/w/", "ivan", "guess %d" % i, guesser)[0] == 401
@@ -229,6 +232,14 @@ def test_a_ban_in_redis_that_no_server_made_is_ignored():
         assert once(b, "/w/", "judy", "judy's pass", victim) == (200, "verified")
         st = b.status()
         assert st["redis_forged"] == 2 and st["bans"] == 0, st
+        # A count raised by whatever writes Redis (its tag cannot verify):
+        # no count, so no ban at the victim's next wrong password.
+        forged = "C:%016x:%08x:%s" % (int(time.time() * 1e6), 99, "0" * 64)
+        redis.cli("SET", client_key, forged, "PX", "600000")
+        redis.cli("DEL", ban_key)
+        assert once(b, "/w/", "kim", "kim typo", victim) == (401, "denied")
+        st = b.status()
+        assert st["redis_forged"] == 3 and st["bans"] == 0, st
         # The real one: b takes it (told there, from the farm) and refuses.
         assert once(b, "/w/", "ivan", "ivan's pass", guesser) == (401, "throttled")
         st = b.status()

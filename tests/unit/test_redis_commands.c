@@ -355,6 +355,68 @@ static void test_ban_value(apr_pool_t *p)
     CHECK(authn_hmac_ban_decode(m, id, v, n, &until) == 0);
 }
 
+/* A count's value verifies for its own key under its pepper only: a
+ * Redis cannot raise a count (so cannot bring a ban). */
+static void test_count_value(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 7), *other = test_mac(p, 8);
+    unsigned char id[AUTHN_HMAC_KEY_LEN], id2[AUTHN_HMAC_KEY_LEN],
+        tag[AUTHN_HMAC_KEY_LEN];
+    char v[128];
+    apr_time_t start;
+    uint32_t n;
+    int i;
+
+    memset(id, 1, sizeof(id));
+    memset(id2, 2, sizeof(id2));
+    strcpy(v, "C:0006a0a1b2c3d4e5:00000009");
+    authn_hmac_value_tag(m, id, v, strlen(v), tag);
+    strcat(v, ":");
+    for (i = 0; i < AUTHN_HMAC_KEY_LEN; i++)
+        sprintf(v + strlen(v), "%02x", tag[i]);
+    CHECK(authn_hmac_count_decode(m, id, v, strlen(v), &start, &n) == 1);
+    CHECK(start == (apr_time_t)0x0006a0a1b2c3d4e5LL && n == 9);
+    CHECK(authn_hmac_count_decode(m, id2, v, strlen(v), &start, &n) == 0);
+    CHECK(start == 0 && n == 0);
+    CHECK(authn_hmac_count_decode(other, id, v, strlen(v), &start, &n) == 0);
+    CHECK(authn_hmac_count_decode(m, id, "9", 1, &start, &n) == 0);
+    v[26] = 'a'; /* 10 of them */
+    CHECK(authn_hmac_count_decode(m, id, v, strlen(v), &start, &n) == 0);
+}
+
+/* Whatever answers for Redis cannot start a ban: an answer of "3" (both
+ * started, as the script once answered) is an error; counts that do not
+ * verify are no counts (forged), and no ban. */
+static void test_a_redis_cannot_start_a_ban(apr_pool_t *p)
+{
+    static const char *const answers[] = {":3\r\n",
+                                          "*2\r\n$2\r\n99\r\n$2\r\n99\r\n"};
+    authn_hmac_mac_t *m = test_mac(p, 1);
+    authn_hmac_redis_conf_t conf;
+    unsigned char pair[32], client[32];
+    const char *why = "";
+    one_server s;
+    size_t i;
+
+    memset(&conf, 0, sizeof(conf));
+    conf.prefix = "authn_hmac:";
+    memset(pair, 1, sizeof(pair));
+    memset(client, 2, sizeof(client));
+    for (i = 0; i < 2; i++) {
+        int started = -1, forged = -1;
+
+        one_start(&s, answers[i]);
+        (void)authn_hmac_redis_throttle_fail(
+            s.c, &conf, m, pair, client, 42, 10, 30, apr_time_from_sec(600),
+            apr_time_from_sec(600), apr_time_from_sec(1700000000),
+            authn_hmac_monotonic() + apr_time_from_msec(300), &started, &forged,
+            &why, p);
+        (void)one_end(&s, p);
+        CHECK(started == 0);
+        CHECK(forged == (int)i);
+    }
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -363,5 +425,7 @@ int main(void)
     RUN(test_flight_interpret, p);
     RUN(test_flight_marker_has_an_owner, p);
     RUN(test_ban_value, p);
+    RUN(test_count_value, p);
+    RUN(test_a_redis_cannot_start_a_ban, p);
     return unit_end();
 }
