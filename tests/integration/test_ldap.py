@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness import VALGRIND, Httpd
+from harness import VALGRIND, Httpd, client_address
 from harness.slapd import SUFFIX, Slapd, available, user_dn
 from test_redis import STATUS, split_burst
 
@@ -159,6 +159,27 @@ def test_hmac_cannot_wrap_itself():
     srv.cleanup()
 
 
+def test_name_variants_share_one_count(ldap_site):
+    """LDAP matches uid whatever its case and outer spaces: wrong passwords
+    sent as "Dave", "dave " and "DAVE" from one client count for one
+    account, so its tenth distinct one bans it there (at most 10 binds),
+    not the thirtieth."""
+    srv, ldap = ldap_site
+    source = client_address()
+    names = ["Dave", "dave ", "DAVE"]
+    before, binds = srv.status(), ldap.binds("dave")
+    codes = [srv.status_code("/w/", names[i % 3], "wrong %d" % i, source=source)
+             for i in range(12)]
+    assert codes == [401] * 12, codes
+    st = srv.status()
+    assert st["throttled"] - before["throttled"] == 2, (before, st)
+    assert st["bans"] - before["bans"] == 1, (before, st)
+    assert ldap.binds("dave") - binds <= 10, ldap.binds("dave")
+    srv.expect_log(r"AHMAC0029: user (Dave|dave |DAVE): ")
+    # dave, from another address: served.
+    assert srv.status_code("/w/", "dave", "dave ldap pass", source=client_address()) == 200
+
+
 def test_a_directory_that_does_not_answer_is_a_500_never_a_grant(ldap_site):
     """(Last: it stops the module's slapd.)"""
     srv, ldap = ldap_site
@@ -170,3 +191,4 @@ def test_a_directory_that_does_not_answer_is_a_500_never_a_grant(ldap_site):
         assert srv.status_code("/w/", "alice", "alice ldap pass") == 200
     finally:
         srv.expect_log(r"Can't contact LDAP server")
+
