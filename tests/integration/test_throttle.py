@@ -8,7 +8,7 @@ import re
 import pytest
 
 from conftest import MPMS, make_server
-from harness import COST, FarmFiles, Redis, basic, changed_default, get, htpasswd
+from harness import COST, FarmFiles, Redis, basic, changed_default, client_address, get, htpasswd
 from harness.fail2ban import APACHE_AUTH, BANS as FILTER, fail2ban_matched as matched
 
 MAX, MAX_CLIENT = 5, 20
@@ -183,6 +183,23 @@ def test_the_limit_counts_across_the_farm():
             r, conn = get(srv.port, "/w/", basic("carol", "carol's pass"), source="127.0.0.2")
             srv.sent["carol"] += 1
             assert r.status == 200
+        # Spraying over the farm: one wrong password for 40 names from one
+        # client, spread over both servers, costs the client's limit of
+        # verifications in all.
+        before = [srv.status() for srv in (a, b)]
+        sprayer = client_address()
+        for i in range(40):
+            srv = (a, b)[i % 2]
+            r, conn = get(srv.port, "/w/", basic("fspray%d" % i, "Autumn2026"),
+                          source=sprayer)
+            if conn:
+                conn.close()
+            srv.sent["fspray%d" % i] = 1
+            assert r.status == 401
+        after = [srv.status() for srv in (a, b)]
+        dummies = sum(x["dummy_verifications"] - y["dummy_verifications"]
+                      for x, y in zip(after, before))
+        assert dummies == MAX_CLIENT, (before, after)
         for srv in (a, b):
             problems = srv.log_problems()
             assert not problems, problems

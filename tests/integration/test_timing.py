@@ -126,13 +126,18 @@ def test_a_real_password_is_refused_and_remembered_as_any_other(plain):
     real, other = "alice's real pass", "not anyone's pass"
     timed(plain, "ghost", real)
     timed(plain, "ghost", other)
+    before = plain.status()
     t = {"real": [], "other": []}
     for _ in range(ROUNDS):
         t["real"].append(timed(plain, "ghost", real))
         t["other"].append(timed(plain, "ghost", other))
     m = {k: statistics.median(v) for k, v in t.items()}
     show("repeats for an unknown name", m)
-    assert abs(m["real"] - m["other"]) < 0.002, m  # one bcrypt here is ~15 ms
+    # NB: exact: every repeat, of either password, is refused from the
+    # negative cache, without a verification (the times are printed).
+    st = plain.status()
+    assert st["dummy_verifications"] == before["dummy_verifications"], (before, st)
+    assert st["negative_hits"] - before["negative_hits"] == 2 * ROUNDS, (before, st)
     assert plain.status_code("/t/index.html", "alice", real) == 200
 
 
@@ -218,24 +223,24 @@ def remote():
 
 def test_first_tries_make_the_same_redis_commands(remote):
     """With Redis 1 ms away each way: a known user's first wrong password
-    makes five Redis calls (GET of the user's entry, the throttle's MGET of
+    makes six Redis calls (GET of the user's entry, the throttle's MGET of
     the bans, the farm marker's SET NX, its refused result, the throttle's
-    count), and an unknown or locked user's the same, as close on the
-    wire."""
+    read and write of its counts), and an unknown or locked user's the
+    same, in the same order."""
     srv, redis = remote
     for i in range(4):  # each child's pooled connections made and set up
         timed(srv, "alice", "warm %d" % i)
     known = monitor(redis, lambda: timed(srv, "alice", "monitored guess"))
     assert known and known[0][0] == "GET", known
-    assert ("MGET", 3) in known and [c for c, _ in known].count("EVAL") == 2, known
+    assert ("MGET", 3) in known and [c for c, _ in known].count("EVAL") == 3, known
     for user in ("nobody-monitored", "carol", "dave"):
         seen = monitor(redis, lambda u=user: timed(srv, u, "monitored guess"))
         assert seen == known, (user, seen, known)
+    # NB: what is exact is asserted above (the same commands, in the same
+    # order, for every name: a Redis call more or less is 2 ms); the
+    # paired times are printed (a loaded machine moves them: tools/bench).
     m = first_tries(srv, "redis", rounds=60, paired=True)
     show("first tries, Redis 1 ms away", m)
-    # NB: a Redis call more or less is 2 ms (1 ms each way).
-    for k in ("unknown", "carol", "dave"):
-        assert abs(m[k + "-known"]) < 0.001, (k, m)
     # A repeat asks Redis nothing, for any name.
     for user in ("alice", "nobody-repeat", "carol"):
         timed(srv, user, "repeated guess")
@@ -258,11 +263,9 @@ def test_first_tries_during_a_rotation_make_the_same_redis_commands():
         for user in ("nobody-monitored", "carol", "dave"):
             seen = monitor(redis, lambda u=user: timed(srv, u, "monitored guess"))
             assert seen == known, (user, seen, known)
+        # NB: the commands asserted above; the times printed.
         m = first_tries(srv, "redis", rounds=60, paired=True)
         show("first tries during a rotation, Redis 1 ms away", m)
-        # NB: a Redis call more or less is 2 ms (1 ms each way).
-        for k in ("unknown", "carol", "dave"):
-            assert abs(m[k + "-known"]) < 0.001, (k, m)
     finally:
         srv.stop()
         problems = srv.log_problems()
