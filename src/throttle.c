@@ -424,10 +424,12 @@ static int count_failed(const authn_hmac_table_parts_t *s, slot_t *pair,
     return started;
 }
 
-int authn_hmac_throttle_leave(authn_hmac_table_t *t,
-                              const authn_hmac_throttle_conf_t *conf,
-                              const authn_hmac_throttle_ids_t *ids, uint64_t fp,
-                              int failed, apr_time_t now, int *fresh)
+/* A guess's end: its place given back (leave), and a wrong password
+ * (failed) counted. */
+static int end_guess(authn_hmac_table_t *t,
+                     const authn_hmac_throttle_conf_t *conf,
+                     const authn_hmac_throttle_ids_t *ids, uint64_t fp,
+                     int failed, int leave, apr_time_t now, int *fresh)
 {
     const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
     uint64_t pid[2], cid[2];
@@ -443,12 +445,22 @@ int authn_hmac_throttle_leave(authn_hmac_table_t *t,
         return 0;
     pair = find(s, pid, KIND_PAIR, conf, now, NULL);
     client = find(s, cid, KIND_CLIENT, conf, now, pair);
-    leave_one(pair, now);
-    leave_one(client, now);
+    if (leave) {
+        leave_one(pair, now);
+        leave_one(client, now);
+    }
     if (failed)
         started = count_failed(s, pair, client, fp, conf, now, fresh);
     unlock(s);
     return started;
+}
+
+int authn_hmac_throttle_leave(authn_hmac_table_t *t,
+                              const authn_hmac_throttle_conf_t *conf,
+                              const authn_hmac_throttle_ids_t *ids, uint64_t fp,
+                              int failed, apr_time_t now, int *fresh)
+{
+    return end_guess(t, conf, ids, fp, failed, 1, now, fresh);
 }
 
 int authn_hmac_throttle_count(authn_hmac_table_t *t,
@@ -456,23 +468,7 @@ int authn_hmac_throttle_count(authn_hmac_table_t *t,
                               const authn_hmac_throttle_ids_t *ids, uint64_t fp,
                               apr_time_t now, int *fresh)
 {
-    const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
-    uint64_t pid[2], cid[2];
-    slot_t *pair, *client;
-    int started;
-
-    *fresh = 0;
-    if (!authn_hmac_throttle_on(conf))
-        return 0;
-    id_of(ids->pair, pid);
-    id_of(ids->client, cid);
-    if (!lock(s))
-        return 0;
-    pair = find(s, pid, KIND_PAIR, conf, now, NULL);
-    client = find(s, cid, KIND_CLIENT, conf, now, pair);
-    started = count_failed(s, pair, client, fp, conf, now, fresh);
-    unlock(s);
-    return started;
+    return end_guess(t, conf, ids, fp, 1, 0, now, fresh);
 }
 
 int authn_hmac_throttle_refused(authn_hmac_table_t *t,
