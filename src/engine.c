@@ -834,6 +834,7 @@ static int client_banned(req_t *q)
     if (h) {
         h->what = 2;
         h->oracle = oracle;
+        h->redis_off = 1; /* NB: a refusal by a ban asks Redis nothing */
         h->fp = fingerprint(q);
         h->ids = q->ids;
     }
@@ -1217,6 +1218,7 @@ static void guessed(req_t *q, int failed)
     q->entered = 0;
     if (h && failed) {
         h->what = 1;
+        h->redis_off = q->rq.off;
         h->fp = fp;
         h->ids = q->ids;
         return;
@@ -1318,7 +1320,7 @@ void authn_hmac_count_held(const authn_hmac_engine_t *e,
     q.rq.e = e;
     q.rq.baton = baton;
     q.rq.p = p;
-    q.rq.off = !e->redis;
+    q.rq.off = !e->redis || h->redis_off;
     if (h->what == 2) {
         until[0] = now + e->throttle.ban;
         until[1] = 0;
@@ -1530,6 +1532,11 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
         }
         else
             with(c, &first);
+        /* NB: a file that never went quiet within the bound (a writer
+         * still at work) may lack a user whose right password it refused:
+         * such a deny is not counted. */
+        if (!found(then.rv) || rd.unsure || !rd.quiet)
+            held.what = 0;
     }
     if (!granted(o))
         authn_hmac_count_held(e, c, &held, baton, p);

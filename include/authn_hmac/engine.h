@@ -110,8 +110,9 @@ typedef struct {
 /* A guess's count, held (cred's hold): counted with
  * authn_hmac_count_held() once the answer stands. */
 typedef struct authn_hmac_held {
-    int what;   /* 0: nothing; 1: a wrong password; 2: refused by a ban */
-    int oracle; /* 2: the user is one the ban serves (throttle.h) */
+    int what;      /* 0: nothing; 1: a wrong password; 2: refused by a ban */
+    int oracle;    /* 2: the user is one the ban serves (throttle.h) */
+    int redis_off; /* the request's use of Redis had ended (a failure) */
     uint64_t fp;
     authn_hmac_throttle_ids_t ids;
 } authn_hmac_held_t;

@@ -512,16 +512,20 @@ def test_acl_user_and_unix_socket(shared, kind):
 
 
 def test_a_command_the_acl_refuses_is_logged(shared):
-    """An ACL user without +del: the throttle's script runs DEL only when a
-    ban starts, a lone failure that never opens the breaker and was logged
-    at debug only. It is logged at warn (AHMAC0032), with Redis's text, and
-    the ban still holds on this server."""
+    """An ACL user without +del: the farm marker's script runs DEL only to
+    clear a claim whose result is not shared (a wrong password where
+    AuthHMACNegativeTTL is 0), lone failures that never open the breaker and
+    were logged at debug only. They are logged at warn (AHMAC0032), with
+    Redis's text, and the throttle's ban still holds on this server."""
     redis = Redis(password="default-user-pass", acl_user=("app", "app-user-pass"),
                   acl_rules="~authn_hmac:* -@all +get +set +eval +mget +incr +pexpire").start()
     srv = farm_server(shared, redis, auth=False,
                       extra="AuthHMACMaxFailures 2\nAuthHMACRedisAuthFile %s" %
                       redis.auth_file(os.path.join(shared.dir, "auth"), "app app-user-pass"))
     srv.secrets.add("app-user-pass")
+    srv.body = 'Alias /w/ "%s/htdocs/"\n' % srv.dir + hmac_location(
+        "/w/", shared.users, "wiki", "AuthHMACNegativeTTL 0")
+    srv.write_config()
     try:
         srv.start()
         for i in range(3):
