@@ -253,7 +253,8 @@ static int full(const slot_t *r, int limit,
 
 /* The record of id, read without the mutex (the hit path asks while a
  * record refuses anywhere): each word is read whole; a record rewritten
- * at that moment may answer one request as the one before it would. */
+ * at that moment may answer one request as the one before it would.
+ * Returns 0, or 1 and AUTHN_HMAC_BAN_SEALED for a sealed client's ban. */
 static int refuses(const authn_hmac_table_parts_t *s, const uint64_t id[2],
                    uint16_t kind, int limit,
                    const authn_hmac_throttle_conf_t *conf, apr_time_t now)
@@ -275,7 +276,10 @@ static int refuses(const authn_hmac_table_parts_t *s, const uint64_t id[2],
         c.count = __atomic_load_n(&r->count, __ATOMIC_ACQUIRE);
         c.pending = __atomic_load_n(&r->pending, __ATOMIC_ACQUIRE);
         c.last = __atomic_load_n(&r->last, __ATOMIC_ACQUIRE);
-        return full(&c, limit, conf, now);
+        c.recent[0] = __atomic_load_n(&r->recent[0], __ATOMIC_ACQUIRE);
+        if (!full(&c, limit, conf, now))
+            return 0;
+        return sealed(&c, conf, now) ? AUTHN_HMAC_BAN_SEALED | 1 : 1;
     }
     return 0;
 }
@@ -287,22 +291,17 @@ int authn_hmac_throttle_banned(authn_hmac_table_t *t,
 {
     const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
     uint64_t pid[2], cid[2];
-    int bans = 0;
+    int bans = 0, c;
 
     id_of(ids->pair, pid);
     id_of(ids->client, cid);
     if (refuses(s, pid, KIND_PAIR, conf->max_failures, conf, now))
         bans |= AUTHN_HMAC_BAN_PAIR;
-    if (refuses(s, cid, KIND_CLIENT, conf->max_client_failures, conf, now))
-        bans |= AUTHN_HMAC_BAN_CLIENT;
-    /* NB: a sealed ban is read under the mutex (rare: a ban in force). */
-    if ((bans & AUTHN_HMAC_BAN_CLIENT) && lock(s)) {
-        const slot_t *r = find(s, cid, KIND_CLIENT, NULL, now, NULL);
-
-        if (r && sealed(r, conf, now))
-            bans |= AUTHN_HMAC_BAN_SEALED;
-        unlock(s);
-    }
+    /* NB: a client's record also says whether its ban is sealed: no lock
+     * for the requests of a banned client's logged-in users either. */
+    c = refuses(s, cid, KIND_CLIENT, conf->max_client_failures, conf, now);
+    if (c)
+        bans |= AUTHN_HMAC_BAN_CLIENT | (c & AUTHN_HMAC_BAN_SEALED);
     return bans;
 }
 
