@@ -1317,6 +1317,7 @@ void authn_hmac_count_held(const authn_hmac_engine_t *e,
     begin(&q, e, &pol, c, NULL, 0, 0, baton, p);
     q.ids = h->ids;
     q.ids_made = 1;
+    memset(&q.rq, 0, sizeof(q.rq));
     q.rq.e = e;
     q.rq.baton = baton;
     q.rq.p = p;
