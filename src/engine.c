@@ -823,7 +823,8 @@ static void ban_told(req_t *q, int started, const char *origin,
  * counted for its user+client pair, without a verification. */
 static int client_banned(req_t *q)
 {
-    apr_time_t until[2] = {q->t0 + q->e->throttle.ban, 0};
+    apr_time_t until[2] = {q->t0 + q->e->throttle.ban,
+                           q->t0 + q->e->throttle.ban};
     authn_hmac_held_t *h = q->c->hold;
     /* NB: a wrong password for a user the ban still serves (an entry
      * marked for this client) is an answer from the cache: counted for
@@ -1323,8 +1324,7 @@ void authn_hmac_count_held(const authn_hmac_engine_t *e,
     q.rq.p = p;
     q.rq.off = !e->redis || h->redis_off;
     if (h->what == 2) {
-        until[0] = now + e->throttle.ban;
-        until[1] = 0;
+        until[0] = until[1] = now + e->throttle.ban;
         ban_told(&q,
                  authn_hmac_throttle_refused(e->table, &e->throttle, &q.ids,
                                              h->fp, h->oracle, now),
@@ -1533,10 +1533,10 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
         }
         else
             with(c, &first);
-        /* NB: a file that never went quiet within the bound (a writer
-         * still at work) may lack a user whose right password it refused:
-         * such a deny is not counted. */
-        if (!found(then.rv) || rd.unsure || !rd.quiet)
+        /* NB: a settled answer that could not be read is not counted;
+         * one the same as the first is, quiet file or not (a file whose
+         * time is in the future never looks quiet: counting would stop). */
+        if (!found(then.rv) || rd.unsure)
             held.what = 0;
     }
     if (!granted(o))

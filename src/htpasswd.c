@@ -741,10 +741,8 @@ static apr_status_t settle(authn_hmac_userfile_t *uf, ask_t *a,
         rv = look(uf, a, bad, baton, p);
         a->final = 0;
         if (last || (a->rd.changed == seen.changed && a->rd.size == seen.size &&
-                     a->rd.read_at == seen.read_at)) {
-            a->rd.quiet = !last;
+                     a->rd.read_at == seen.read_at))
             return rv;
-        }
     }
 }
 
@@ -771,7 +769,7 @@ apr_status_t authn_hmac_userfile_lookup_id(
     void *baton, apr_pool_t *p, authn_hmac_reading_t *rd)
 {
     ask_t a = {user,     mac, scope,  scope_len, hash,
-               hash_len, id,  digest, 0,         {0, 0, 0, 0, 0, 0}};
+               hash_len, id,  digest, 0,         {0, 0, 0, 0, 0}};
 
     return lookup(uf, &a, bad, baton, p, rd);
 }

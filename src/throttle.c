@@ -495,14 +495,20 @@ int authn_hmac_throttle_refused(authn_hmac_table_t *t,
         guess(s, pair, conf->max_failures, conf, now))
         started = AUTHN_HMAC_BAN_PAIR;
     client = oracle ? find(s, cid, KIND_CLIENT, NULL, now, NULL) : NULL;
-    if (client && client->until > now && !sealed(client, conf, now)) {
+    if (client && !sealed(client, conf, now)) {
         for (i = 1; i < RECENT && client->recent[i] != f; i++)
             ;
         if (i == RECENT) {
             memmove(client->recent + 2, client->recent + 1,
                     (RECENT - 2) * sizeof(client->recent[0]));
             client->recent[1] = f;
-            client->recent[0]++;
+            /* NB: refused while full with guesses under way, before its
+             * ban: a guess of the client's (which may start the ban);
+             * under the ban, one towards its seal. */
+            if (client->until > now)
+                client->recent[0]++;
+            else if (guess(s, client, conf->max_client_failures, conf, now))
+                started |= AUTHN_HMAC_BAN_CLIENT;
         }
     }
     unlock(s);

@@ -65,7 +65,6 @@ typedef struct {
     apr_time_t read_at; /* when it was read (monotonic) */
     apr_off_t size;
     int unsure; /* the user's line not taken (torn, or the last maybe cut) */
-    int quiet;  /* settle's answer came from a quiet file (not its bound) */
 } authn_hmac_reading_t;
 
 /* Whether a deny (or busy) from rd's reading, asked for at (monotonic,

@@ -90,8 +90,10 @@ int authn_hmac_throttle_count(authn_hmac_table_t *t,
  * users (an entry marked for it), whom the ban still serves: a wrong
  * password for such a user is an answer the cache gave, and counts for
  * the client too; at AuthHMACMaxFailures of them (10 without it) the ban
- * is sealed, and refuses those users as well till it ends. Returns
- * AUTHN_HMAC_BAN_PAIR if that started the pair's ban. */
+ * is sealed, and refuses those users as well till it ends; before the
+ * ban (the client full with guesses under way), such a refusal is one of
+ * the client's guesses. Returns the bans that started (the pair's, the
+ * client's). */
 int authn_hmac_throttle_refused(authn_hmac_table_t *t,
                                 const authn_hmac_throttle_conf_t *conf,
                                 const authn_hmac_throttle_ids_t *ids,

@@ -436,6 +436,40 @@ static void test_refusals_do_not_evict(apr_pool_t *p)
     shared_done();
 }
 
+/* A client full with a guess under way (no ban yet) whose logged-in
+ * users' wrong passwords are refused: each a guess of the client's, which
+ * starts its ban at the limit; then they count towards the seal (found by
+ * a second review: uncounted before the ban). */
+static void test_refusals_of_a_full_client_count(apr_pool_t *p)
+{
+    authn_hmac_table_t *t = shared_table(p);
+    authn_hmac_throttle_conf_t c = conf(10, 3);
+    authn_hmac_throttle_ids_t ids, u;
+    int i, fresh, entered;
+    char name[16];
+
+    ids_of("192.0.2.77", "a", &ids);
+    CHECK(fail(t, &c, &ids, 1, T0, &fresh) == 0);
+    ids_of("192.0.2.77", "b", &ids);
+    CHECK(fail(t, &c, &ids, 2, T0, &fresh) == 0);
+    ids_of("192.0.2.77", "c", &ids);
+    CHECK(authn_hmac_throttle_enter(t, &c, &ids, T0, &entered) == 0 &&
+          entered); /* the third, under way: full */
+    CHECK(authn_hmac_throttle_banned(t, &c, &ids, T0) == AUTHN_HMAC_BAN_CLIENT);
+    ids_of("192.0.2.77", "office", &u);
+    CHECK(authn_hmac_throttle_refused(t, &c, &u, 100, 1, T0) ==
+          AUTHN_HMAC_BAN_CLIENT);
+    for (i = 0; i < 10; i++) {
+        snprintf(name, sizeof(name), "office%d", i);
+        ids_of("192.0.2.77", name, &u);
+        CHECK(authn_hmac_throttle_refused(t, &c, &u, 200 + (uint64_t)i, 1,
+                                          T0 + SEC(1)) == 0);
+    }
+    CHECK(authn_hmac_throttle_banned(t, &c, &u, T0 + SEC(2)) ==
+          (AUTHN_HMAC_BAN_CLIENT | AUTHN_HMAC_BAN_SEALED));
+    shared_done();
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start(), *kept;
@@ -462,5 +496,6 @@ int main(void)
     RUN(test_a_dead_guess_lets_go, p);
     RUN(test_pair_and_client_never_share_a_slot, p);
     RUN(test_refusals_do_not_evict, p);
+    RUN(test_refusals_of_a_full_client_count, p);
     return unit_end();
 }
