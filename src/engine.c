@@ -1058,6 +1058,23 @@ static int coalesced(req_t *q, int got)
     return got;
 }
 
+/* What a second look in shared memory finds, now: 1 the credential
+ * cached, 0 its refusal kept, -1 neither. */
+static int stored(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+    apr_time_t now = apr_time_now(), verified, used;
+
+    if (authn_hmac_table_lookup(e->table, q->key, q->uid, now, q->pol->ttl,
+                                q->pol->max_age, &verified, &used) &&
+        !q->never)
+        return 1;
+    if (q->negative &&
+        authn_hmac_negative_lookup(e->table, q->nkey, q->uid, now))
+        return 0;
+    return -1;
+}
+
 /* 4. Single flight in the server: the result of a concurrent request's
  * verification of the same credential, in any process; else this request
  * runs it (a flight to end), or verifies alone (no room, or the runner
@@ -1073,6 +1090,15 @@ static int from_flight(req_t *q)
     q->wait = flight_time(q->e);
     q->flight =
         authn_hmac_flight_begin(q->e->table, q->key, mono, q->wait, &q->fl);
+    /* NB: a run of the credential that ended after this request's look in
+     * the caches stored its result before it ended: a second look finds
+     * it (else a second verification), and this run gives it on. */
+    if (q->flight == AUTHN_HMAC_FLIGHT_RUN) {
+        if ((got = stored(q)) < 0)
+            return 0;
+        q->result = coalesced(q, got);
+        return 1;
+    }
     if (q->flight != AUTHN_HMAC_FLIGHT_WAIT ||
         (got = authn_hmac_flight_wait(q->e->table, &q->fl, q->key,
                                       mono + q->wait)) < 0)

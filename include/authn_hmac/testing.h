@@ -105,7 +105,8 @@ void authn_hmac_reap(authn_hmac_userfile_t *uf);
 /* Where a thread of the user-file layer stops (PAUSE_POINT(n), n 1 to 5:
  * a lookup that read the epoch; that holds a generation; a build that has
  * begun a shared version; that read the file; the reaper that holds a
- * generation): calls the hook, if a test set one. */
+ * generation), or a lookup in the cache that missed (6): calls the hook,
+ * if a test set one. */
 extern void (*authn_hmac_test_pause_hook)(int n);
 void authn_hmac_test_pause(int n);
 

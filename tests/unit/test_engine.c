@@ -753,6 +753,56 @@ static void test_waiter_behind_a_new_run(apr_pool_t *p)
     }
 }
 
+/* A request that missed the cache while another verified the same
+ * credential, and came to the flight after that run ended: a second look
+ * finds what the run stored (one verification; CI: an LDAP burst of 64
+ * made two binds). The hook runs the other request at the miss. */
+static authn_hmac_engine_t *racer_engine;
+static const char *racer_password;
+static apr_pool_t *racer_pool;
+static authn_hmac_outcome racer_got;
+
+static void racer(int n)
+{
+    if (n != 6 || !racer_password)
+        return;
+    {
+        const char *password = racer_password;
+
+        racer_password = NULL;
+        racer_got =
+            check(racer_engine, 30, "alice", password, "H-right", racer_pool);
+    }
+}
+
+static void test_a_run_that_ended_after_the_look(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    static const char *const passwords[] = {"right", "wrong"};
+    int i;
+
+    negative_ttl_us = apr_time_from_sec(30);
+    for (i = 0; i < 2; i++) {
+        const char *password = passwords[i];
+
+        racer_engine = &e;
+        racer_pool = p;
+        racer_password = password;
+        authn_hmac_test_pause_hook = racer;
+        *calls = 0;
+        CHECK(check(&e, 30, "alice", password, "H-right", p) ==
+              (i ? AUTHN_HMAC_DENIED : AUTHN_HMAC_COALESCED));
+        authn_hmac_test_pause_hook = NULL;
+        CHECK(racer_password == NULL);
+        CHECK(racer_got == (i ? AUTHN_HMAC_DENIED : AUTHN_HMAC_VERIFIED));
+        CHECK(*calls == 1);
+        CHECK(check(&e, 30, "alice", password, "H-right", p) ==
+              (i ? AUTHN_HMAC_NEGATIVE_HIT : AUTHN_HMAC_HIT));
+        CHECK(*calls == 1);
+    }
+    negative_ttl_us = 0;
+}
+
 /* A runner that died is taken over at once; one that is late (past twice
  * the usual verification time) is not waited for. */
 static void test_runner_dies_or_is_late(apr_pool_t *p)
@@ -1607,6 +1657,7 @@ int main(void)
     RUN(test_single_flight, p);
     RUN(test_runner_dies_or_is_late, p);
     RUN(test_waiter_behind_a_new_run, p);
+    RUN(test_a_run_that_ended_after_the_look, p);
     RUN(test_unknown_users_cost_a_verification, p);
     RUN(test_throttle, p);
     RUN(test_throttle_full_client_is_no_oracle, p);
