@@ -12,6 +12,7 @@
 #include "http_main.h"
 #include "ap_provider.h"
 #include "unixd.h"
+#include "util_ldap.h"
 
 #include "apr_lib.h"
 #include "apr_strings.h"
@@ -988,6 +989,7 @@ typedef struct {
     int userfile;                  /* AuthHMACUserFile here or above */
     int basic;                     /* AuthType Basic here or above */
     const ap_directive_t *authuserfile; /* AuthUserFile here or above */
+    const ap_directive_t *max_age;      /* AuthHMACCacheMaxAge here or above */
 } check_scope;
 
 typedef struct {
@@ -1171,15 +1173,22 @@ static const char *section_name(const ap_directive_t *section, apr_pool_t *p)
 
 /* Notes in sc what the directives of one level (first: its first
  * directive) set, and returns its AuthBasicProvider naming hmac, or
- * NULL. */
-static const ap_directive_t *
-scan_level(const check_state *st, const ap_directive_t *first, check_scope *sc)
+ * NULL; and its AuthHMACProvider ldap in *ldap, or NULL. */
+static const ap_directive_t *scan_level(const check_state *st,
+                                        const ap_directive_t *first,
+                                        check_scope *sc,
+                                        const ap_directive_t **ldap)
 {
     const ap_directive_t *d, *provider = NULL;
 
+    *ldap = NULL;
     for (d = first; d; d = d->next) {
         if (is_source(d))
             sc->userfile = 1;
+        if (is(d, D_PROVIDER) && has_word(d->args, "ldap", st->p))
+            *ldap = d;
+        else if (is(d, D_MAXAGE))
+            sc->max_age = d;
         else if (is(d, "AuthUserFile"))
             sc->authuserfile = d;
         else if (is(d, "AuthType"))
@@ -1231,15 +1240,67 @@ static void report_provider(check_state *st, const check_scope *sc,
                             ".htaccess applies to all of its requests");
 }
 
+/* mod_ldap's caches of binds (LDAPCacheTTL) and of compares
+ * (LDAPOpCacheTTL), in seconds, 0 where off. */
+typedef struct {
+    long bind, compare;
+} ldap_caches;
+
+static ldap_caches ldap_caches_of(server_rec *s)
+{
+    module *m = ap_find_linked_module("util_ldap.c");
+    const util_ldap_state_t *ls =
+        m ? ap_get_module_config(s->module_config, m) : NULL;
+    ldap_caches c = {0, 0};
+
+    if (ls && ls->search_cache_size > 0 && ls->search_cache_ttl > 0)
+        c.bind = ls->search_cache_ttl / 1000000;
+    if (ls && ls->compare_cache_size > 0 && ls->compare_cache_ttl > 0)
+        c.compare = ls->compare_cache_ttl / 1000000;
+    return c;
+}
+
+/* Logs an AuthHMACProvider ldap whose section's max age mod_ldap's own
+ * caches outlast: they answer a miss of the module's, which comes at the
+ * max age at the latest, from what they learned up to their TTL before. */
+static void report_ldap(check_state *st, const check_scope *sc,
+                        const ap_directive_t *wrap)
+{
+    ldap_caches c = ldap_caches_of(st->s);
+    long longest = c.bind > c.compare ? c.bind : c.compare;
+    uint64_t age = WRAPPED_MAX_AGE;
+    const char *args = sc->max_age ? sc->max_age->args : NULL;
+
+    if (args &&
+        authn_hmac_parse_seconds(ap_getword_conf(st->p, &args), &age, st->p))
+        return; /* refused already */
+    if ((uint64_t)longest <= age)
+        return;
+    ap_log_error(
+        APLOG_MARK, APLOG_WARNING, 0, st->s,
+        "AHMAC0040: " D_PROVIDER " ldap in %s (%s:%d): mod_ldap's "
+        "own caches (LDAPCacheTTL %ld s, LDAPOpCacheTTL %ld s; 0: "
+        "off) outlast the section's " D_MAXAGE " (%" APR_UINT64_T_FMT
+        " s): a user removed from the directory, or a password "
+        "changed there, may still be let in for up to %" APR_UINT64_T_FMT
+        " s; set both to at most %" APR_UINT64_T_FMT
+        ", or to 0 (the module caches already)",
+        section_name(sc->section, st->p), wrap->filename, wrap->line_num,
+        c.bind, c.compare, age, age + (uint64_t)longest, age);
+}
+
 /* Checks the sections of one level (first: its first directive), then
  * the levels below. */
 static void check_level(check_state *st, const ap_directive_t *first,
                         check_scope *sc)
 {
-    const ap_directive_t *d, *provider = scan_level(st, first, sc);
+    const ap_directive_t *d, *ldap,
+        *provider = scan_level(st, first, sc, &ldap);
 
     if (provider && !sc->userfile)
         report_provider(st, sc, provider);
+    if (ldap && st->warn)
+        report_ldap(st, sc, ldap);
     for (d = first; d; d = d->next) {
         check_scope below = *sc;
 

@@ -105,6 +105,10 @@ typedef struct {
     int hide_unknown; /* -1: not set (on) */
 } hmac_dir_conf;
 
+/* A wrapped provider's max age unless its section sets one, in seconds
+ * (util_ldap's cache keeps a bind 600 s). */
+#define WRAPPED_MAX_AGE 600
+
 /* The server's configuration: one pepper and one shared segment serve
  * every virtual host, so these directives are global only. Set while httpd
  * reads its configuration, in the parent: by the directives, then

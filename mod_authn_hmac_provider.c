@@ -33,8 +33,7 @@
 
 #define NOTE "authn-hmac"
 /* Set while a wrapped provider answers: hmac inside it is a loop. */
-#define NOTE_WRAPPING   "authn-hmac-wrapping"
-#define WRAPPED_MAX_AGE 600
+#define NOTE_WRAPPING "authn-hmac-wrapping"
 #define BUSY_BODY                                                              \
     "<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n"                   \
     "<html><head>\n<title>503 Service Unavailable</title>\n</head><body>\n"    \

@@ -495,3 +495,31 @@ def test_sentinel_over_tls_example_runs_and_fails_over():
         if shared:
             shared.cleanup()
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.skipif(not shutil.which("fail2ban-client") or
+                    not os.path.isdir("/etc/fail2ban/filter.d"),
+                    reason="fail2ban is not installed")
+def test_the_fail2ban_jails_as_documented_load():
+    """The jail.d file in docs/directives.md, over Debian's own fail2ban
+    configuration with the module's filter installed: both jails come on,
+    each with the addresses never to ban, and the module's filter's
+    failregex."""
+    block = re.search(r"```ini\n(# /etc/fail2ban/jail.d/authn-hmac.local\n.*?)```",
+                      read("docs", "directives.md"), re.S).group(1)
+    with tempfile.TemporaryDirectory() as d:
+        conf = os.path.join(d, "fail2ban")
+        shutil.copytree("/etc/fail2ban", conf)
+        shutil.copy(os.path.join(TOP, "conf", "fail2ban", "authn-hmac.conf"),
+                    os.path.join(conf, "filter.d"))
+        with open(os.path.join(conf, "jail.d", "authn-hmac.local"), "w") as f:
+            f.write(block)
+        p = subprocess.run(["fail2ban-client", "-c", conf, "-d"], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        for jail in ("apache-auth", "authn-hmac"):
+            assert "['add', '%s', " % jail in p.stdout, p.stdout
+            assert "['set', '%s', 'addignoreip', '127.0.0.1/8', '::1', '192.0.2.0/24']" \
+                % jail in p.stdout, p.stdout
+        assert re.search(r"\['set', 'authn-hmac', 'addfailregex', '.*AHMAC0029", p.stdout), \
+            p.stdout

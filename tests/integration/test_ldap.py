@@ -6,6 +6,7 @@ AuthHMACNegativeTTL; a password changed with ldappasswd stops working
 within the max age, and the new one works at once; Require ldap-group
 answers as with AuthBasicProvider ldap."""
 import os
+import re
 import time
 
 import pytest
@@ -178,6 +179,46 @@ def test_name_variants_share_one_count(ldap_site):
     srv.expect_log(r"AHMAC0029: user (Dave|dave |DAVE): ")
     # dave, from another address: served.
     assert srv.status_code("/w/", "dave", "dave ldap pass", source=client_address()) == 200
+
+
+def test_mod_ldaps_own_caches_are_said_when_they_outlast_the_max_age():
+    """mod_ldap caches binds (LDAPCacheTTL) and compares (LDAPOpCacheTTL)
+    600 s by default, behind the module's cache: a leaver's bind answered
+    from there outlives the max age. Said at start (and by httpd -t) for
+    each section whose max age they outlast; not where they don't."""
+    class Url:
+        url = "ldap://127.0.0.1:9"  # nothing is asked at start
+
+    srv = Httpd(name="ldapttl", mpm="event", modules=["ldap", "authnz_ldap"])
+    srv.body = (section("/short/", Url, "AuthHMACCacheMaxAge 5m")
+                + section("/default/", Url))
+    try:
+        srv.write_config()
+        rc, out = srv.configtest()
+        assert rc == 0, out
+        said = re.findall(r"AHMAC0040: AuthHMACProvider ldap in <Location (/\w+/)>.*", out)
+        assert said == ["/short/"], out
+        assert "LDAPCacheTTL 600 s, LDAPOpCacheTTL 600 s" in out, out
+        assert "the section's AuthHMACCacheMaxAge (300 s)" in out, out
+        assert "for up to 900 s; set both to at most 300" in out, out
+        srv.start()
+        srv.stop()
+        assert len(re.findall(r"\[\w+:warn\].*AHMAC0040: .*<Location /short/>",
+                              srv.error_log())) == 1, srv.error_log()
+        srv.expect_log(r"AHMAC0040")
+        # Each at most the max age, or off: nothing said.
+        for caches in ("LDAPCacheTTL 300\nLDAPOpCacheTTL 60\n",
+                       "LDAPCacheEntries 0\nLDAPOpCacheTTL 0\n"):
+            srv.global_conf = caches
+            srv.write_config()
+            rc, out = srv.configtest()
+            assert rc == 0 and "AHMAC0040" not in out, (caches, out)
+        srv.global_conf = "LDAPOpCacheTTL 301\n"
+        srv.write_config()
+        rc, out = srv.configtest()
+        assert "LDAPCacheTTL 600 s, LDAPOpCacheTTL 301 s" in out, out
+    finally:
+        srv.cleanup()
 
 
 def test_a_directory_that_does_not_answer_is_a_500_never_a_grant(ldap_site):
