@@ -37,6 +37,8 @@ ENABLED = ["/etc/apache2/mods-enabled/authn_hmac.load",
            "/etc/apache2/mods-enabled/authn_hmac.conf"]
 STATE = "/var/lib/libapache2-mod-authn-hmac"  # the postinst's marker
 EXAMPLE = "/usr/share/doc/%s/examples/mediawiki-vhost.conf.example" % PKG
+# The Prometheus alerting rules and their tests (conf/prometheus/).
+PROMETHEUS = "/usr/share/doc/%s/examples/prometheus" % PKG
 # An enabled site that uses the module, while the test removes the package.
 SITE = "/etc/apache2/conf-enabled/zz-authn-hmac-test-site.conf"
 APT_ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -294,6 +296,15 @@ def test_package_builds_installs_serves_and_purges():
             for p in FILES:
                 assert os.path.isfile(p), "%s not installed by the package" % p
             assert os.path.isfile(EXAMPLE), "%s not installed by the package" % EXAMPLE
+            # The alerting rules, uncompressed (Prometheus reads them as
+            # they are), and their tests pass where they are installed.
+            for f in ("authn-hmac-rules.yml", "authn-hmac-rules.test.yml"):
+                path = os.path.join(PROMETHEUS, f)
+                assert os.path.isfile(path), "%s not installed by the package" % path
+            if shutil.which("promtool"):
+                rc, out = run(["promtool", "test", "rules", "authn-hmac-rules.test.yml"],
+                              cwd=PROMETHEUS)
+                assert rc == 0, "the installed rules' tests:\n" + out
             # What the installed scripts run is in Depends: on a clean
             # system apt-get brings it.
             depends = interpreters_depended_on(deb)
