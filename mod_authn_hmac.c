@@ -201,11 +201,17 @@ static int choose_pepper(retained_t *rd, server_rec *s)
                              "AHMAC0013: cannot generate a random pepper");
                 return HTTP_INTERNAL_SERVER_ERROR;
             }
-            ap_log_error(APLOG_MARK, APLOG_INFO, 0, s,
+            /* NB: notice, which httpd logs whatever LogLevel: the one
+             * trace of a random pepper, said once per pepper (a restart
+             * keeps it). */
+            ap_log_error(APLOG_MARK, APLOG_NOTICE, 0, s,
                          "AHMAC0014: no " D_PEPPER " set; using a random "
-                         "pepper until httpd stops (the cache starts empty)");
+                         "pepper until httpd stops (the cache starts empty, "
+                         "and is lost at each stop; servers sharing a Redis "
+                         "need a pepper file: authn-hmac-pepper)");
         }
         hmac_conf.pepper = rd->random_pepper;
+        hmac_conf.pepper_random = 1;
     }
     else if (rd->random_pepper) {
         /* A pepper file now: the random one of earlier starts goes. */

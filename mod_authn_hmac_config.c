@@ -366,23 +366,40 @@ static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
     return NULL;
 }
 
-/* One pepper file (which: "" or "the previous pepper: "). */
+/* One pepper file (prev: the second one, a rotation's previous pepper).
+ * NB: a file that is missing or unreadable stops httpd (and apachectl -t),
+ * naming it and what to do: never a random pepper in its place, which
+ * would part a server from its farm and lose its cache at each start
+ * (issue 37: the <IfFile> that the shipped authn_hmac.conf had did that
+ * when a rotation's old file was removed). */
 static const char *read_pepper(cmd_parms *cmd, const char *arg,
-                               authn_hmac_secret_t **out, const char *which)
+                               authn_hmac_secret_t **out, int prev)
 {
     const char *path = ap_server_root_relative(cmd->pool, arg);
     const char *err =
         path ? authn_hmac_secret_read(out, path, AUTHN_HMAC_PEPPER_MIN,
                                       AUTHN_HMAC_SECRET_MAX, cmd->pool)
              : apr_pstrcat(cmd->pool, "invalid path '", arg, "'", NULL);
+    const char *todo = "";
+    struct stat st;
 
-    if (err)
-        return apr_psprintf(cmd->pool,
-                            D_PEPPER ": %s%s (a file of %d to %d random "
-                                     "bytes, mode 0600 or 0400, owned by root)",
-                            which, err, AUTHN_HMAC_PEPPER_MIN,
-                            AUTHN_HMAC_SECRET_MAX);
-    return NULL;
+    if (!err)
+        return NULL;
+    if (path && lstat(path, &st) != 0 && errno == ENOENT)
+        todo = prev ? apr_psprintf(cmd->pool,
+                                   ": if the rotation is over, remove '%s' "
+                                   "from " D_PEPPER " (its second path) and "
+                                   "restart; else put the file back",
+                                   path)
+                    : apr_psprintf(cmd->pool,
+                                   ": make one with `authn-hmac-pepper %s`, "
+                                   "or copy the farm's there",
+                                   path);
+    return apr_psprintf(cmd->pool,
+                        D_PEPPER ": %s%s (a file of %d to %d random bytes, "
+                                 "mode 0600 or 0400, owned by root%s)",
+                        prev ? "the previous pepper: " : "", err,
+                        AUTHN_HMAC_PEPPER_MIN, AUTHN_HMAC_SECRET_MAX, todo);
 }
 
 /* AuthHMACPepperFile current [previous]: the current pepper makes every
@@ -396,9 +413,9 @@ static const char *set_pepper(cmd_parms *cmd, void *dc, const char *arg,
     if (err)
         return err;
     hmac_conf.pepper_prev = NULL;
-    if ((err = read_pepper(cmd, arg, &hmac_conf.pepper, "")) != NULL ||
-        (prev && (err = read_pepper(cmd, prev, &hmac_conf.pepper_prev,
-                                    "the previous pepper: ")) != NULL))
+    if ((err = read_pepper(cmd, arg, &hmac_conf.pepper, 0)) != NULL ||
+        (prev &&
+         (err = read_pepper(cmd, prev, &hmac_conf.pepper_prev, 1)) != NULL))
         return err;
     if (prev && hmac_conf.pepper && hmac_conf.pepper_prev &&
         hmac_conf.pepper->len == hmac_conf.pepper_prev->len &&
@@ -945,10 +962,10 @@ int hmac_check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     if (hmac_conf.redis_name && !hmac_conf.pepper) {
         ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s,
                      "AHMAC0008: %s needs " D_PEPPER ": the servers sharing a "
-                     "Redis must share one pepper (none is set: inside "
-                     "<IfFile>, as the shipped authn_hmac.conf has it, the "
-                     "line is skipped when the file is missing; make it "
-                     "with authn-hmac-pepper, or copy the farm's)",
+                     "Redis must share one pepper (none is set; a line "
+                     "inside <IfFile>, as an older authn_hmac.conf has it, "
+                     "is skipped when the file is missing: make it with "
+                     "authn-hmac-pepper, or copy the farm's)",
                      hmac_conf.sentinel.n ? D_SENT : D_REDIS);
         return HTTP_INTERNAL_SERVER_ERROR;
     }

@@ -120,6 +120,7 @@ typedef struct {
     /* AuthHMACPepperFile's, else a random one (post_config). */
     authn_hmac_secret_t *pepper;
     authn_hmac_secret_t *pepper_prev; /* its second file: only checks */
+    int pepper_random;                /* no file: a random one (status) */
     uint64_t size;                    /* AuthHMACCacheSize */
     apr_hash_t *userfiles;  /* path -> authn_hmac_userfile_t (not .htaccess) */
     const char *redis_name; /* as configured; NULL: no Redis */

@@ -67,6 +67,7 @@ static const char *status_text(authn_hmac_format_t f, apr_pool_t *p)
 
     authn_hmac_table_stats(hmac_conf.table, now, &st);
     redis_state(&st);
+    st.pepper_random = hmac_conf.pepper_random;
     st.now = now;
     st.nbans = authn_hmac_throttle_bans(hmac_conf.table, now, st.bans,
                                         AUTHN_HMAC_BOOK);

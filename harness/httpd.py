@@ -48,7 +48,7 @@ EXPECTED_LOG = [
     r"\[core:notice\].*AH00171",  # Graceful restart requested
     r"\[core:notice\].*AH00169",  # caught SIGTERM
     r"\[core:notice\].*AH00163",  # resuming normal operations (older)
-    r"\[authn_hmac:info\].*random pepper",
+    r"\[authn_hmac:notice\].*AHMAC0014: .*random pepper",
 ]
 
 

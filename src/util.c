@@ -217,6 +217,10 @@ const uint64_t
  * help text stands alone (Prometheus shows it alone), and names carry base
  * units only (seconds, bytes). */
 static const authn_hmac_counter_info_t gauges[] = {
+    {"pepper_random",
+     "1 if the pepper is random (no AuthHMACPepperFile): the cache is lost at "
+     "each stop, and no other server shares it",
+     1, 0},
     {"redis", "1 if a Redis server is configured", 1, 0},
     {"redis_sentinel", "1 if the Redis primary is found through Sentinel", 1,
      0},
@@ -487,6 +491,7 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
                                      authn_hmac_format_t f, apr_pool_t *p)
 {
     uint64_t g[NGAUGES] = {
+        (uint64_t)s->pepper_random,
         (uint64_t)s->redis,
         (uint64_t)s->sentinel,
         s->redis_up,

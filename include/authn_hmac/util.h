@@ -173,6 +173,7 @@ typedef struct {
 
 typedef struct {
     uint64_t counter[AUTHN_HMAC_C_COUNT];
+    int pepper_random;              /* no pepper file: a random pepper */
     int redis;                      /* Redis is configured */
     int sentinel;                   /* through Sentinel */
     uint64_t redis_up;              /* 1 while Redis answers */

@@ -1,10 +1,12 @@
 """Bad configuration stops `httpd -t` with a message naming the directive;
 good configuration starts."""
 import os
+import re
+import subprocess
 
 import pytest
 
-from harness import IS_ROOT, VALGRIND, Httpd, hmac_location, htpasswd
+from harness import IS_ROOT, VALGRIND, Httpd, S, hmac_location, htpasswd
 
 
 @pytest.fixture
@@ -160,13 +162,41 @@ def test_good_values_start_and_serve(srv):
     assert not srv.log_problems()
 
 
-def test_random_pepper_logged_at_info(srv):
+def page(srv, query=""):
+    return subprocess.run([S["curl"], "-s", "--max-time", "10",
+                           srv.url + "/authn-hmac-status" + query],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_random_pepper_said_at_notice_and_shown(srv):
+    """Issue 37: with no pepper configured at all, the random pepper is
+    said once at start (notice: logged whatever LogLevel, as httpd's own
+    start-up lines are; not again at a graceful restart, which keeps it),
+    and shown on the status page: text, JSON and the Prometheus gauge
+    authn_hmac_pepper_random (alert rules use that name). A pepper file
+    shows 0."""
     htpasswd(srv.path("a.htpasswd"), "alice", "pw for alice", create=True)
-    configure(srv, "LogLevel authn_hmac:info")
+    srv.log_level = "warn"
+    rc, out = configure(srv)
+    assert rc == 0, out
     srv.start()
+    srv.restart()
+    assert srv.status()["pepper_random"] == 1
+    assert re.search(r"(?m)^pepper_random: 1$", page(srv)), page(srv)
+    prom = page(srv, "?prometheus")
+    assert re.search(r"(?m)^# TYPE authn_hmac_pepper_random gauge\n"
+                     r"authn_hmac_pepper_random 1$", prom), prom
     srv.stop()
-    assert "using a random pepper" in srv.error_log()
+    said = re.findall(r"(?m)^.*AHMAC0014.*$", srv.error_log())
+    assert len(said) == 1 and "[authn_hmac:notice]" in said[0], said
+    assert "random pepper" in said[0] and "AuthHMACPepperFile" in said[0], said
     assert not srv.log_problems()
+    rc, out = configure(srv, "AuthHMACPepperFile %s" % pepper(srv))
+    assert rc == 0, out
+    srv.start()
+    assert srv.status()["pepper_random"] == 0
+    assert "authn_hmac_pepper_random 0\n" in page(srv, "?prometheus")
+    srv.stop()
 
 
 def test_cache_size_zero_still_authenticates(srv):
@@ -203,21 +233,28 @@ HARNESS_STATUS = """<Location /authn-hmac-status>
 
 def test_shipped_conf_is_valid_and_serves_no_counters(srv):
     """conf/authn_hmac.conf (what a2enmod enables, in every virtual host)
-    parses and leaves the status handler off: the counters tell unknown
+    parses, names its pepper file outside any <IfFile>, and leaves the
+    status handler off: the counters tell unknown
     users from wrong passwords, and behind a reverse proxy on the same host
     `Require local` admits every client. It sends the admin to the virtual
     host for it (a status section here gets a virtual host's login
     `Require` after it: test_status serves the example's, in its place)."""
-    import re
     with open(SHIPPED) as f:
         text = f.read()
     active = [l for l in text.splitlines() if not l.lstrip().startswith("#")]
+    assert "    AuthHMACPepperFile /etc/apache2/authn_hmac.pepper" in active, active
+    assert not any("IfFile" in l for l in active), active
     assert not any("authn-hmac-status" in l for l in active), active
     assert not any("Require local" in l for l in active), active
     assert re.search(r"Not here: in\s*#\s*the <VirtualHost> that serves them, after any "
                      r"<Location />", text), text
-    # A server with the shipped file and nothing else: no counters.
-    srv.global_conf = "Include %s" % os.path.abspath(SHIPPED)
+    # A server with the shipped file and nothing else (its pepper here):
+    # no counters, and the pepper file's.
+    shipped = srv.path("authn_hmac.conf")
+    with open(shipped, "w") as f:
+        f.write(text.replace("/etc/apache2/authn_hmac.pepper", srv.path("authn_hmac.pepper")))
+    pepper(srv, name="authn_hmac.pepper")
+    srv.global_conf = "Include %s" % shipped
     srv.body = hmac_location("/a/", srv.path("a.htpasswd"), "a")
     plain = srv.config_text()
     assert HARNESS_STATUS in plain
@@ -229,6 +266,15 @@ def test_shipped_conf_is_valid_and_serves_no_counters(srv):
     assert srv.status_code("/authn-hmac-status") == 404
     assert srv.status_code("/authn-hmac-status?json") == 404
     srv.stop()
+    assert "random pepper" not in srv.error_log()
+    # Issue 37: the file missing (an old rotation's file removed), httpd
+    # -t fails naming it and the tool that makes one; no <IfFile> skips
+    # the line for a random pepper of this server's own.
+    os.unlink(srv.path("authn_hmac.pepper"))
+    rc, out = srv.configtest()
+    assert rc != 0, out
+    assert "AuthHMACPepperFile: cannot open '%s'" % srv.path("authn_hmac.pepper") in out, out
+    assert "authn-hmac-pepper %s" % srv.path("authn_hmac.pepper") in out, out
 
 
 @pytest.mark.parametrize("value,says", [

@@ -329,10 +329,15 @@ def test_package_builds_installs_serves_and_purges():
             with open(PEPPER, "rb") as f:
                 assert f.read() == pepper, "the pepper was replaced"
             # A pepper the admin removed is not made again (as by an
-            # upgrade, which runs the postinst with the old version).
+            # upgrade, which runs the postinst with the old version), but
+            # while authn_hmac.conf names it, the postinst says apache2
+            # will not start without it (issue 37: no <IfFile> that would
+            # run it on a random pepper).
             os.rename(PEPPER, os.path.join(work, "pepper.aside"))
             rc, out = run(["dpkg-reconfigure", "-f", "noninteractive", PKG], env=APT_ENV)
             assert rc == 0 and not os.path.lexists(PEPPER), out
+            assert "WARNING: %s is missing" % PEPPER in out and \
+                "authn-hmac-pepper %s" % PEPPER in out, out
             os.rename(os.path.join(work, "pepper.aside"), PEPPER)
 
             rc, out = run(["a2enmod", "authn_hmac"])
@@ -494,6 +499,55 @@ def test_prerm_names_each_file_as_it_is():
         shutil.rmtree(etc)
 
 
+@pytest.mark.skipif(not shutil.which("unshare"), reason="no unshare (util-linux)")
+def test_prerm_names_a_site_included_from_elsewhere():
+    """A site that /etc/apache2's configuration pulls in with Include from
+    outside it (here, from the test's directory) is found too: the prerm
+    greps every file that `apache2ctl -t -D DUMP_INCLUDES` lists, besides
+    the enabled ones. Run from the tree with a private /etc/apache2 (bound
+    over it in a mount namespace of its own) that loads the built module."""
+    work = tempfile.mkdtemp(prefix="authn_hmac_prerm_inc_")
+    try:
+        etc = os.path.join(work, "apache2")
+        for d in ("sites-enabled", "conf-enabled", "mods-enabled"):
+            os.makedirs(os.path.join(etc, d))
+        elsewhere = os.path.join(work, "srv", "wiki")
+        os.makedirs(elsewhere)
+        htpasswd(os.path.join(elsewhere, "users"), "alice", "alice pass", cost=4, create=True)
+        vhost = os.path.join(elsewhere, "wiki vhost.conf")
+        with open(vhost, "w") as f:
+            f.write(hmac_location("/", os.path.join(elsewhere, "users"), "wiki"))
+        mods = ["mpm_event", "authn_core", "authz_core", "authz_user", "auth_basic"]
+        with open(os.path.join(etc, "apache2.conf"), "w") as f:
+            f.write("".join("LoadModule %s_module %s/mod_%s.so\n" % (m, S["moddir"], m)
+                            for m in mods))
+            f.write('LoadModule authn_hmac_module %s\nServerName 127.0.0.1\n'
+                    'Listen 127.0.0.1:%d\nIncludeOptional %s/*.conf\n'
+                    % (S["module"], free_port(), elsewhere))
+        prerm = os.path.join(SRC, "debian", "%s.prerm" % PKG)
+        rc, out = run(["unshare", "-m", "sh", "-c",
+                       'mount --bind "$0" /etc/apache2 && exec sh "$1" remove', etc, prerm])
+        assert rc == 0, out
+        listed = [l.strip() for l in out.splitlines() if l.startswith("    ")]
+        assert vhost in listed, out
+        # apache2ctl failing before the Include (a module it cannot load,
+        # read as the Include is, before the directives run): the enabled
+        # files are still searched.
+        with open(os.path.join(etc, "apache2.conf")) as f:
+            conf = f.read()
+        with open(os.path.join(etc, "apache2.conf"), "w") as f:
+            f.write("LoadModule gone_module %s/gone.so\n" % work + conf)
+        with open(os.path.join(etc, "sites-enabled", "site.conf"), "w") as f:
+            f.write("<Location />\n    AuthBasicProvider hmac\n</Location>\n")
+        rc, out = run(["unshare", "-m", "sh", "-c",
+                       'mount --bind "$0" /etc/apache2 && exec sh "$1" remove', etc, prerm])
+        assert rc == 0, out
+        listed = [l.strip() for l in out.splitlines() if l.startswith("    ")]
+        assert "/etc/apache2/sites-enabled/site.conf" in listed and vhost not in listed, out
+    finally:
+        shutil.rmtree(work)
+
+
 def run_postrm_purge(etc, marker):
     """The tree's postrm purge against a private /etc/apache2 (etc) and a
     private /var/lib holding the postinst's marker with marker in it, in a
@@ -532,5 +586,13 @@ def test_postrm_knows_its_pepper_by_inode_and_time():
             assert rc == 0, out
             assert os.path.exists(pepper) != gone, (marker(pepper), out)
             assert ("keeping" in out) != gone, out
+        # A rotation's previous pepper (docs/operations.md's .new, or an
+        # .old kept) is never the package's: it stays, and the purge names it.
+        rotated = pepper + ".old"
+        with open(rotated, "wb") as f:
+            f.write(os.urandom(32))
+        rc, out = run_postrm_purge(etc, lambda p: stat(p, "%i %.9Y"))
+        assert rc == 0 and os.path.exists(rotated), out
+        assert "keeping /etc/apache2/authn_hmac.pepper.old: a rotation's pepper" in out, out
     finally:
         shutil.rmtree(etc)

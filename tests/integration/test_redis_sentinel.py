@@ -746,13 +746,13 @@ def test_bad_sentinel_configuration_stops_httpd_naming_the_directive():
         # The farm's pepper, as with AuthHMACRedisServer.
         rc, out = configtest([sentinel, master], pepper=False)
         assert rc != 0 and "needs AuthHMACPepperFile" in out, out
-        # The shipped authn_hmac.conf names the pepper inside <IfFile>: a
+        # An older authn_hmac.conf named the pepper inside <IfFile>: a
         # missing file skips the line, and the message says so.
         rc, out = configtest([sentinel, master, "<IfFile %s/missing.pepper>" % d,
                               "AuthHMACPepperFile %s/missing.pepper" % d, "</IfFile>"],
                              pepper=False)
         assert rc != 0 and "AuthHMACRedisSentinel needs AuthHMACPepperFile" in out, out
-        assert "inside <IfFile>, as the shipped authn_hmac.conf has it, the line is skipped " \
+        assert "a line inside <IfFile>, as an older authn_hmac.conf has it, is skipped " \
             "when the file is missing" in out, out
         # Either one is enough: the primary must then hold a certificate
         # from that CA, or for that name.

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import Redis, basic, htpasswd
+from harness import Httpd, Redis, basic, hmac_location, htpasswd
 from harness.farm import FarmFiles
 from test_redis import farm_server
 
@@ -227,3 +227,49 @@ def test_the_previous_file_gets_the_same_checks():
     finally:
         redis.cleanup()
         shared.cleanup()
+
+
+def test_a_missing_pepper_file_stops_httpd_naming_it(tmp_path):
+    """Issue 37: a pepper file named in AuthHMACPepperFile that is gone
+    (the rotation's old file removed while it is still the second path, or
+    the current one) stops a restart and `httpd -t`, with a message that
+    names the directive, the file and what to do: never a silent random
+    pepper (each server its own, the farm no longer sharing). The running
+    generation keeps serving."""
+    srv = Httpd(name="rotgone")
+    try:
+        old = pepper_file(srv.path("pepper.old"))
+        new = pepper_file(srv.path("pepper"))
+        srv.global_conf = "AuthHMACPepperFile %s %s" % (new, old)
+        srv.body = hmac_location("/w/", srv.path("users"), "w")
+        htpasswd(srv.path("users"), "alice", "alice pass", cost=4, create=True)
+        srv.write_config()
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice pass") in (200, 404)
+        # Step 3 done in the wrong order: the old file goes first.
+        os.unlink(old)
+        rc, out = srv.configtest()
+        assert rc != 0, out
+        assert "AuthHMACPepperFile: the previous pepper: cannot open '%s'" % old in out, out
+        assert "remove '%s' from AuthHMACPepperFile" % old in out, out
+        p = srv._run("-k", "graceful")
+        assert p.returncode != 0 and "cannot open '%s'" % old in p.stdout + p.stderr, p
+        # The running server was not touched: same pepper, a hit.
+        assert srv.status_code("/w/", "alice", "alice pass") in (200, 404)
+        assert srv.status()["pepper_random"] == 0
+        # The current pepper gone: the message says how to make one.
+        use_peppers(srv, srv.path("pepper.none"))
+        rc, out = srv.configtest()
+        assert rc != 0, out
+        assert "AuthHMACPepperFile: cannot open '%s'" % srv.path("pepper.none") in out, out
+        assert "authn-hmac-pepper %s" % srv.path("pepper.none") in out, out
+        # Done in the documented order: the second path first, then the file.
+        use_peppers(srv, new)
+        srv.restart()
+        assert srv.status_code("/w/", "alice", "alice pass") in (200, 404)
+        assert srv.status()["pepper_random"] == 0
+        srv.stop()
+        assert "random pepper" not in srv.error_log()
+        assert not srv.log_problems()
+    finally:
+        srv.cleanup()

@@ -187,7 +187,7 @@ def page(body):
 
 
 FIELDS = ("redis redis_sentinel redis_up redis_up_since_seconds redis_breaker_open "
-          "busy busy_last_time_seconds index_private").split()
+          "busy busy_last_time_seconds index_private pepper_random").split()
 
 
 def fake_status(values, info=None):
@@ -251,6 +251,21 @@ def test_check_names_each_state_it_reads():
                                     "redis_up_since_seconds": 1795687140},
                                    'primary="10.0.0.12:6379"'))
     assert rc == 0 and out.startswith("AUTHN_HMAC OK - Redis up at 10.0.0.12:6379 since "), out
+
+
+def test_check_warns_of_a_random_pepper_with_redis():
+    """Issue 37: Redis configured and the pepper random (no pepper file):
+    the farm's servers would each have their own, share nothing and lose
+    every login at each restart: WARNING. Without Redis (one server, its
+    shared memory) a random pepper is fine: OK."""
+    rc, out = check_of(fake_status({"redis": 1, "redis_up": 1, "pepper_random": 1,
+                                    "redis_up_since_seconds": 1795687140},
+                                   'primary="10.0.0.12:6379"'))
+    assert rc == 1, out
+    assert out.startswith("AUTHN_HMAC WARNING - the pepper is random (no AuthHMACPepperFile): "
+                          "the servers sharing Redis do not share entries; "), out
+    rc, out = check_of(fake_status({"redis": 0, "pepper_random": 1}, ""))
+    assert (rc, out) == (0, "AUTHN_HMAC OK - no Redis (shared memory only)"), out
 
 
 def test_check_survives_numbers_no_date_can_show():
