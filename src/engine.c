@@ -452,6 +452,11 @@ static int farm_guessed(redis_req *rq, const authn_hmac_throttle_ids_t *ids,
         tc->max_failures, tc->max_client_failures, tc->window, tc->ban,
         apr_time_now(), deadline, &started, &forged, &why, rq->p);
     redis_end(rq, conn, rc, why);
+    /* NB: counts that other guesses kept changing: this one is not counted
+     * in the farm (authn_hmac_redis_throttle_fail says why), and told. */
+    if (rc == AUTHN_HMAC_REDIS_OK && *why)
+        authn_hmac_logf(e->log, rq->baton, AUTHN_HMAC_LOG_DEBUG,
+                        "Redis at %s: %s", e->redis_name, why);
     /* NB: a count that does not verify is no count (a Redis can hide
      * guesses, never add one). */
     if (forged)

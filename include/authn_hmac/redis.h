@@ -379,7 +379,10 @@ int authn_hmac_ban_decode(const authn_hmac_mac_t *mac,
  * farm (two EVALs): a guess the farm saw within the window is not counted
  * again; the pair's and the client's counts are read, their tags checked
  * (one that does not verify is no count: *forged), raised and written
- * back tagged, each for what remains of its window; one that reaches its
+ * back tagged, each for what remains of its window, compare-and-set: only
+ * if both are still what was read, else read again and raised again (at
+ * most 4 tries in all, within deadline; after the last, the guess is not
+ * counted in the farm: OK, with *why saying so). One that reaches its
  * limit (0: none) starts a ban until now + ban, tagged, unless one is in
  * force, and starts again. A Redis can so hide guesses, never add one.
  * *started has the bans this started: 1 the pair's, 2 the client's. */

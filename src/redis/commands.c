@@ -697,18 +697,29 @@ int authn_hmac_count_decode(const authn_hmac_mac_t *mac,
 
 /* A new wrong guess: unless the farm saw this one of the pair's within
  * the window (a stale client's password, sent to every server: its mark,
- * g:, is there), the pair's and the client's counts as they are. */
+ * g:, is there), the pair's and the client's counts as they are. A second
+ * read of the same guess (ARGV[2] not '': its write found the counts
+ * changed) neither sets nor asks the mark, which its first read set. */
 static const char throttle_read[] =
-    "if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then "
+    "if ARGV[2] == '' and "
+    "   not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then "
     "  return 0 "
     "end "
     "return {redis.call('GET', KEYS[2]) or '', "
     "        redis.call('GET', KEYS[3]) or ''}";
 
-/* The counts written back, each for what remains of its window, and the
- * bans that a count at its limit started (tagged by the server that
- * counted, "" for none), unless one is in force. */
+/* Compare and set: unless both counts are still the values read (ARGV[8]
+ * and ARGV[9], '' for none), nothing is written and the answer is -1:
+ * another server (or thread) counted a guess of the pair or the client
+ * since, and this one's count would overwrite it. Else the counts written
+ * back, each for what remains of its window, and the bans that a count at
+ * its limit started (tagged by the server that counted, "" for none),
+ * unless one is in force. */
 static const char throttle_write[] =
+    "if (redis.call('GET', KEYS[1]) or '') ~= ARGV[8] or "
+    "   (redis.call('GET', KEYS[2]) or '') ~= ARGV[9] then "
+    "  return -1 "
+    "end "
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
     "redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) "
     "local started = 0 "
@@ -719,8 +730,17 @@ static const char throttle_write[] =
     "end "
     "return started";
 
+/* Reads and compare-and-set writes of one guess's counts, at most: each
+ * try that fails saw another guess of the pair or the client counted. */
+#define THROTTLE_TRIES 4
+
 /* The count of id as the farm has it, at now: (start, n), a new window
- * for none, one past or one that does not verify (*forged then). */
+ * for none, one past or one that does not verify (*forged then). NB: a
+ * window another server started after this one took its now (it counted
+ * a guess at the same moment), or on a clock a little ahead, starts up to
+ * CLOCK_SKEW_USEC "in the future": taken as now, its count kept (a new
+ * window over it would lose that guess); further is odd, and not
+ * trusted. */
 static void count_of(const authn_hmac_mac_t *mac, const unsigned char *id,
                      const redisReply *v, apr_time_t now,
                      apr_interval_time_t window, apr_time_t *start, uint32_t *n,
@@ -729,10 +749,12 @@ static void count_of(const authn_hmac_mac_t *mac, const unsigned char *id,
     if (v->type == REDIS_REPLY_STRING && v->len > 0 &&
         !authn_hmac_count_decode(mac, id, v->str, v->len, start, n))
         *forged = 1;
-    if (*start > now || now - *start >= window) {
+    if (*start > now + CLOCK_SKEW_USEC || now - *start >= window) {
         *start = now;
         *n = 0;
     }
+    if (*start > now)
+        *start = now;
 }
 
 authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
@@ -747,13 +769,13 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     const int limits[2] = {max_failures, max_client_failures};
     char *g = apr_pstrcat(p, throttle_key(conf, "g:", pair, p),
                           "0000000000000000", NULL);
-    const char *rargv[7], *wargv[14];
-    size_t lens[14];
+    const char *rargv[8], *wargv[16];
+    size_t rlens[8], lens[16];
     redisReply *r = NULL;
     authn_hmac_redis_rc rc;
-    apr_time_t start[2] = {0, 0};
-    uint32_t n[2] = {0, 0};
-    int i;
+    apr_time_t start[2];
+    uint32_t n[2];
+    int i, tries;
 
     *started = 0;
     *forged = 0;
@@ -767,25 +789,6 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     rargv[4] = throttle_key(conf, "t:", pair, p);
     rargv[5] = throttle_key(conf, "t:", client, p);
     rargv[6] = apr_psprintf(p, "%" APR_INT64_T_FMT, window / 1000 + 1);
-    for (i = 0; i < 7; i++)
-        lens[i] = strlen(rargv[i]);
-    rc = authn_hmac_redis_command(c, 7, rargv, lens, deadline, &r, why, p);
-    if (rc != AUTHN_HMAC_REDIS_OK)
-        return rc;
-    if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
-        freeReplyObject(r); /* a repeat the farm saw */
-        return rc;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-        *why = apr_psprintf(p, "EVAL: unexpected answer (%s)",
-                            authn_hmac_redis_reply_error(r, p));
-        freeReplyObject(r);
-        return AUTHN_HMAC_REDIS_ERROR;
-    }
-    for (i = 0; i < 2; i++)
-        count_of(mac, ids[i], r->element[i], now, window, &start[i], &n[i],
-                 forged);
-    freeReplyObject(r);
     wargv[0] = "EVAL";
     wargv[1] = throttle_write;
     wargv[2] = "4";
@@ -794,42 +797,90 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     wargv[5] = throttle_key(conf, "b:", pair, p);
     wargv[6] = throttle_key(conf, "b:", client, p);
     wargv[13] = apr_psprintf(p, "%" APR_INT64_T_FMT, ban / 1000 + 1);
-    for (i = 0; i < 2; i++) {
-        char *v = apr_palloc(p, COUNT_LEN + 1);
-        int full;
-
-        n[i]++;
-        full = limits[i] > 0 && n[i] >= (uint32_t)limits[i];
-        wargv[11 + i] = "";
-        if (full) {
-            /* NB: the count starts again with the ban. */
-            char *b = apr_palloc(p, AUTHN_HMAC_BAN_LEN + 1);
-
-            (void)authn_hmac_ban_encode(mac, ids[i], now + ban, b);
-            wargv[11 + i] = b;
-            start[i] = now;
-            n[i] = 0;
+    for (tries = 0; tries < THROTTLE_TRIES; tries++) {
+        rargv[7] = tries ? "1" : ""; /* a retry: the mark is this guess's */
+        for (i = 0; i < 8; i++)
+            rlens[i] = strlen(rargv[i]);
+        rc = authn_hmac_redis_command(c, 8, rargv, rlens, deadline, &r, why, p);
+        if (rc != AUTHN_HMAC_REDIS_OK)
+            return rc;
+        if (!tries && r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+            freeReplyObject(r); /* a repeat the farm saw */
+            return rc;
         }
-        (void)count_encode(mac, ids[i], start[i], n[i], v);
-        wargv[7 + 2 * i] = v;
-        wargv[8 + 2 * i] = apr_psprintf(p, "%" APR_INT64_T_FMT,
-                                        (start[i] + window - now) / 1000 + 1);
-    }
-    for (i = 0; i < 14; i++)
-        lens[i] = strlen(wargv[i]);
-    rc = authn_hmac_redis_command(c, 14, wargv, lens, deadline, &r, why, p);
-    if (rc != AUTHN_HMAC_REDIS_OK)
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            *why = apr_psprintf(p, "EVAL: unexpected answer (%s)",
+                                authn_hmac_redis_reply_error(r, p));
+            freeReplyObject(r);
+            return AUTHN_HMAC_REDIS_ERROR;
+        }
+        for (i = 0; i < 2; i++) {
+            const redisReply *v = r->element[i];
+            int str = v->type == REDIS_REPLY_STRING;
+
+            /* NB: what was read, as it was (a forged value too), for the
+             * write to compare. */
+            wargv[14 + i] = str ? apr_pstrmemdup(p, v->str, v->len) : "";
+            lens[14 + i] = str ? v->len : 0;
+            start[i] = 0;
+            n[i] = 0;
+            count_of(mac, ids[i], v, now, window, &start[i], &n[i], forged);
+        }
+        freeReplyObject(r);
+        for (i = 0; i < 2; i++) {
+            char *v = apr_palloc(p, COUNT_LEN + 1);
+            int full;
+
+            n[i]++;
+            full = limits[i] > 0 && n[i] >= (uint32_t)limits[i];
+            wargv[11 + i] = "";
+            if (full) {
+                /* NB: the count starts again with the ban. */
+                char *b = apr_palloc(p, AUTHN_HMAC_BAN_LEN + 1);
+
+                (void)authn_hmac_ban_encode(mac, ids[i], now + ban, b);
+                wargv[11 + i] = b;
+                start[i] = now;
+                n[i] = 0;
+            }
+            (void)count_encode(mac, ids[i], start[i], n[i], v);
+            wargv[7 + 2 * i] = v;
+            wargv[8 + 2 * i] = apr_psprintf(
+                p, "%" APR_INT64_T_FMT, (start[i] + window - now) / 1000 + 1);
+        }
+        for (i = 0; i < 14; i++)
+            lens[i] = strlen(wargv[i]);
+        rc = authn_hmac_redis_command(c, 16, wargv, lens, deadline, &r, why, p);
+        if (rc != AUTHN_HMAC_REDIS_OK)
+            return rc;
+        if (r->type == REDIS_REPLY_INTEGER && r->integer == -1) {
+            freeReplyObject(r); /* counted meanwhile: read again */
+            continue;
+        }
+        /* NB: the bans started are the ones this server counted to their
+         * limit from counts whose tags verified, whatever Redis answers
+         * (it says which it kept: one in force there already). */
+        if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 &&
+            r->integer <= 3)
+            *started = (wargv[11][0] ? 1 : 0) | (wargv[12][0] ? 2 : 0);
+        else {
+            *why = apr_psprintf(p, "EVAL: unexpected answer (%s)",
+                                authn_hmac_redis_reply_error(r, p));
+            rc = AUTHN_HMAC_REDIS_ERROR;
+        }
+        freeReplyObject(r);
         return rc;
-    /* NB: the bans started are the ones this server counted to their
-     * limit from counts whose tags verified, whatever Redis answers (it
-     * says which it kept: one in force there already). */
-    if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && r->integer <= 3)
-        *started = (wargv[11][0] ? 1 : 0) | (wargv[12][0] ? 2 : 0);
-    else {
-        *why = apr_psprintf(p, "EVAL: unexpected answer (%s)",
-                            authn_hmac_redis_reply_error(r, p));
-        rc = AUTHN_HMAC_REDIS_ERROR;
     }
-    freeReplyObject(r);
-    return rc;
+    /* NB: the counts changed under every try: at least as many other
+     * guesses of the pair or the client were counted meanwhile, and this
+     * one is not counted in the farm (it is in this server's shared
+     * memory), and told (*why, with no error: no one is refused for it,
+     * and Redis is not failing). Writing it anyway, over counts this
+     * server did not read, would roll back the ones counted meanwhile:
+     * more guesses lost than this one. */
+    *why = apr_psprintf(p,
+                        "the throttle's counts in Redis changed under each of "
+                        "%d tries: this guess is not counted in the farm",
+                        THROTTLE_TRIES);
+    return AUTHN_HMAC_REDIS_OK;
 }

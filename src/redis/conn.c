@@ -25,7 +25,9 @@
 #define REPLY_MAX 512 /* bytes; the longest reply is ~270 */
 /* ROLE of a primary: ~30 bytes and ~50 per replica (conn_long_replies). */
 #define LONG_REPLY_MAX 8192
-#define MAX_ARGS       14 /* EVAL script 5, 5 keys, window ban 2 limits 2 bans */
+/* The longest command, the throttle's write: EVAL, script, 4, its 4 keys,
+ * 2 counts and their windows, 2 bans and their time, the 2 counts read. */
+#define MAX_ARGS 16
 
 /* ---------------------------------------------------- bounded replies */
 

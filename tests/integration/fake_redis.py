@@ -171,12 +171,13 @@ class FakeRedis:
                         vals = [self.store.get(k) for k in cmd[1:]]
                     reply = b"*%d\r\n" % len(vals) + b"".join(
                         bulk(v) if v is not None else b"$-1\r\n" for v in vals)
-                elif name == b"EVAL" and len(cmd) == 7 and cmd[2] == b"3":
+                elif name == b"EVAL" and len(cmd) == 8 and cmd[2] == b"3":
                     # The throttle's read of a wrong guess's counts: as Redis
                     # answers for a new guess and no count yet.
                     reply = b"*2\r\n$0\r\n\r\n$0\r\n\r\n"
-                elif name == b"EVAL" and len(cmd) == 14 and cmd[2] == b"4":
-                    # Its counts written back (tagged): not kept here.
+                elif name == b"EVAL" and len(cmd) == 16 and cmd[2] == b"4":
+                    # Its counts written back (tagged, compare-and-set):
+                    # not kept here.
                     reply = b":0\r\n"
                 elif name == b"PTTL":
                     reply = b":300000\r\n" if self.mode == "forge" or cmd[1] in self.store \

@@ -208,3 +208,54 @@ def test_the_limit_counts_across_the_farm():
         b.cleanup()
         redis.cleanup()
         shared.cleanup()
+
+
+@pytest.mark.slow
+def test_concurrent_guesses_across_the_farm_are_all_counted():
+    """Two servers that count a guess of one pair at the same moment both
+    count it (the counts in Redis are compare-and-set): rounds of two
+    distinct wrong passwords, one to each server, released together, cost
+    at most one verification past the limit (the other server's, in flight
+    when the ban started). Counted read-then-write, both servers could
+    write n + 1 over the same n, and a round's two guesses count one."""
+    from test_redis import STATUS, farm_server, split_burst
+
+    limit = 20
+    shared, redis = FarmFiles(), Redis().start()
+    # NB: a fast hash (bcrypt's least cost): a round's two verifications
+    # end together, so that their counts meet in Redis.
+    htpasswd(shared.users, "carol", "carol's pass", cost=4)
+    tc = changed_default("twice the default: ten rounds of two guesses at once, "
+                         "each a chance for two servers' counts to cross",
+                         AuthHMACMaxFailures=limit)
+    a, b = (farm_server(shared, redis, name=n, extra=tc + STATUS, modules=["status"]).start()
+            for n in ("casA", "casB"))
+    try:
+        rounds = []
+        for i in range(limit):
+            codes = split_burst((a, b), "carol", ["cas %d a" % i, "cas %d b" % i])
+            notes = [srv.notes("carol")[-1] for srv in (a, b)]
+            rounds.append((codes, notes))
+            assert codes == [401, 401], rounds
+            if notes == ["throttled", "throttled"]:
+                break
+        assert rounds[-1][1] == ["throttled", "throttled"], rounds
+        sa, sb = a.status(), b.status()
+        assert sa["verifications"] + sb["verifications"] <= limit + 1, (len(rounds), sa, sb)
+        for srv in (a, b):
+            srv.expect_log(r"AHMAC0029")
+        # The right password from another client: served, on both.
+        for srv in (a, b):
+            r, conn = get(srv.port, "/w/", basic("carol", "carol's pass"), source="127.0.0.2")
+            if conn:
+                conn.close()
+            srv.sent["carol"] += 1
+            assert r.status == 200
+        for srv in (a, b):
+            problems = srv.log_problems()
+            assert not problems, problems
+    finally:
+        a.cleanup()
+        b.cleanup()
+        redis.cleanup()
+        shared.cleanup()

@@ -180,15 +180,17 @@ static void test_flight_interpret(apr_pool_t *p)
           AUTHN_HMAC_FARM_FORGED);
 }
 
-/* A server on the other end of a socket pair that answers one command with
- * `reply` and tells the test what it was sent, through a pipe. */
+/* A server on the other end of a socket pair that answers each command
+ * it is sent with the next of its replies (a command: what arrives until
+ * the sender pauses), and tells the test what it was sent, through a
+ * pipe, once it has answered them all (or no command came for 5 s). */
 typedef struct {
     pid_t pid;
     int sock, told;
     authn_hmac_redis_conn_t *c;
 } one_server;
 
-static void one_start(one_server *s, const char *reply)
+static void seq_start(one_server *s, const char *const *replies, int count)
 {
     int sv[2], pp[2];
 
@@ -197,19 +199,24 @@ static void one_start(one_server *s, const char *reply)
     fcntl(sv[0], F_SETFL, O_NONBLOCK);
     s->pid = fork();
     if (s->pid == 0) {
-        char cmd[8192];
-        size_t n = 0;
+        static char cmd[32768];
+        size_t n = 0, at;
         ssize_t got;
         struct pollfd pfd = {sv[1], POLLIN, 0};
+        int k;
 
         close(pp[0]);
-        /* The command: what arrives until the sender pauses. */
-        while (n < sizeof(cmd) && poll(&pfd, 1, n ? 100 : 5000) == 1 &&
-               (got = read(sv[1], cmd + n, sizeof(cmd) - n)) > 0)
-            n += (size_t)got;
+        for (k = 0; k < count; k++) {
+            at = n;
+            while (n < sizeof(cmd) && poll(&pfd, 1, n > at ? 100 : 5000) == 1 &&
+                   (got = read(sv[1], cmd + n, sizeof(cmd) - n)) > 0)
+                n += (size_t)got;
+            if (n == at)
+                break;
+            (void)!write(sv[1], replies[k], strlen(replies[k]));
+        }
         (void)!write(pp[1], cmd, n);
         close(pp[1]);
-        (void)!write(sv[1], reply, strlen(reply));
         pause();
         _exit(0);
     }
@@ -219,15 +226,21 @@ static void one_start(one_server *s, const char *reply)
     s->c = authn_hmac_redis_conn_wrap(sv[0]);
 }
 
-/* The arguments of the one command the server was sent ("" after the
- * last; NULL if it was not one well-formed command). */
-static const char **one_end(one_server *s, apr_pool_t *p)
+static void one_start(one_server *s, const char *reply)
 {
-    char buf[8192], *b = buf, *end;
+    seq_start(s, &reply, 1);
+}
+
+/* The commands the server was sent, up to max, in cmds (each its
+ * arguments, "" after the last); how many, or -1 if what it was sent is
+ * not whole commands. */
+static int seq_end(one_server *s, apr_pool_t *p, const char ***cmds, int max)
+{
+    static char buf[32768];
+    char *b = buf, *end;
     size_t n = 0;
     ssize_t got;
-    const char **argv = NULL;
-    long argc, i;
+    int k;
 
     while (n < sizeof(buf) - 1 &&
            (got = read(s->told, buf + n, sizeof(buf) - 1 - n)) > 0)
@@ -238,21 +251,36 @@ static const char **one_end(one_server *s, apr_pool_t *p)
     authn_hmac_redis_close(s->c);
     close(s->sock);
     close(s->told);
-    if (*b++ != '*' || (argc = strtol(b, &end, 10)) <= 0 || argc > 16)
-        return NULL;
-    argv = apr_pcalloc(p, sizeof(*argv) * (size_t)(argc + 1));
-    b = end + 2;
-    for (i = 0; i < argc; i++) {
-        long len;
+    for (k = 0; k < max && b < buf + n; k++) {
+        const char **argv;
+        long argc, i;
 
-        if (*b++ != '$' || (len = strtol(b, &end, 10)) < 0 ||
-            end + 2 + len + 2 > buf + n)
-            return NULL;
-        argv[i] = apr_pstrndup(p, end + 2, (apr_size_t)len);
-        b = end + 2 + len + 2;
+        if (*b++ != '*' || (argc = strtol(b, &end, 10)) <= 0 || argc > 16)
+            return -1;
+        argv = apr_pcalloc(p, sizeof(*argv) * (size_t)(argc + 1));
+        b = end + 2;
+        for (i = 0; i < argc; i++) {
+            long len;
+
+            if (*b++ != '$' || (len = strtol(b, &end, 10)) < 0 ||
+                end + 2 + len + 2 > buf + n)
+                return -1;
+            argv[i] = apr_pstrndup(p, end + 2, (apr_size_t)len);
+            b = end + 2 + len + 2;
+        }
+        argv[argc] = "";
+        cmds[k] = argv;
     }
-    argv[argc] = "";
-    return b == buf + n ? argv : NULL;
+    return b == buf + n ? k : -1;
+}
+
+/* The arguments of the one command the server was sent ("" after the
+ * last; NULL if it was not one well-formed command). */
+static const char **one_end(one_server *s, apr_pool_t *p)
+{
+    const char **cmds[1];
+
+    return seq_end(s, p, cmds, 1) == 1 ? cmds[0] : NULL;
 }
 
 static int is_token(const char *t)
@@ -417,6 +445,110 @@ static void test_a_redis_cannot_start_a_ban(apr_pool_t *p)
     }
 }
 
+/* A count's value, as a server of the farm writes it. */
+static void count_value(const authn_hmac_mac_t *m, const unsigned char *id,
+                        apr_time_t start, unsigned n, char *v)
+{
+    unsigned char tag[AUTHN_HMAC_KEY_LEN];
+    int i;
+
+    sprintf(v, "C:%016llx:%08x", (unsigned long long)start, n);
+    authn_hmac_value_tag(m, id, v, strlen(v), tag);
+    strcat(v, ":");
+    for (i = 0; i < AUTHN_HMAC_KEY_LEN; i++)
+        sprintf(v + strlen(v), "%02x", tag[i]);
+}
+
+/* The counts are written compare-and-set: the write carries the values
+ * read ("" for none), and one that Redis answers -1 (another server
+ * counted a guess of the pair or the client since) is read again, without
+ * the repeat's mark (that mark is this guess's own), raised from what is
+ * there now and written again: two servers counting at once count two
+ * guesses. Bounded: after 4 tries the guess is not counted in the farm,
+ * with no error and no ban. */
+static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 1);
+    authn_hmac_redis_conf_t conf;
+    unsigned char pair[32], client[32];
+    apr_time_t now = SEC(1700000000), begun = now - SEC(60), start;
+    char v[128];
+    const char *replies[8], **a[9], *why = "";
+    one_server s;
+    uint32_t n;
+    int started = -1, forged = -1, got, i;
+
+    memset(&conf, 0, sizeof(conf));
+    conf.prefix = "authn_hmac:";
+    memset(pair, 1, sizeof(pair));
+    memset(client, 2, sizeof(client));
+    count_value(m, pair, begun, 3, v); /* another server's count */
+    replies[0] = "*2\r\n$0\r\n\r\n$0\r\n\r\n";
+    replies[1] = ":-1\r\n";
+    replies[2] = apr_psprintf(
+        p, "*2\r\n$%" APR_SIZE_T_FMT "\r\n%s\r\n$0\r\n\r\n", strlen(v), v);
+    replies[3] = ":0\r\n";
+    seq_start(&s, replies, 4);
+    CHECK(authn_hmac_redis_throttle_fail(
+              s.c, &conf, m, pair, client, 42, 10, 30, SEC(600), SEC(600), now,
+              authn_hmac_monotonic() + SEC(5), &started, &forged, &why,
+              p) == AUTHN_HMAC_REDIS_OK);
+    CHECK(started == 0 && forged == 0 && !*why);
+    got = seq_end(&s, p, a, 9);
+    CHECK(got == 4);
+    if (got != 4)
+        return;
+    for (i = 0; i < 4; i++)
+        CHECK(!strcmp(a[i][0], "EVAL") && !strcmp(a[i][2], i % 2 ? "4" : "3"));
+    /* The reads: the first sets the repeat's mark, the second does not. */
+    CHECK(!*a[0][7] && !strcmp(a[2][7], "1") && !strcmp(a[0][3], a[2][3]));
+    /* The writes: each with what its read found. */
+    CHECK(!*a[1][14] && !*a[1][15] && !*a[1][16]);
+    CHECK(!strcmp(a[3][14], v) && !*a[3][15] && !*a[3][16]);
+    CHECK(strstr(a[1][1], "ARGV[8]") && strstr(a[1][1], "return -1"));
+    /* The first write had the pair's first guess; the second raises the
+     * other server's 3 in its window, and the client's count. */
+    CHECK(authn_hmac_count_decode(m, pair, a[1][7], strlen(a[1][7]), &start,
+                                  &n) == 1 &&
+          start == now && n == 1);
+    CHECK(authn_hmac_count_decode(m, pair, a[3][7], strlen(a[3][7]), &start,
+                                  &n) == 1 &&
+          start == begun && n == 4);
+    CHECK(authn_hmac_count_decode(m, client, a[3][9], strlen(a[3][9]), &start,
+                                  &n) == 1 &&
+          start == now && n == 1);
+
+    /* A window another server started after this one took its now (it
+     * counted at the same moment): its count is raised, not restarted. */
+    count_value(m, pair, now + 2000, 3, v);
+    replies[0] = apr_psprintf(
+        p, "*2\r\n$%" APR_SIZE_T_FMT "\r\n%s\r\n$0\r\n\r\n", strlen(v), v);
+    replies[1] = ":0\r\n";
+    seq_start(&s, replies, 2);
+    CHECK(authn_hmac_redis_throttle_fail(
+              s.c, &conf, m, pair, client, 43, 10, 30, SEC(600), SEC(600), now,
+              authn_hmac_monotonic() + SEC(5), &started, &forged, &why,
+              p) == AUTHN_HMAC_REDIS_OK);
+    got = seq_end(&s, p, a, 9);
+    CHECK(got == 2 && !strcmp(a[1][14], v) &&
+          authn_hmac_count_decode(m, pair, a[1][7], strlen(a[1][7]), &start,
+                                  &n) == 1 &&
+          start == now && n == 4);
+
+    /* Changed under every try: 4 reads and writes, then no more, no ban,
+     * no error, and why says the guess is not counted. */
+    for (i = 0; i < 8; i++)
+        replies[i] = i % 2 ? ":-1\r\n" : "*2\r\n$0\r\n\r\n$0\r\n\r\n";
+    why = "";
+    seq_start(&s, replies, 8);
+    CHECK(authn_hmac_redis_throttle_fail(
+              s.c, &conf, m, pair, client, 42, 1, 1, SEC(600), SEC(600), now,
+              authn_hmac_monotonic() + SEC(5), &started, &forged, &why,
+              p) == AUTHN_HMAC_REDIS_OK);
+    CHECK(started == 0 && strstr(why, "not counted") != NULL);
+    CHECK(seq_end(&s, p, a, 9) == 8);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -427,5 +559,6 @@ int main(void)
     RUN(test_ban_value, p);
     RUN(test_count_value, p);
     RUN(test_a_redis_cannot_start_a_ban, p);
+    RUN(test_a_count_that_changed_is_read_again, p);
     return unit_end();
 }
