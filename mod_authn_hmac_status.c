@@ -59,20 +59,30 @@ static void redis_state(authn_hmac_stats_t *st)
     st->sentinel_switches = __atomic_load_n(&sh->switches, __ATOMIC_RELAXED);
 }
 
-/* The counters of every process, rendered in format f. */
-static const char *status_text(authn_hmac_format_t f, apr_pool_t *p)
+/* The counters of every process, rendered in format f; with check, after
+ * a probe of Redis (the page's ?check), whose answer they then show. */
+static const char *status_text(authn_hmac_format_t f, request_rec *r, int check)
 {
     authn_hmac_stats_t st;
-    apr_time_t now = apr_time_now();
+    apr_time_t now;
+    const char *why = "";
+    int answered = 0;
 
+    check = check && hmac_conf.redis_name;
+    if (check)
+        answered = authn_hmac_redis_check(&hmac_child.engine, r, &why, r->pool);
+    now = apr_time_now();
     authn_hmac_table_stats(hmac_conf.table, now, &st);
+    st.checked = check;
+    st.redis_check = (uint64_t)answered;
+    apr_cpystrn(st.redis_check_reason, why, sizeof(st.redis_check_reason));
     redis_state(&st);
     st.pepper_random = hmac_conf.pepper_random;
     st.now = now;
     st.nbans = authn_hmac_throttle_bans(hmac_conf.table, now, st.bans,
                                         AUTHN_HMAC_BOOK);
     st.max_verifications = (uint64_t)hmac_conf.max_verifications;
-    return authn_hmac_status_format(&st, f, p);
+    return authn_hmac_status_format(&st, f, r->pool);
 }
 
 /* POST ?lift=CLIENT[&user=NAME], with the header X-Authn-HMAC-Lift:
@@ -146,7 +156,7 @@ int hmac_status_handler(request_rec *r)
     apr_table_setn(r->headers_out, "Cache-Control", "no-store");
     if (r->header_only)
         return OK;
-    ap_rputs(status_text(f, r->pool), r);
+    ap_rputs(status_text(f, r, authn_hmac_status_check(r->args)), r);
     return OK;
 }
 
@@ -160,15 +170,15 @@ int hmac_status_hook(request_rec *r, int flags)
     if (!hmac_conf.table || !hmac_conf.server_status)
         return OK;
     if (flags & AP_STATUS_SHORT)
-        ap_rputs(status_text(AUTHN_HMAC_FMT_AUTO, r->pool), r);
+        ap_rputs(status_text(AUTHN_HMAC_FMT_AUTO, r, 0), r);
     else if (flags & AP_STATUS_NOTABLE)
         /* NB: escaped: the breaker's reason is Redis's text (found by
          * review: whatever answers as Redis could put HTML there). */
         ap_rvputs(
             r, "<h2>mod_authn_hmac</h2>\n<pre>\n",
-            ap_escape_html(r->pool, status_text(AUTHN_HMAC_FMT_TEXT, r->pool)),
+            ap_escape_html(r->pool, status_text(AUTHN_HMAC_FMT_TEXT, r, 0)),
             "</pre>\n", NULL);
     else
-        ap_rputs(status_text(AUTHN_HMAC_FMT_HTML, r->pool), r);
+        ap_rputs(status_text(AUTHN_HMAC_FMT_HTML, r, 0), r);
     return OK;
 }

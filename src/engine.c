@@ -504,6 +504,45 @@ static void redis_refresh(const authn_hmac_engine_t *e, void *baton,
     redis_end(&rq, conn, rc, why);
 }
 
+int authn_hmac_redis_check(const authn_hmac_engine_t *e, void *baton,
+                           const char **why, apr_pool_t *p)
+{
+    authn_hmac_redis_health_t *h;
+    authn_hmac_redis_conn_t *conn = NULL;
+    authn_hmac_redis_rc rc;
+    apr_time_t deadline;
+    redis_req rq;
+
+    *why = "";
+    if (!e->redis) {
+        *why = "no Redis client in this process";
+        return 0;
+    }
+    h = authn_hmac_table_redis_health(e->table);
+    memset(&rq, 0, sizeof(rq));
+    rq.e = e;
+    rq.baton = baton;
+    rq.p = p;
+    /* NB: whatever the breaker says: the check is of Redis, not of it. */
+    rq.started = authn_hmac_monotonic();
+    deadline = rq.started + apr_time_from_msec(e->redis_conf->timeout_ms);
+    rc = authn_hmac_redis_pool_acquire(e->redis, &conn, deadline, why, p);
+    if (rc == AUTHN_HMAC_REDIS_OK)
+        rc = authn_hmac_redis_ping(conn, deadline, why, p);
+    /* NB: an ACL without +ping is a configuration error, not an outage:
+     * told to the check only (a check run every few seconds would else
+     * open the breaker for the requests). */
+    if (rc == AUTHN_HMAC_REDIS_ERROR && conn && strstr(*why, "NOPERM")) {
+        authn_hmac_redis_pool_release(e->redis, conn, 0);
+        return 0;
+    }
+    /* NB: an answer closes an open breaker, as the half-open probe's does;
+     * a failure counts as a request's, one incident of BREAKER_AFTER. */
+    rq.probe = rc == AUTHN_HMAC_REDIS_OK && authn_hmac_redis_breaker_open(h);
+    redis_end(&rq, conn, rc, *why);
+    return rc == AUTHN_HMAC_REDIS_OK;
+}
+
 const char *authn_hmac_outcome_name(authn_hmac_outcome o)
 {
     static const char *const names[] = {

@@ -156,9 +156,12 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out)
     return err;
 }
 
-authn_hmac_format_t authn_hmac_status_query(const char *args)
+/* The index in keys (NULL-terminated) of the first of them that the
+ * query string args has as a key (before any "="), or -1. */
+static int query_first(const char *args, const char *const *keys)
 {
     const char *p = args;
+    int i;
 
     while (p && *p) {
         size_t n = strcspn(p, "&;");
@@ -166,15 +169,31 @@ authn_hmac_format_t authn_hmac_status_query(const char *args)
 
         if (k > n)
             k = n;
-        if (k == 4 && memcmp(p, "json", 4) == 0)
-            return AUTHN_HMAC_FMT_JSON;
-        if (k == 10 && memcmp(p, "prometheus", 10) == 0)
-            return AUTHN_HMAC_FMT_PROMETHEUS;
+        for (i = 0; keys[i]; i++)
+            if (k == strlen(keys[i]) && memcmp(p, keys[i], k) == 0)
+                return i;
         p += n;
         if (*p)
             p++;
     }
-    return AUTHN_HMAC_FMT_TEXT;
+    return -1;
+}
+
+authn_hmac_format_t authn_hmac_status_query(const char *args)
+{
+    static const char *const keys[] = {"json", "prometheus", NULL};
+    static const authn_hmac_format_t fmt[] = {AUTHN_HMAC_FMT_JSON,
+                                              AUTHN_HMAC_FMT_PROMETHEUS};
+    int i = query_first(args, keys);
+
+    return i < 0 ? AUTHN_HMAC_FMT_TEXT : fmt[i];
+}
+
+int authn_hmac_status_check(const char *args)
+{
+    static const char *const keys[] = {"check", NULL};
+
+    return query_first(args, keys) == 0;
 }
 
 const authn_hmac_counter_info_t authn_hmac_counter_info[] = {
@@ -265,6 +284,13 @@ static const authn_hmac_counter_info_t gauges[] = {
 };
 
 #define NGAUGES (sizeof(gauges) / sizeof(gauges[0]))
+
+/* Only on a page asked for with ?check, after its probe. */
+static const authn_hmac_counter_info_t check_gauge = {
+    "redis_check",
+    "1 if Redis answered this page's probe (?check: a PING within "
+    "AuthHMACRedisTimeout)",
+    1, 0};
 
 /* usec microseconds as seconds, exactly: "0.25", "3", "0.000104". */
 static const char *seconds(uint64_t usec, apr_pool_t *p)
@@ -413,22 +439,28 @@ static const char *words(authn_hmac_format_t f, const char *out,
 {
     const char *primary = quoted(f, s->redis_primary, p);
     const char *reason = quoted(f, s->redis_reason, p);
+    const char *check = quoted(f, s->redis_check_reason, p);
 
     switch (f) {
     case AUTHN_HMAC_FMT_JSON:
         return apr_psprintf(p,
                             "%s,\n  \"redis_primary\": \"%s\""
-                            ",\n  \"redis_breaker_reason\": \"%s\"",
-                            out, primary, reason);
+                            ",\n  \"redis_breaker_reason\": \"%s\"%s%s%s",
+                            out, primary, reason,
+                            s->checked ? ",\n  \"redis_check_reason\": \"" : "",
+                            s->checked ? check : "", s->checked ? "\"" : "");
     case AUTHN_HMAC_FMT_PROMETHEUS:
         return apr_psprintf(
             p,
             "%s# HELP authn_hmac_redis_info the Redis primary (the server, "
-            "or the one the Sentinels named; \"\": none known) and the "
-            "breaker's last reason while it is open\n"
+            "or the one the Sentinels named; \"\": none known), the "
+            "breaker's last reason while it is open, and with ?check why "
+            "the probe failed\n"
             "# TYPE authn_hmac_redis_info gauge\n"
-            "authn_hmac_redis_info{primary=\"%s\",breaker_reason=\"%s\"} 1\n",
-            out, primary, reason);
+            "authn_hmac_redis_info{primary=\"%s\",breaker_reason=\"%s\"%s%s%s} "
+            "1\n",
+            out, primary, reason, s->checked ? ",check_reason=\"" : "",
+            s->checked ? check : "", s->checked ? "\"" : "");
     case AUTHN_HMAC_FMT_AUTO:
         return apr_psprintf(p,
                             "%sauthn_hmac_redis_primary: %s\n"
@@ -443,9 +475,10 @@ static const char *words(authn_hmac_format_t f, const char *out,
                             "open</td></tr>\n",
                             out, primary, reason);
     default:
-        return apr_psprintf(p,
-                            "%sredis_primary: %s\nredis_breaker_reason: %s\n",
-                            out, primary, reason);
+        return apr_psprintf(
+            p, "%sredis_primary: %s\nredis_breaker_reason: %s\n%s%s%s", out,
+            primary, reason, s->checked ? "redis_check_reason: " : "",
+            s->checked ? check : "", s->checked ? "\n" : "");
     }
 }
 
@@ -530,6 +563,8 @@ const char *authn_hmac_status_format(const authn_hmac_stats_t *s,
             line(f, out, c == 0, &authn_hmac_counter_info[c], s->counter[c], p);
     for (c = 0; c < NGAUGES; c++)
         out = line(f, out, 0, &gauges[c], g[c], p);
+    if (s->checked)
+        out = line(f, out, 0, &check_gauge, s->redis_check, p);
     out = words(f, out, s, p);
     out = bans(f, out, s, p);
     /* NB: the histograms only for Prometheus, which computes percentiles;

@@ -150,6 +150,17 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
                                          authn_hmac_log_fn bad, void *baton,
                                          apr_pool_t *p, apr_status_t *rv);
 
+/* The status page's check (?check): one PING to the Redis server that
+ * requests use (with Sentinel, the primary this process has), under the
+ * Redis timeout and its AUTH, SELECT and TLS, whatever the breaker says.
+ * Its outcome is told to the breaker as a request's would be: a failure
+ * counts (one incident), an answer ends an outage and closes an open
+ * breaker, as the half-open probe's does. A refusal by the ACL (no
+ * +ping) is told to no one but the caller. 1 if Redis answered; else 0,
+ * with *why (as logged: never a secret). baton goes to the log callback. */
+int authn_hmac_redis_check(const authn_hmac_engine_t *e, void *baton,
+                           const char **why, apr_pool_t *p);
+
 /* Seconds a refused (busy) client should wait before it tries again. */
 int authn_hmac_retry_after(const authn_hmac_engine_t *e);
 

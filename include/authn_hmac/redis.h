@@ -298,6 +298,12 @@ authn_hmac_redis_rc authn_hmac_redis_set(
     const authn_hmac_entries_t *es, apr_time_t now, apr_interval_time_t max_age,
     apr_time_t deadline, const char **why, apr_pool_t *p);
 
+/* PING: AUTHN_HMAC_REDIS_OK for its +PONG, the status page's check of
+ * the server (authn_hmac_redis_check). */
+authn_hmac_redis_rc authn_hmac_redis_ping(authn_hmac_redis_conn_t *c,
+                                          apr_time_t deadline, const char **why,
+                                          apr_pool_t *p);
+
 /* Single flight across the servers of a farm. A credential's marker is
  * prefix + "f:" + hex(HMAC(value subkey, key | "F")): it names the exact
  * credential without telling anything of it. While a server verifies, the

@@ -61,7 +61,9 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
       "file")                                                                  \
     X(DENIED, C, "denied", "wrong passwords of known users")                   \
     X(UNKNOWN_USER, C, "unknown_user", "users not in the htpasswd file")       \
-    X(ERRORS, C, "errors", "htpasswd files that could not be read")            \
+    X(ERRORS, C, "errors",                                                     \
+      "logins answered 500 because their source of users failed (an "          \
+      "htpasswd or DBM file unreadable, an SQL lookup that failed)")           \
     X(STORES, C, "stores", "entries written to shared memory")                 \
     X(EVICTIONS, C, "evictions", "live entries pushed out of a full set")      \
     X(REDIS_HITS, C, "redis_hits", "credentials found in Redis")               \
@@ -181,6 +183,9 @@ typedef struct {
     uint64_t redis_breaker;         /* 1 while the breaker skips Redis */
     char redis_reason[160];         /* the breaker's, while it is open */
     char redis_primary[320];        /* host:port; "": none known */
+    int checked;                    /* the page probed Redis (?check) */
+    uint64_t redis_check;           /* 1 if Redis answered the probe */
+    char redis_check_reason[160];   /* why not */
     apr_time_t redis_primary_since; /* when Sentinel named it; 0: none */
     uint64_t sentinel_discoveries;  /* discoveries that ended */
     uint64_t sentinel_switches;     /* primaries named in place of another */
@@ -214,6 +219,10 @@ typedef enum {
 /* The format a status query string asks for: "json", "prometheus" (as a
  * key: "json=1", "a&json"), else plain text. */
 authn_hmac_format_t authn_hmac_status_query(const char *args);
+
+/* Whether a status query string asks for a probe of Redis: "check", as a
+ * key ("prometheus&check"). */
+int authn_hmac_status_check(const char *args);
 
 /* Renders the counters and gauges in that format, and for Prometheus the
  * histograms. */

@@ -353,6 +353,27 @@ authn_hmac_redis_rc authn_hmac_redis_set(
     return rc;
 }
 
+authn_hmac_redis_rc authn_hmac_redis_ping(authn_hmac_redis_conn_t *c,
+                                          apr_time_t deadline, const char **why,
+                                          apr_pool_t *p)
+{
+    const char *argv[1] = {"PING"};
+    size_t lens[1] = {4};
+    redisReply *r = NULL;
+    authn_hmac_redis_rc rc =
+        authn_hmac_redis_command(c, 1, argv, lens, deadline, &r, why, p);
+
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "PONG") != 0) {
+        *why = apr_psprintf(p, "PING refused: %s",
+                            authn_hmac_redis_reply_error(r, p));
+        rc = AUTHN_HMAC_REDIS_ERROR;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
 /* ------------------------------------------- single flight in a farm */
 
 /* "F" result ":" hex(expires) ":" hex(tag) */

@@ -80,9 +80,9 @@ int authn_hmac_redis_limit_reader(redisReader *r)
  * scripts. */
 static int known_command(const char *s, size_t n)
 {
-    static const char *const names[] = {"auth", "select",  "get",      "set",
-                                        "del",  "eval",    "mget",     "role",
-                                        "incr", "pexpire", "sentinel", NULL};
+    static const char *const names[] = {
+        "auth", "select", "get",     "set",      "del",  "eval", "mget",
+        "role", "incr",   "pexpire", "sentinel", "ping", NULL};
     int i;
 
     for (i = 0; names[i]; i++)

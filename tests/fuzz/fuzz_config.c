@@ -35,6 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
     (void)authn_hmac_status_query(s);
+    (void)authn_hmac_status_check(s);
     free(s);
     apr_pool_destroy(p);
     return 0;

@@ -1,7 +1,7 @@
 """A Redis impostor for the trust-boundary tests: whoever answers on the
 Redis address (a process on the network path, a spoofed name, a local
 process that took the port while redis-server was down, a compromised
-Redis). It speaks enough RESP for the module: AUTH, SELECT, GET, SET, DEL,
+Redis). It speaks enough RESP for the module: AUTH, SELECT, PING, GET, SET, DEL,
 EVAL of the farm marker's compare-and-set script (what the script does,
 not Lua), and the throttle's MGET of its bans and EVAL of a wrong guess's
 count (no ban ever started: counts are not kept).
@@ -152,6 +152,8 @@ class FakeRedis:
                     reply = b"+OK\r\n"
                 elif self.mode == "error":
                     reply = self.error + b"\r\n"
+                elif name == b"PING":
+                    reply = b"+PONG\r\n"
                 elif name == b"SENTINEL" and self.names:
                     reply = b"*2\r\n" + bulk(self.names[0].encode()) \
                         + bulk(b"%d" % self.names[1])

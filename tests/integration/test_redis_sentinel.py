@@ -19,7 +19,7 @@ from conftest import MPMS
 from fake_redis import FakeRedis
 from harness import VALGRIND, FarmFiles, Httpd, Redis, TestCA, Workers, basic, hmac_location, htpasswd
 from harness.sentinel import Sentinel
-from test_status import check
+from test_status import check, check_follows_redis
 
 MASTER = "mymaster"
 PASSWORD = "redis-test-secret"
@@ -583,6 +583,29 @@ def test_the_check_is_critical_while_no_primary_is_known():
         problems = farm.cleanup()
         primary.stop()
         sentinel.stop()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_probes_the_primary_on_a_quiet_server():
+    """With Sentinel, --check probes the primary the server uses: CRITICAL
+    at the first check after it dies, OK at the first after it is back,
+    with no request in between (test_status.check_follows_redis)."""
+    primary = Redis(password=PASSWORD).start()
+    sentinel = FakeRedis().start()
+    sentinel.names = ("127.0.0.1", primary.port)
+    farm = Farm()
+    problems = []
+    try:
+        srv = farm.server([sentinel.address], "checkS").start()
+        wait_for(lambda: "AHMAC0024" in srv.error_log(), 30, "the primary is found")
+        assert srv.status_code("/w/", "alice", "alice farm pass") == 200
+        # NB: the dead primary's ROLE fails: no primary confirmed meanwhile.
+        srv.expect_log(FAILOVER_LOG[1])
+        check_follows_redis(srv, primary)
+    finally:
+        problems = farm.cleanup()
+        sentinel.stop()
+        primary.cleanup()
     assert not problems, "\n".join(problems)
 
 

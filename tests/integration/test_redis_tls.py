@@ -16,6 +16,7 @@ import pytest
 from conftest import MPMS
 from fake_redis import FakeRedis
 from harness import VALGRIND, FarmFiles, Httpd, Redis, TestCA, hmac_location, htpasswd
+from test_status import check_follows_redis
 
 OUTAGE = r"\[authn_hmac:warn\].*AHMAC0004: Redis at .* is unavailable"
 ACL = ("farm", "farm-acl-pass-over-tls")
@@ -136,6 +137,23 @@ def test_two_servers_share_results_over_tls_with_an_acl_user(farm, mpm):
     finally:
         a.cleanup()
         b.cleanup()
+        redis.cleanup()
+
+
+def test_the_check_probes_redis_over_tls_on_a_quiet_server(farm):
+    """Over TLS, with an ACL user: --check is CRITICAL at the first check
+    after Redis dies, OK at the first after it is back, with no request in
+    between (test_status.check_follows_redis)."""
+    redis = farm.redis()
+    srv = farm.server("127.0.0.1:%d" % redis.port, name="tlscheck")
+    try:
+        srv.start()
+        assert srv.status_code("/w/", "alice", "alice tls pass") == 200
+        check_follows_redis(srv, redis)
+        finish(srv)
+    finally:
+        srv.stop()
+        srv.cleanup()
         redis.cleanup()
 
 

@@ -366,7 +366,8 @@ def test_redis_health_and_the_check():
     breaker and its reason while it is open (cleared when it closes), in
     JSON, Prometheus and authn-hmac-stat; and authn-hmac-stat --check's one
     line and exit status: OK, CRITICAL with Redis down (WARNING after a 503:
-    test_the_check_warns_after_a_503)."""
+    test_the_check_warns_after_a_503; its probe on a quiet server:
+    test_the_check_probes_redis_on_a_quiet_server)."""
     redis = Redis(password=None).start()
     # NB: the misses that reach Redis here are wrong passwords, each from
     # a client of its own: none is refused by the throttle before Redis.
@@ -376,14 +377,16 @@ def test_redis_health_and_the_check():
     try:
         s.start()
         js = s.status()
-        # Nothing has used Redis yet: not up, no reason; a warning.
+        # Nothing has used Redis yet: not up, no reason; the check's probe
+        # is its first answer.
         assert js["redis"] == 1 and js["redis_sentinel"] == 0, js
         assert js["redis_up"] == 0 and js["redis_up_since_seconds"] == 0, js
         assert js["redis_primary"] == redis.address and js["redis_breaker_reason"] == ""
-        rc, out = check(s)
-        assert rc == 1 and out.startswith("AUTHN_HMAC WARNING - Redis at %s has not "
-                                          "answered yet" % redis.address), out
+        assert "redis_check" not in js, js
         t0 = time.time()
+        rc, out = check(s)
+        assert rc == 0 and out.startswith("AUTHN_HMAC OK - Redis up at %s since "
+                                          % redis.address), out
         assert s.status_code("/a/index.html", "alice", "correct horse") == 200
         js = s.status()
         assert js["redis_up"] == 1 and js["redis_breaker_open"] == 0, js
@@ -415,8 +418,11 @@ def test_redis_health_and_the_check():
                         % (redis.address, reason)], info
         rc, out = check(s)
         assert rc == 2, out
-        assert out == ("AUTHN_HMAC CRITICAL - Redis at %s unreachable: breaker open (%s)"
+        assert out == ("AUTHN_HMAC CRITICAL - Redis at %s does not answer (%s)"
                        % (redis.address, reason)), out
+        _, body = get(s, "/authn-hmac-status?json&check")
+        assert '"redis_check": 0' in body and '"redis_check_reason": "%s"' % reason in body, \
+            body
         p = subprocess.run([sys.executable, STAT, s.url + "/authn-hmac-status"],
                            capture_output=True, text=True, timeout=60)
         assert re.search(r"^redis_breaker_reason +%s +why the breaker is open$"
@@ -446,6 +452,77 @@ def test_redis_health_and_the_check():
     finally:
         s.stop()
         redis.cleanup()
+
+
+def check_follows_redis(srv, redis, pause=False):
+    """authn-hmac-stat --check every second on a quiet srv while its Redis
+    (redis, in use, answering) is killed, then started again: CRITICAL
+    at the first check after the kill, OK at the first after the start,
+    and no request but the status handler's meanwhile. Three failed
+    probes within 10 s open the breaker, as three requests' failures would
+    (logged: AHMAC0004); the first answer closes it (AHMAC0005). With
+    pause, Redis stops answering first (SIGSTOP): the probe ends at its
+    timeout, CRITICAL."""
+    rc, out = check(srv)
+    assert rc == 0 and out.startswith("AUTHN_HMAC OK - Redis up at %s since "
+                                      % redis.address), out
+    srv.expect_log(r"\[authn_hmac:warn\].*AHMAC0004: Redis at .* is unavailable")
+    seen = len(srv.access_log())
+    if pause:
+        redis.pause()
+        try:
+            rc, out = check(srv)
+        finally:
+            redis.resume()
+        assert rc == 2 and "does not answer" in out and "timed out" in out, out
+        time.sleep(1)
+    redis.kill9()
+    for _ in range(3):
+        rc, out = check(srv)
+        assert rc == 2, out
+        assert out.startswith("AUTHN_HMAC CRITICAL - Redis at %s does not answer ("
+                              % redis.address), out
+        time.sleep(1)
+    # NB: open unless the checks were more than 10 s apart (valgrind).
+    opened = srv.status()["redis_breaker_open"]
+    redis.start()
+    rc, out = check(srv)
+    assert rc == 0 and out.startswith("AUTHN_HMAC OK - Redis up at %s since "
+                                      % redis.address), out
+    requests = srv.access_log()[seen:]
+    assert requests and all(" /authn-hmac-status " in l
+                            for l in requests), requests
+    js = srv.status()
+    assert js["redis_breaker_open"] == 0 and js["redis_up"] == 1, js
+    assert not opened or re.search(r"AHMAC0005: Redis at .* is back after",
+                                   srv.error_log()), srv.error_log_tail()
+
+
+def test_the_check_probes_redis_on_a_quiet_server():
+    """Redis dies under a server that no request reaches: --check says
+    CRITICAL at once, not after three requests have failed; it says OK
+    as soon as Redis is back, not after a request has missed the cache.
+    A Redis that stops answering costs a check the timeout, no more."""
+    redis = Redis(password=None).start()
+    s = make_server("event")
+    with_redis(s, redis.address)
+    try:
+        s.start()
+        assert s.status_code("/a/index.html", "alice", "correct horse") == 200
+        check_follows_redis(s, redis, pause=True)
+        # The probe's answer in Prometheus's terms, as its parser reads them.
+        _, body = get(s, "/authn-hmac-status?prometheus&check")
+        fams = {f.name: f for f in prometheus_parser().text_string_to_metric_families(body)}
+        assert fams["authn_hmac_redis_check"].samples[0].value == 1, body
+        info = fams["authn_hmac_redis_info"].samples[0].labels
+        assert info == {"primary": redis.address, "breaker_reason": "",
+                        "check_reason": ""}, info
+    finally:
+        s.stop()
+        problems = s.log_problems()
+        s.cleanup()
+        redis.cleanup()
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.slow

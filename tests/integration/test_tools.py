@@ -230,6 +230,19 @@ def test_check_reads_escaped_words_and_the_servers_clock():
     assert rc == 3 and out.startswith("AUTHN_HMAC UNKNOWN - the page has no redis, "), out
 
 
+def test_check_of_a_page_that_is_not_the_handler_is_unknown():
+    """--check on a page that is not the status handler (a site's page, a
+    line that is no counter) cannot run: UNKNOWN (3), as a Nagios plugin
+    says, not CRITICAL (2), which is for a handler that says something is
+    wrong or cannot be read."""
+    rc, out = check_of("<html><body>hello</body></html>\n")
+    assert rc == 3 and re.fullmatch(r"AUTHN_HMAC UNKNOWN - no counters in the answer: is "
+                                    r"http://127\.0\.0\.1:\d+/s the authn-hmac-status "
+                                    r"handler\?", out), out
+    rc, out = check_of("authn_hmac_hits_total lots\n")
+    assert rc == 3 and out.startswith("AUTHN_HMAC UNKNOWN - not a counter line: "), out
+
+
 def test_check_names_each_state_it_reads():
     """Each state --check reads, alone on a page: Sentinels that have named
     no primary (CRITICAL, before the breaker), a primary that has not

@@ -106,6 +106,15 @@ static void test_json_query(apr_pool_t *p)
     CHECK(authn_hmac_status_query("prometheusx") == AUTHN_HMAC_FMT_TEXT);
     CHECK(authn_hmac_status_query("x=json") == AUTHN_HMAC_FMT_TEXT);
     CHECK(authn_hmac_status_query("&&=") == AUTHN_HMAC_FMT_TEXT);
+    CHECK(authn_hmac_status_query("prometheus&json") ==
+          AUTHN_HMAC_FMT_PROMETHEUS);
+    CHECK(authn_hmac_status_query("prometheus&check") ==
+          AUTHN_HMAC_FMT_PROMETHEUS);
+    CHECK(authn_hmac_status_check("prometheus&check"));
+    CHECK(authn_hmac_status_check("check=1;json"));
+    CHECK(!authn_hmac_status_check("checks"));
+    CHECK(!authn_hmac_status_check("x=check"));
+    CHECK(!authn_hmac_status_check(NULL));
 }
 
 static void test_status_format(apr_pool_t *p)
