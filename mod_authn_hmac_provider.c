@@ -608,6 +608,8 @@ static authn_status check_password(request_rec *r, const char *user,
         return done(r, authn_hmac_outcome_name(o),
                     cred.hash || cred.locked ? AUTH_DENIED
                                              : AUTH_USER_NOT_FOUND);
+    if (o == AUTHN_HMAC_ERROR) /* a wrapped provider's (its directory down) */
+        authn_hmac_table_count(hmac_conf.table, AUTHN_HMAC_C_ERRORS, 1);
     if (o == AUTHN_HMAC_BUSY) {
         log_busy(r, user);
         busy_document(r);

@@ -539,6 +539,9 @@ int authn_hmac_redis_check(const authn_hmac_engine_t *e, void *baton,
     /* NB: an answer closes an open breaker, as the half-open probe's does;
      * a failure counts as a request's, one incident of BREAKER_AFTER. */
     rq.probe = rc == AUTHN_HMAC_REDIS_OK && authn_hmac_redis_breaker_open(h);
+    /* NB: no reason with an answer (a new connection's steps leave theirs). */
+    if (rc == AUTHN_HMAC_REDIS_OK)
+        *why = "";
     redis_end(&rq, conn, rc, *why);
     return rc == AUTHN_HMAC_REDIS_OK;
 }

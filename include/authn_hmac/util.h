@@ -60,10 +60,11 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
       "seconds spent in runs of the password hash (bcrypt) for users in the "  \
       "file")                                                                  \
     X(DENIED, C, "denied", "wrong passwords of known users")                   \
-    X(UNKNOWN_USER, C, "unknown_user", "users not in the htpasswd file")       \
+    X(UNKNOWN_USER, C, "unknown_user", "users their source does not know")     \
     X(ERRORS, C, "errors",                                                     \
       "logins answered 500 because their source of users failed (an "          \
-      "htpasswd or DBM file unreadable, an SQL lookup that failed)")           \
+      "htpasswd or DBM file unreadable, an SQL lookup that failed, an error "  \
+      "of the wrapped provider)")                                              \
     X(STORES, C, "stores", "entries written to shared memory")                 \
     X(EVICTIONS, C, "evictions", "live entries pushed out of a full set")      \
     X(REDIS_HITS, C, "redis_hits", "credentials found in Redis")               \

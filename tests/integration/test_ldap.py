@@ -227,8 +227,10 @@ def test_a_directory_that_does_not_answer_is_a_500_never_a_grant(ldap_site):
     ldap.stop()
     try:
         # erin never logged in: no grant to keep; alice's is cached.
+        before = srv.status()["errors"]
         assert srv.status_code("/w/", "erin", "erin ldap pass") == 500
         assert srv.notes("erin")[-1] == "error"
+        assert srv.status()["errors"] - before == 1  # the source's failure
         assert srv.status_code("/w/", "alice", "alice ldap pass") == 200
     finally:
         srv.expect_log(r"Can't contact LDAP server")
