@@ -382,6 +382,8 @@ def test_package_builds_installs_serves_and_purges():
                 code, body = srv.get("/authn-hmac-status?json")
                 assert code == 200, (code, body)
                 assert json.loads(body)["hits"] >= 1, body
+                # The package's pepper file, not a random one (issue 37).
+                assert json.loads(body)["pepper_random"] == 0, body
                 # ... which the packaged tool reads.
                 rc, out = run(["/usr/bin/authn-hmac-stat",
                                "http://127.0.0.1:%d/authn-hmac-status" % srv.port])
