@@ -401,11 +401,12 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     int *forged, const char **why, apr_pool_t *p);
 
 /* A count's value (exposed for tests and fuzzing): 1 with the window's
- * start and the count if its tag verifies for id, else 0. */
+ * start, the count and its last guess's fingerprint if its tag verifies
+ * for id, else 0. */
 int authn_hmac_count_decode(const authn_hmac_mac_t *mac,
                             const unsigned char id[AUTHN_HMAC_KEY_LEN],
                             const char *v, size_t len, apr_time_t *start,
-                            uint32_t *n);
+                            uint32_t *n, uint64_t *fp);
 
 /* Makes a hiredis reader refuse arrays of more than a few elements (they
  * would be allocated before being read). Returns 0 if it could not. */

@@ -657,15 +657,18 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
 }
 
 /* A count's value: "C:" hex(window's start, µs) ":" hex(count) ":"
- * hex(tag), the tag over the rest under the count key's id, as a ban's:
- * whatever else writes Redis can hide guesses (delete or roll back a
- * count), never add one, and so never bring a ban. */
-#define COUNT_BODY ((size_t)2 + 16 + 1 + 8)
+ * hex(the last guess's fingerprint) ":" hex(tag), the tag over the rest
+ * under the count key's id, as a ban's: whatever else writes Redis can
+ * hide guesses (delete or roll back a count), never add one, and so never
+ * bring a ban. The last guess names the write: a retry that finds its own
+ * guess there (a write that landed, whatever Redis answered) counts it
+ * no more. */
+#define COUNT_BODY ((size_t)2 + 16 + 1 + 8 + 1 + 16)
 #define COUNT_LEN  (COUNT_BODY + 1 + KEY_HEX)
 
 static size_t count_encode(const authn_hmac_mac_t *mac,
                            const unsigned char id[AUTHN_HMAC_KEY_LEN],
-                           apr_time_t start, uint32_t n, char *out)
+                           apr_time_t start, uint32_t n, uint64_t fp, char *out)
 {
     static const char digits[] = "0123456789abcdef";
     unsigned char tag[AUTHN_HMAC_KEY_LEN];
@@ -678,6 +681,8 @@ static size_t count_encode(const authn_hmac_mac_t *mac,
     *o++ = ':';
     for (i = 7; i >= 0; i--)
         *o++ = digits[(n >> (4 * i)) & 15];
+    *o++ = ':';
+    o = put_hex64(o, fp);
     authn_hmac_value_tag(mac, id, out, COUNT_BODY, tag);
     *o++ = ':';
     o = put_hex(o, tag, sizeof(tag));
@@ -688,16 +693,18 @@ static size_t count_encode(const authn_hmac_mac_t *mac,
 int authn_hmac_count_decode(const authn_hmac_mac_t *mac,
                             const unsigned char id[AUTHN_HMAC_KEY_LEN],
                             const char *v, size_t len, apr_time_t *start,
-                            uint32_t *n)
+                            uint32_t *n, uint64_t *fp)
 {
     unsigned char want[AUTHN_HMAC_KEY_LEN], got[AUTHN_HMAC_KEY_LEN], b[4];
     char buf[COUNT_LEN + 1];
+    int64_t last = 0;
     int ok;
 
     *start = 0;
     *n = 0;
+    *fp = 0;
     if (len != COUNT_LEN || v[0] != 'C' || v[1] != ':' || v[18] != ':' ||
-        v[COUNT_BODY] != ':')
+        v[27] != ':' || v[COUNT_BODY] != ':')
         return 0;
     memcpy(buf, v, len);
     buf[len] = '\0';
@@ -705,10 +712,13 @@ int authn_hmac_count_decode(const authn_hmac_mac_t *mac,
         return 0;
     authn_hmac_value_tag(mac, id, buf, COUNT_BODY, want);
     ok = CRYPTO_memcmp(want, got, sizeof(want)) == 0 &&
-         get_hex64(buf + 2, start) && get_hex(buf + 19, b, sizeof(b));
+         get_hex64(buf + 2, start) && get_hex(buf + 19, b, sizeof(b)) &&
+         get_hex64(buf + 28, &last);
     explicit_bzero(want, sizeof(want));
+    *fp = (uint64_t)last;
     if (!ok) {
         *start = 0;
+        *fp = 0;
         return 0;
     }
     *n = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 |
@@ -755,27 +765,33 @@ static const char throttle_write[] =
  * try that fails saw another guess of the pair or the client counted. */
 #define THROTTLE_TRIES 4
 
-/* The count of id as the farm has it, at now: (start, n), a new window
- * for none, one past or one that does not verify (*forged then). NB: a
- * window another server started after this one took its now (it counted
- * a guess at the same moment), or on a clock a little ahead, starts up to
- * CLOCK_SKEW_USEC "in the future": taken as now, its count kept (a new
- * window over it would lose that guess); further is odd, and not
- * trusted. */
-static void count_of(const authn_hmac_mac_t *mac, const unsigned char *id,
-                     const redisReply *v, apr_time_t now,
-                     apr_interval_time_t window, apr_time_t *start, uint32_t *n,
-                     int *forged)
+/* The count of id as the farm has it, at now: (start, n) and its last
+ * guess, and 1; else a new window and 0: for none, one past or one that
+ * does not verify (*forged then). NB: a window another server started
+ * after this one took its now (it counted a guess at the same moment), or
+ * on a clock a little ahead, starts up to CLOCK_SKEW_USEC "in the
+ * future": taken as now, its count kept (a new window over it would lose
+ * that guess); further is odd, and not trusted. */
+static int count_of(const authn_hmac_mac_t *mac, const unsigned char *id,
+                    const redisReply *v, apr_time_t now,
+                    apr_interval_time_t window, apr_time_t *start, uint32_t *n,
+                    uint64_t *last, int *forged)
 {
-    if (v->type == REDIS_REPLY_STRING && v->len > 0 &&
-        !authn_hmac_count_decode(mac, id, v->str, v->len, start, n))
+    int got = v->type == REDIS_REPLY_STRING && v->len > 0;
+
+    if (got &&
+        !authn_hmac_count_decode(mac, id, v->str, v->len, start, n, last)) {
         *forged = 1;
+        got = 0;
+    }
     if (*start > now + CLOCK_SKEW_USEC || now - *start >= window) {
         *start = now;
         *n = 0;
+        got = 0;
     }
     if (*start > now)
         *start = now;
+    return got;
 }
 
 authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
@@ -796,7 +812,7 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
     authn_hmac_redis_rc rc;
     apr_time_t start[2];
     uint32_t n[2];
-    int i, tries;
+    int i, tries, mine;
 
     *started = 0;
     *forged = 0;
@@ -835,9 +851,11 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
             freeReplyObject(r);
             return AUTHN_HMAC_REDIS_ERROR;
         }
+        mine = 0;
         for (i = 0; i < 2; i++) {
             const redisReply *v = r->element[i];
             int str = v->type == REDIS_REPLY_STRING;
+            uint64_t last = 0;
 
             /* NB: what was read, as it was (a forged value too), for the
              * write to compare. */
@@ -845,9 +863,18 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
             lens[14 + i] = str ? v->len : 0;
             start[i] = 0;
             n[i] = 0;
-            count_of(mac, ids[i], v, now, window, &start[i], &n[i], forged);
+            if (count_of(mac, ids[i], v, now, window, &start[i], &n[i], &last,
+                         forged) &&
+                last == fp)
+                mine = 1;
         }
         freeReplyObject(r);
+        /* NB: a count whose last guess is this one already counts it (this
+         * server's write landed, whatever Redis answered it): never twice.
+         * Its bans, if it started any, are in Redis; this server tells
+         * none it cannot be sure of. */
+        if (mine)
+            return AUTHN_HMAC_REDIS_OK;
         for (i = 0; i < 2; i++) {
             char *v = apr_palloc(p, COUNT_LEN + 1);
             int full;
@@ -864,7 +891,7 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_fail(
                 start[i] = now;
                 n[i] = 0;
             }
-            (void)count_encode(mac, ids[i], start[i], n[i], v);
+            (void)count_encode(mac, ids[i], start[i], n[i], fp, v);
             wargv[7 + 2 * i] = v;
             wargv[8 + 2 * i] = apr_psprintf(
                 p, "%" APR_INT64_T_FMT, (start[i] + window - now) / 1000 + 1);

@@ -393,23 +393,28 @@ static void test_count_value(apr_pool_t *p)
     char v[128];
     apr_time_t start;
     uint32_t n;
+    uint64_t fp;
     int i;
 
     memset(id, 1, sizeof(id));
     memset(id2, 2, sizeof(id2));
-    strcpy(v, "C:0006a0a1b2c3d4e5:00000009");
+    strcpy(v, "C:0006a0a1b2c3d4e5:00000009:00000000000000fe");
     authn_hmac_value_tag(m, id, v, strlen(v), tag);
     strcat(v, ":");
     for (i = 0; i < AUTHN_HMAC_KEY_LEN; i++)
         sprintf(v + strlen(v), "%02x", tag[i]);
-    CHECK(authn_hmac_count_decode(m, id, v, strlen(v), &start, &n) == 1);
-    CHECK(start == (apr_time_t)0x0006a0a1b2c3d4e5LL && n == 9);
-    CHECK(authn_hmac_count_decode(m, id2, v, strlen(v), &start, &n) == 0);
-    CHECK(start == 0 && n == 0);
-    CHECK(authn_hmac_count_decode(other, id, v, strlen(v), &start, &n) == 0);
-    CHECK(authn_hmac_count_decode(m, id, "9", 1, &start, &n) == 0);
+    CHECK(authn_hmac_count_decode(m, id, v, strlen(v), &start, &n, &fp) == 1);
+    CHECK(start == (apr_time_t)0x0006a0a1b2c3d4e5LL && n == 9 && fp == 0xfe);
+    CHECK(authn_hmac_count_decode(m, id2, v, strlen(v), &start, &n, &fp) == 0);
+    CHECK(start == 0 && n == 0 && fp == 0);
+    CHECK(authn_hmac_count_decode(other, id, v, strlen(v), &start, &n, &fp) ==
+          0);
+    CHECK(authn_hmac_count_decode(m, id, "9", 1, &start, &n, &fp) == 0);
     v[26] = 'a'; /* 10 of them */
-    CHECK(authn_hmac_count_decode(m, id, v, strlen(v), &start, &n) == 0);
+    CHECK(authn_hmac_count_decode(m, id, v, strlen(v), &start, &n, &fp) == 0);
+    v[26] = '9';
+    v[43] = 'f'; /* another guess */
+    CHECK(authn_hmac_count_decode(m, id, v, strlen(v), &start, &n, &fp) == 0);
 }
 
 /* Whatever answers for Redis cannot start a ban: an answer of "3" (both
@@ -445,14 +450,16 @@ static void test_a_redis_cannot_start_a_ban(apr_pool_t *p)
     }
 }
 
-/* A count's value, as a server of the farm writes it. */
+/* A count's value, as a server of the farm writes it (fp: its last
+ * guess). */
 static void count_value(const authn_hmac_mac_t *m, const unsigned char *id,
-                        apr_time_t start, unsigned n, char *v)
+                        apr_time_t start, unsigned n, uint64_t fp, char *v)
 {
     unsigned char tag[AUTHN_HMAC_KEY_LEN];
     int i;
 
-    sprintf(v, "C:%016llx:%08x", (unsigned long long)start, n);
+    sprintf(v, "C:%016llx:%08x:%016llx", (unsigned long long)start, n,
+            (unsigned long long)fp);
     authn_hmac_value_tag(m, id, v, strlen(v), tag);
     strcat(v, ":");
     for (i = 0; i < AUTHN_HMAC_KEY_LEN; i++)
@@ -476,13 +483,14 @@ static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
     const char *replies[8], **a[9], *why = "";
     one_server s;
     uint32_t n;
+    uint64_t fp;
     int started = -1, forged = -1, got, i;
 
     memset(&conf, 0, sizeof(conf));
     conf.prefix = "authn_hmac:";
     memset(pair, 1, sizeof(pair));
     memset(client, 2, sizeof(client));
-    count_value(m, pair, begun, 3, v); /* another server's count */
+    count_value(m, pair, begun, 3, 7, v); /* another server's count */
     replies[0] = "*2\r\n$0\r\n\r\n$0\r\n\r\n";
     replies[1] = ":-1\r\n";
     replies[2] = apr_psprintf(
@@ -508,19 +516,19 @@ static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
     CHECK(strstr(a[1][1], "ARGV[8]") && strstr(a[1][1], "return -1"));
     /* The first write had the pair's first guess; the second raises the
      * other server's 3 in its window, and the client's count. */
-    CHECK(authn_hmac_count_decode(m, pair, a[1][7], strlen(a[1][7]), &start,
-                                  &n) == 1 &&
+    CHECK(authn_hmac_count_decode(m, pair, a[1][7], strlen(a[1][7]), &start, &n,
+                                  &fp) == 1 &&
           start == now && n == 1);
-    CHECK(authn_hmac_count_decode(m, pair, a[3][7], strlen(a[3][7]), &start,
-                                  &n) == 1 &&
+    CHECK(authn_hmac_count_decode(m, pair, a[3][7], strlen(a[3][7]), &start, &n,
+                                  &fp) == 1 &&
           start == begun && n == 4);
     CHECK(authn_hmac_count_decode(m, client, a[3][9], strlen(a[3][9]), &start,
-                                  &n) == 1 &&
+                                  &n, &fp) == 1 &&
           start == now && n == 1);
 
     /* A window another server started after this one took its now (it
      * counted at the same moment): its count is raised, not restarted. */
-    count_value(m, pair, now + 2000, 3, v);
+    count_value(m, pair, now + 2000, 3, 7, v);
     replies[0] = apr_psprintf(
         p, "*2\r\n$%" APR_SIZE_T_FMT "\r\n%s\r\n$0\r\n\r\n", strlen(v), v);
     replies[1] = ":0\r\n";
@@ -531,8 +539,8 @@ static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
               p) == AUTHN_HMAC_REDIS_OK);
     got = seq_end(&s, p, a, 9);
     CHECK(got == 2 && !strcmp(a[1][14], v) &&
-          authn_hmac_count_decode(m, pair, a[1][7], strlen(a[1][7]), &start,
-                                  &n) == 1 &&
+          authn_hmac_count_decode(m, pair, a[1][7], strlen(a[1][7]), &start, &n,
+                                  &fp) == 1 &&
           start == now && n == 4);
 
     /* Changed under every try: 4 reads and writes, then no more, no ban,
@@ -549,6 +557,57 @@ static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
     CHECK(seq_end(&s, p, a, 9) == 8);
 }
 
+/* A Redis that keeps each write of a guess's counts and answers -1, then
+ * hands the count back: the retry finds the guess its own (the count's
+ * last guess) and counts it no more. One wrong password is one guess,
+ * whatever Redis answers: no ban from a single typo (review: it counted
+ * one guess four times, and a pair at 4 was banned). */
+static void test_a_redis_cannot_count_one_guess_twice(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 1);
+    authn_hmac_redis_conf_t conf;
+    unsigned char pair[32], client[32];
+    apr_time_t now = SEC(1700000000);
+    const char *replies[8], **a[9], *why = "";
+    char pv[160], cv[160];
+    one_server s;
+    int started = -1, forged = -1, got;
+
+    memset(&conf, 0, sizeof(conf));
+    conf.prefix = "authn_hmac:";
+    memset(pair, 1, sizeof(pair));
+    memset(client, 2, sizeof(client));
+    /* What the first write of guess 42 carried: the pair's and the
+     * client's first guess, now. */
+    count_value(m, pair, now, 1, 42, pv);
+    count_value(m, client, now, 1, 42, cv);
+    replies[0] = "*2\r\n$0\r\n\r\n$0\r\n\r\n";
+    replies[1] = ":-1\r\n";
+    replies[2] = apr_psprintf(
+        p, "*2\r\n$%" APR_SIZE_T_FMT "\r\n%s\r\n$%" APR_SIZE_T_FMT "\r\n%s\r\n",
+        strlen(pv), pv, strlen(cv), cv);
+    replies[3] = ":-1\r\n";
+    seq_start(&s, replies, 4);
+    CHECK(authn_hmac_redis_throttle_fail(
+              s.c, &conf, m, pair, client, 42, 2, 2, SEC(600), SEC(600), now,
+              authn_hmac_monotonic() + SEC(5), &started, &forged, &why,
+              p) == AUTHN_HMAC_REDIS_OK);
+    got = seq_end(&s, p, a, 9);
+    /* One write only (the first try's), with a count of 1: the second read
+     * found it, and nothing more was sent. */
+    CHECK(got == 3);
+    CHECK(started == 0 && forged == 0);
+    /* The same from the first read: a count whose last guess is this one
+     * (its g: mark lost) is not raised. */
+    replies[0] = replies[2];
+    seq_start(&s, replies, 1);
+    CHECK(authn_hmac_redis_throttle_fail(
+              s.c, &conf, m, pair, client, 42, 2, 2, SEC(600), SEC(600), now,
+              authn_hmac_monotonic() + SEC(5), &started, &forged, &why,
+              p) == AUTHN_HMAC_REDIS_OK);
+    CHECK(seq_end(&s, p, a, 9) == 1 && started == 0);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -559,6 +618,7 @@ int main(void)
     RUN(test_ban_value, p);
     RUN(test_count_value, p);
     RUN(test_a_redis_cannot_start_a_ban, p);
+    RUN(test_a_redis_cannot_count_one_guess_twice, p);
     RUN(test_a_count_that_changed_is_read_again, p);
     return unit_end();
 }
