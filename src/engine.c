@@ -510,8 +510,10 @@ int authn_hmac_redis_check(const authn_hmac_engine_t *e, void *baton,
     authn_hmac_redis_health_t *h;
     authn_hmac_redis_conn_t *conn = NULL;
     authn_hmac_redis_rc rc;
+    apr_interval_time_t timeout;
     apr_time_t deadline;
     redis_req rq;
+    int go;
 
     *why = "";
     if (!e->redis) {
@@ -523,22 +525,30 @@ int authn_hmac_redis_check(const authn_hmac_engine_t *e, void *baton,
     rq.e = e;
     rq.baton = baton;
     rq.p = p;
-    /* NB: whatever the breaker says: the check is of Redis, not of it. */
+    timeout = apr_time_from_msec(e->redis_conf->timeout_ms);
     rq.started = authn_hmac_monotonic();
-    deadline = rq.started + apr_time_from_msec(e->redis_conf->timeout_ms);
+    deadline = rq.started + timeout;
+    /* NB: the check is of Redis, whatever the breaker says; but it tells
+     * the breaker only what a request there and then would: as a request
+     * while it is closed, as its one probe when it is due (an answer then
+     * closes it, as the requests' probe's does), nothing while it waits (a
+     * check every few seconds would else undo its backoff). */
+    go = authn_hmac_redis_allowed(h, rq.started, timeout + apr_time_from_sec(1));
     rc = authn_hmac_redis_pool_acquire(e->redis, &conn, deadline, why, p);
     if (rc == AUTHN_HMAC_REDIS_OK)
-        rc = authn_hmac_redis_ping(conn, deadline, why, p);
-    /* NB: an ACL without +ping is a configuration error, not an outage:
-     * told to the check only (a check run every few seconds would else
-     * open the breaker for the requests). */
-    if (rc == AUTHN_HMAC_REDIS_ERROR && conn && strstr(*why, "NOPERM")) {
-        authn_hmac_redis_pool_release(e->redis, conn, 0);
-        return 0;
+        rc = authn_hmac_redis_probe(conn, e->redis_conf, deadline, why, p);
+    /* NB: an ACL without +get is a configuration error the requests meet
+     * too; told by the check, left to them for the breaker. */
+    if ((rc == AUTHN_HMAC_REDIS_ERROR && conn && strstr(*why, "NOPERM")) ||
+        !go) {
+        if (conn)
+            authn_hmac_redis_pool_release(e->redis, conn,
+                                          rc != AUTHN_HMAC_REDIS_OK);
+        if (rc == AUTHN_HMAC_REDIS_OK)
+            *why = "";
+        return rc == AUTHN_HMAC_REDIS_OK;
     }
-    /* NB: an answer closes an open breaker, as the half-open probe's does;
-     * a failure counts as a request's, one incident of BREAKER_AFTER. */
-    rq.probe = rc == AUTHN_HMAC_REDIS_OK && authn_hmac_redis_breaker_open(h);
+    rq.probe = go == 2;
     /* NB: no reason with an answer (a new connection's steps leave theirs). */
     if (rc == AUTHN_HMAC_REDIS_OK)
         *why = "";

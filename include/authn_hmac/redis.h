@@ -298,11 +298,14 @@ authn_hmac_redis_rc authn_hmac_redis_set(
     const authn_hmac_entries_t *es, apr_time_t now, apr_interval_time_t max_age,
     apr_time_t deadline, const char **why, apr_pool_t *p);
 
-/* PING: AUTHN_HMAC_REDIS_OK for its +PONG, the status page's check of
- * the server (authn_hmac_redis_check). */
-authn_hmac_redis_rc authn_hmac_redis_ping(authn_hmac_redis_conn_t *c,
-                                          apr_time_t deadline, const char **why,
-                                          apr_pool_t *p);
+/* The status page's check of the server (authn_hmac_redis_check): a GET
+ * of the prefix's "check" key, which nothing writes, answered as the
+ * requests' GETs must be (a Redis still loading refuses it, as it refuses
+ * theirs): AUTHN_HMAC_REDIS_OK for a value or none. */
+authn_hmac_redis_rc authn_hmac_redis_probe(authn_hmac_redis_conn_t *c,
+                                           const authn_hmac_redis_conf_t *conf,
+                                           apr_time_t deadline,
+                                           const char **why, apr_pool_t *p);
 
 /* Single flight across the servers of a farm. A credential's marker is
  * prefix + "f:" + hex(HMAC(value subkey, key | "F")): it names the exact

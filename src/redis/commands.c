@@ -353,20 +353,21 @@ authn_hmac_redis_rc authn_hmac_redis_set(
     return rc;
 }
 
-authn_hmac_redis_rc authn_hmac_redis_ping(authn_hmac_redis_conn_t *c,
-                                          apr_time_t deadline, const char **why,
-                                          apr_pool_t *p)
+authn_hmac_redis_rc authn_hmac_redis_probe(authn_hmac_redis_conn_t *c,
+                                           const authn_hmac_redis_conf_t *conf,
+                                           apr_time_t deadline,
+                                           const char **why, apr_pool_t *p)
 {
-    const char *argv[1] = {"PING"};
-    size_t lens[1] = {4};
+    const char *argv[2] = {"GET", apr_pstrcat(p, conf->prefix, "check", NULL)};
+    size_t lens[2] = {3, strlen(argv[1])};
     redisReply *r = NULL;
     authn_hmac_redis_rc rc =
-        authn_hmac_redis_command(c, 1, argv, lens, deadline, &r, why, p);
+        authn_hmac_redis_command(c, 2, argv, lens, deadline, &r, why, p);
 
     if (rc != AUTHN_HMAC_REDIS_OK)
         return rc;
-    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "PONG") != 0) {
-        *why = apr_psprintf(p, "PING refused: %s",
+    if (r->type != REDIS_REPLY_NIL && r->type != REDIS_REPLY_STRING) {
+        *why = apr_psprintf(p, "GET refused: %s",
                             authn_hmac_redis_reply_error(r, p));
         rc = AUTHN_HMAC_REDIS_ERROR;
     }

@@ -152,6 +152,9 @@ class FakeRedis:
                     reply = b"+OK\r\n"
                 elif self.mode == "error":
                     reply = self.error + b"\r\n"
+                elif self.mode == "loading" and name != b"PING":
+                    # A Redis loading its dataset answers PING only.
+                    reply = b"-LOADING Redis is loading the dataset in memory\r\n"
                 elif name == b"PING":
                     reply = b"+PONG\r\n"
                 elif name == b"SENTINEL" and self.names:

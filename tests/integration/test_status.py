@@ -487,10 +487,20 @@ def check_follows_redis(srv, redis, pause=False):
     opened = srv.status()["redis_breaker_open"]
     redis.start()
     rc, out = check(srv)
-    assert rc == 0 and out.startswith("AUTHN_HMAC OK - Redis up at %s since "
-                                      % redis.address), out
+    assert rc == 0 and out.startswith("AUTHN_HMAC OK - Redis "), out
+    assert redis.address in out, out
+    # The breaker keeps its backoff (2 s after its first opening): the
+    # checks close it when it is due, as a request's probe would, still
+    # with no request.
+    for _ in range(10):
+        js = srv.status()
+        if not js["redis_breaker_open"]:
+            break
+        time.sleep(1)
+        rc, out = check(srv)
+        assert rc == 0, out
     requests = srv.access_log()[seen:]
-    assert requests and all(" /authn-hmac-status " in l
+    assert requests and all(" /authn-hmac-status" in l
                             for l in requests), requests
     js = srv.status()
     assert js["redis_breaker_open"] == 0 and js["redis_up"] == 1, js
@@ -589,3 +599,33 @@ def test_a_reason_from_redis_is_escaped_on_every_page():
     finally:
         s.stop()
         fake.stop()
+
+
+def test_the_check_is_of_what_the_requests_need():
+    """A Redis that answers PING but refuses what the requests send (still
+    loading its data after a restart): the check says so (CRITICAL), and
+    leaves the breaker the requests opened open (an answer to a PING
+    closed it, and every check undid its backoff)."""
+    from fake_redis import FakeRedis
+    redis = FakeRedis().start()
+    s = make_server("event")
+    with_redis(s, redis.address)
+    try:
+        s.start()
+        redis.mode = "loading"
+        for i in range(8):
+            assert s.status_code("/a/index.html", "bob", "wrong %d" % i,
+                                 source=client_address()) == 401
+            if s.status()["redis_breaker_open"]:
+                break
+        assert s.status()["redis_breaker_open"] == 1
+        s.expect_log(r"AHMAC0004: Redis at .* is unavailable")
+        for _ in range(4):
+            rc, out = check(s)
+            assert rc == 2 and "LOADING" in out, out
+            assert s.status()["redis_breaker_open"] == 1
+            time.sleep(1)
+    finally:
+        s.stop()
+        s.cleanup()
+        redis.stop()
