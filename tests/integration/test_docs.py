@@ -501,12 +501,12 @@ def test_sentinel_over_tls_example_runs_and_fails_over():
                     not os.path.isdir("/etc/fail2ban/filter.d"),
                     reason="fail2ban is not installed")
 def test_the_fail2ban_jails_as_documented_load():
-    """The jail.d file in docs/directives.md, over Debian's own fail2ban
+    """The jail.d file in docs/operations.md, over Debian's own fail2ban
     configuration with the module's filter installed: both jails come on,
     each with the addresses never to ban, and the module's filter's
     failregex."""
     block = re.search(r"```ini\n(# /etc/fail2ban/jail.d/authn-hmac.local\n.*?)```",
-                      read("docs", "directives.md"), re.S).group(1)
+                      read("docs", "operations.md"), re.S).group(1)
     with tempfile.TemporaryDirectory() as d:
         conf = os.path.join(d, "fail2ban")
         shutil.copytree("/etc/fail2ban", conf)
