@@ -1,12 +1,16 @@
 /*
- * mod_authn_hmac_provider.c: the "hmac" authn provider: it finds the
- * user's hash in the htpasswd file and hands the credential to the engine
- * (src/engine.c), whose outcome becomes an authn_status and the note
- * "authn-hmac". When too many passwords wait to be verified the answer is
- * a 503 with Retry-After; mod_auth_basic makes a provider's error a 500,
- * so that path runs through four hooks: the provider (the error document,
- * the user's name put aside), the error filter and the redirect to an
- * ErrorDocument (the 503), and the log (the name back).
+ * mod_authn_hmac_provider.c: the "hmac" authn provider. It hands the
+ * credential to the engine (src/engine.c) with the section's source of
+ * users: the htpasswd file, a DBM file, an SQL query through mod_dbd, or
+ * another authn provider that it wraps (asked as mod_auth_basic asks one,
+ * its grants kept only in the sections named at start by
+ * hmac_wrapped_sections, from their place and a digest of the
+ * configuration); the engine's outcome becomes an authn_status and the
+ * note "authn-hmac". When too many passwords wait to be verified the
+ * answer is a 503 with Retry-After; mod_auth_basic makes a provider's
+ * error a 500, so that path runs through four hooks: the provider (the
+ * error document, the user's name put aside), the error filter and the
+ * redirect to an ErrorDocument (the 503), and the log (the name back).
  */
 #include "httpd.h"
 #include "http_config.h"
@@ -469,8 +473,8 @@ static void wrapped_scope(request_rec *r, const hmac_dir_conf *c,
 }
 
 /* The outcome from the section's source of users: the htpasswd file, a
- * DBM file or SQL. *rv an error (logged here, but the htpasswd file's) that
- * kept the source from being read. */
+ * DBM file, SQL or a wrapped provider. *rv an error (logged here, but the
+ * htpasswd file's) that kept the source from being read. */
 static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
                                       const authn_hmac_policy_t *pol,
                                       authn_hmac_cred_t *cred, apr_status_t *rv)

@@ -1,6 +1,9 @@
-"""The reference pages say what the code does: every directive has its
-section in docs/directives.md with the .htaccess context the code allows,
-and every log tag is used once and listed in docs/operations.md."""
+"""The reference pages say what the code does: every directive of the
+command table has its entry in docs/directives.md, with the Syntax, Default
+and Context the code gives it, and a line in the summary table; every log
+tag is used once, listed in docs/operations.md, and no page names another;
+links between the pages reach their anchors; every ```apache block passes
+httpd -t."""
 import os
 import re
 import shutil
@@ -23,23 +26,214 @@ def read_glue(ext):
                    if f.startswith("mod_authn_hmac") and f.endswith(ext))
 
 
-def test_every_directive_is_documented_with_its_context():
+# ----------------------------------------------------------------------
+# docs/directives.md against the command table: each directive's entry has
+# the Syntax its argument kind takes, the Default the code sets and the
+# Context its flags and handler allow; each entry names a directive the
+# module has; the summary table at the top says what the entries say.
+
+ARGS = {  # the AP_INIT_ kind: (required arguments, optional ones, repeats)
+    "TAKE1": (1, 0, False), "TAKE12": (1, 1, False), "FLAG": (1, 0, False),
+    "ITERATE": (1, 0, True), "RAW_ARGS": (1, 0, False),
+}
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400,
+         "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+# Where each default lives in the code: a #define of the glue (or of src/),
+# read here; a C expression of it is evaluated. A directive absent here has
+# no default value in the code (a prose default, "none" or a computed one,
+# checked below).
+DEFAULT_MACROS = {
+    "AuthHMACCacheTTL": "DEFAULT_TTL",
+    "AuthHMACCacheMaxAge": "DEFAULT_MAX_AGE",
+    "AuthHMACNegativeTTL": "DEFAULT_NEGATIVE_TTL",
+    "AuthHMACCacheSize": "DEFAULT_SIZE",
+    "AuthHMACRedisTimeout": "DEFAULT_REDIS_TIMEOUT_MS",
+    "AuthHMACRedisPrefix": "DEFAULT_REDIS_PREFIX",
+    "AuthHMACMaxFailures": "DEFAULT_MAX_FAILURES",
+    "AuthHMACMaxClientFailures": "DEFAULT_MAX_CLIENT_FAILURES",
+    "AuthHMACFailureWindow": "DEFAULT_FAILURE_WINDOW",
+    "AuthHMACBanTime": "DEFAULT_BAN_TIME",
+}
+# A default the code gives where the value is used (a NULL setting's
+# stand-in): the regular expression's group is the value.
+DEFAULT_CODE = {
+    "AuthHMACUserDBMType": r'c->dbm_type \? c->dbm_type : "(\w+)"',
+}
+
+
+def code_text():
+    src = "".join(read(d, f) for d, _, files in sorted(os.walk(os.path.join(TOP, "src")))
+                  for f in sorted(files) if f.endswith((".c", ".h")))
+    inc = "".join(read(d, f) for d, _, files in sorted(os.walk(os.path.join(TOP, "include")))
+                  for f in sorted(files) if f.endswith(".h"))
+    return read_glue(".h") + read_glue(".c") + inc + src
+
+
+def macro(code, name):
+    """The value of #define name: a string, or a number (a C integer
+    expression of other macros, evaluated)."""
+    m = re.search(r"^#define %s\s+(.+?)\s*(?:/\*.*)?$" % name, code, re.M)
+    assert m, "no #define " + name
+    v = m.group(1).strip()
+    if v.startswith('"'):
+        return v.strip('"')
+    v = re.sub(r"\(\w+_t\)|\b(\d+)[uUlL]+\b", lambda g: g.group(1) or "", v)
+    v = re.sub(r"\b[A-Z_][A-Z0-9_]+\b", lambda g: str(macro(code, g.group(0))), v)
+    return int(eval(v, {"__builtins__": {}}))
+
+
+def command_table():
+    """[(name, kind, handler, flags)] of hmac_cmds[], in its order."""
     code = read_glue(".h") + read_glue(".c")
     names = dict(re.findall(r'#define (D_\w+) +"(AuthHMAC\w+)"', code))
     table = code[code.index("command_rec hmac_cmds[] = {"):]
     table = table[:table.index("{NULL, {NULL}")]
-    entries = re.findall(r"AP_INIT_\w+\(\s*(D_\w+),.*?,\s*((?:(?:RSRC_CONF|ACCESS_CONF|OR_\w+)"
-                         r"(?:\s*\|\s*)?)+),", table, re.S)
-    assert len(entries) == len(names) == 31, (entries, names)
+    rows = re.findall(r"AP_INIT_(\w+)\(\s*(D_\w+),\s*(\w+),.*?,\s*((?:(?:RSRC_CONF|ACCESS_CONF|OR_\w+)"
+                      r"(?:\s*\|\s*)?)+),\s*((?:\"(?:[^\"\\\\]|\\\\.)*\"|\s|D_\w+|DURATION)+)\)",
+                      table, re.S)
+    assert len(rows) == len(names) == 31, (rows, names)
+    out = []
+    for kind, d, handler, flags, help_ in rows:
+        help_ = re.sub(r"\bD_\w+\b", lambda g: '"%s"' % names[g.group(0)], help_)
+        help_ = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', help_))
+        out.append((names[d], kind, handler, flags, help_))
+    return out
+
+
+def context_of(handler, flags):
+    """The Context the flags allow, as httpd's pages write it; a handler that
+    refuses <VirtualHost> (GLOBAL_ONLY) makes RSRC_CONF the main server's."""
+    code = read_glue(".c")
+    m = re.search(r"^static const char \*%s\(.*?^}" % handler, code, re.M | re.S)
+    global_only = bool(m) and "GLOBAL_ONLY" in m.group(0)
+    ctx = []
+    if "RSRC_CONF" in flags:
+        ctx += ["server config"] + ([] if global_only else ["virtual host"])
+    if "ACCESS_CONF" in flags:
+        ctx.append("directory")
+    if "OR_AUTHCFG" in flags:
+        ctx.append(".htaccess")
+    return ", ".join(ctx)
+
+
+def doc_entries():
+    """{name: (its table's rows, the text below the table)} of directives.md."""
     doc = read("docs", "directives.md")
-    for macro, flags in entries:
-        name = names[macro]
-        m = re.search(r"^## %s\n(.*?)(?=^## )" % name, doc, re.M | re.S)
-        assert m, "no section for " + name
-        context = re.search(r"^\| Context \| (.*) \|$", m.group(1), re.M).group(1)
-        assert ("OR_AUTHCFG" in flags) == (".htaccess" in context), (name, flags, context)
+    out = {}
+    for m in re.finditer(r"^## (AuthHMAC\w+)\n(.*?)(?=^## |\Z)", doc, re.M | re.S):
+        rows = dict(re.findall(r"^\| (\w+) \| (.*) \|$", m.group(2), re.M))
+        out[m.group(1)] = (rows, m.group(2))
+    return out
+
+
+def doc_value(text, kind):
+    """A documented default's value: seconds, bytes, a number or a word."""
+    m = re.fullmatch(r"(\d+)([smhdKMG]?)", text)
+    if m and kind in ("duration", "size"):
+        return int(m.group(1)) * UNITS[m.group(2)]
+    return int(text) if text.isdigit() else text
+
+
+def test_every_directive_is_documented_with_its_context():
+    """Each directive of the command table has its entry, whose Context is
+    what its flags and handler allow (.htaccess where OR_AUTHCFG, with the
+    Override AuthConfig), and each entry is a directive the module has."""
+    table = command_table()
+    entries = doc_entries()
+    assert set(entries) == {name for name, *_ in table}, \
+        set(entries) ^ {name for name, *_ in table}
+    for name, kind, handler, flags, _ in table:
+        rows = entries[name][0]
+        assert rows.get("Context") == context_of(handler, flags), (name, rows.get("Context"))
         if "OR_AUTHCFG" in flags:
-            assert re.search(r"^\| Override \| AuthConfig \|$", m.group(1), re.M), name
+            assert rows.get("Override") == "AuthConfig", name
+        for row in ("Description", "Syntax", "Default", "Status", "Module"):
+            assert rows.get(row), (name, row)
+
+
+def test_every_directive_syntax_matches_its_arguments():
+    """The Syntax row takes the arguments the AP_INIT_ kind does: TAKE1 one,
+    TAKE12 one and an optional [second], FLAG On|Off, ITERATE one or more."""
+    entries = doc_entries()
+    for name, kind, *_ in command_table():
+        syntax = re.fullmatch(r"`(.*)`", entries[name][0]["Syntax"]).group(1)
+        words = syntax.replace(" \\| ", "|").replace("\\|", "|").split()
+        assert words[0] == name, (name, syntax)
+        args = words[1:]
+        if kind == "FLAG":
+            assert args == ["On|Off"], (name, syntax)
+            continue
+        need, opt, repeat = ARGS[kind]
+        if repeat and args[-1:] == ["..."]:
+            args = args[:-1]
+        required = [a for a in args if not a.startswith("[")]
+        optional = [a for a in args if a.startswith("[") and a.endswith("]")
+                    and not re.match(r"\[\w+\]:", a)]
+        assert len(required) == need and len(required) + len(optional) == len(args), \
+            (name, kind, syntax)
+        assert len(optional) == (1 if repeat else opt), (name, kind, syntax)
+
+
+def test_every_default_is_the_codes():
+    """The Default row is `Directive value` with the value the code sets (a
+    #define, read from the code), or a prose default where the code computes
+    it or has none; and the command table's help says the same default."""
+    code = code_text()
+    entries = doc_entries()
+    kinds = {"set_ttl": "duration", "set_throttle_time": "duration", "set_size": "size"}
+    for name, kind, handler, flags, help_ in command_table():
+        default = entries[name][0]["Default"]
+        m = re.match(r"`%s (\S+)`" % name, default)
+        said = re.search(r"\(default:? ((?:[^;,):]|:(?!\s))+)|(\S+) \(default\)", help_)
+        said = said and (said.group(1) or said.group(2))
+        if name in DEFAULT_MACROS:
+            want = macro(code, DEFAULT_MACROS[name])
+            k = kinds.get(handler, "number")
+            # The macro is what the configuration records start from.
+            assert re.search(r"= (?:apr_time_from_sec\()?%s\b" % DEFAULT_MACROS[name], code), name
+            assert m, (name, default)
+            assert doc_value(m.group(1), k) == want, (name, default, want)
+            assert said and doc_value(said, k) == want, (name, help_, want)
+        elif kind == "FLAG":
+            assert m and m.group(1) in ("On", "Off"), (name, default)
+            assert said == m.group(1), (name, help_, default)
+        elif name in DEFAULT_CODE:
+            # A default the code gives where the value is used.
+            want = re.search(DEFAULT_CODE[name], code)
+            assert want and m and m.group(1) == want.group(1), (name, default)
+        elif m:
+            # A value that lives in no #define: the help says it too.
+            assert said == m.group(1), (name, help_, default)
+        else:
+            assert not said or said.split()[0] in default, (name, help_, default)
+    # Defaults the code computes or takes from elsewhere.
+    assert "half the CPU cores" in entries["AuthHMACMaxVerifications"][0]["Default"]
+    per = int(re.search(r"hmac_conf\.backlog = (\d+) \* hmac_conf\.max_verifications",
+                        code).group(1))
+    assert "%d per `AuthHMACMaxVerifications`" % per in \
+        entries["AuthHMACVerifyBacklog"][0]["Default"]
+    wrapped = macro(code, "WRAPPED_MAX_AGE")
+    m = re.search(r"`(\d+[smhd]?)` in a section with \[AuthHMACProvider\]",
+                  entries["AuthHMACCacheMaxAge"][0]["Default"])
+    assert m and doc_value(m.group(1), "duration") == wrapped, \
+        entries["AuthHMACCacheMaxAge"][0]["Default"]
+
+
+def test_summary_table_matches_the_entries():
+    """directives.md opens with a table of every directive, linked to its
+    entry, with the entry's default and context."""
+    doc = read("docs", "directives.md")
+    entries = doc_entries()
+    rows = re.findall(r"^\| \[`?(AuthHMAC\w+)`?\]\(#(\S+?)\) \| (.*?) \| (.*?) \| (.*?) \|$",
+                      doc, re.M)
+    assert [r[0] for r in rows] == list(entries), [r[0] for r in rows]
+    for name, anchor, default, context, what in rows:
+        assert anchor == name.lower(), (name, anchor)
+        rows_ = entries[name][0]
+        d = re.sub(r"^`%s " % name, "`", rows_["Default"])
+        assert default == d, (name, default, d)
+        assert context == rows_["Context"], (name, context)
+        assert what, name
 
 
 def test_every_log_tag_is_used_once_and_listed():
@@ -50,6 +244,13 @@ def test_every_log_tag_is_used_once_and_listed():
     ops = read("docs", "operations.md")
     listed = set(re.findall(r"^\| `(AHMAC\d{4})` \|", ops, re.M))
     assert listed == set(used), set(used) ^ listed
+    # Every tag the pages, the README and the shipped files name is one the
+    # code logs: a tag renumbered or dropped in the code is not left behind.
+    for name in DOC_FILES + [os.path.join(d, f) for d in ("conf", os.path.join("conf", "fail2ban"))
+                             for f in sorted(os.listdir(os.path.join(TOP, d)))
+                             if os.path.isfile(os.path.join(TOP, d, f))]:
+        named = set(re.findall(r"AHMAC\d{4}", read(name)))
+        assert named <= set(used), (name, named - set(used))
     # The README and operations.md give their range: its last is the last
     # one used.
     for name in ("README.md", os.path.join("docs", "operations.md")):
@@ -501,12 +702,12 @@ def test_sentinel_over_tls_example_runs_and_fails_over():
                     not os.path.isdir("/etc/fail2ban/filter.d"),
                     reason="fail2ban is not installed")
 def test_the_fail2ban_jails_as_documented_load():
-    """The jail.d file in docs/directives.md, over Debian's own fail2ban
+    """The jail.d file in docs/operations.md, over Debian's own fail2ban
     configuration with the module's filter installed: both jails come on,
     each with the addresses never to ban, and the module's filter's
     failregex."""
     block = re.search(r"```ini\n(# /etc/fail2ban/jail.d/authn-hmac.local\n.*?)```",
-                      read("docs", "directives.md"), re.S).group(1)
+                      read("docs", "operations.md"), re.S).group(1)
     with tempfile.TemporaryDirectory() as d:
         conf = os.path.join(d, "fail2ban")
         shutil.copytree("/etc/fail2ban", conf)
@@ -523,3 +724,48 @@ def test_the_fail2ban_jails_as_documented_load():
                 % jail in p.stdout, p.stdout
         assert re.search(r"\['set', 'authn-hmac', 'addfailregex', '.*AHMAC0029", p.stdout), \
             p.stdout
+
+
+# ----------------------------------------------------------------------
+# Links between the pages, and the directive entries' length.
+
+def anchors(text):
+    """The anchors GitHub makes for a page's headings (outside code)."""
+    out, seen = set(), {}
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    for h in re.findall(r"^#{1,6} (.+?)\s*$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else "%s-%d" % (slug, n))
+    return out
+
+
+def test_links_between_pages_reach_their_anchors():
+    """Every relative link of README.md and docs/*.md names a file that
+    exists and, with #anchor, a heading of it: moving a section between
+    pages leaves no link behind."""
+    checked = 0
+    for name in DOC_FILES:
+        text = re.sub(r"^```.*?^```", "", read(name), flags=re.M | re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(name), path)) if path else name
+            assert os.path.exists(os.path.join(TOP, dest)), (name, target)
+            if anchor and dest.endswith(".md"):
+                assert anchor in anchors(read(dest)), (name, target)
+                checked += 1
+    assert checked >= 50, checked
+
+
+def test_directive_entries_stay_short():
+    """An entry is its table and what an admin needs to choose a value: at
+    most 25 lines of text below the table (examples aside); the mechanism
+    belongs in how-it-works.md, security.md or operations.md."""
+    for name, (_, body) in doc_entries().items():
+        below = body.split("| Module | mod_authn_hmac |", 1)[1]
+        below = re.sub(r"^```.*?^```", "", below, flags=re.M | re.S)
+        lines = [line for line in below.splitlines() if line.strip() and line.strip() != "---"]
+        assert len(lines) <= 25, (name, len(lines))
