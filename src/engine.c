@@ -533,7 +533,8 @@ int authn_hmac_redis_check(const authn_hmac_engine_t *e, void *baton,
      * while it is closed, as its one probe when it is due (an answer then
      * closes it, as the requests' probe's does), nothing while it waits (a
      * check every few seconds would else undo its backoff). */
-    go = authn_hmac_redis_allowed(h, rq.started, timeout + apr_time_from_sec(1));
+    go =
+        authn_hmac_redis_allowed(h, rq.started, timeout + apr_time_from_sec(1));
     rc = authn_hmac_redis_pool_acquire(e->redis, &conn, deadline, why, p);
     if (rc == AUTHN_HMAC_REDIS_OK)
         rc = authn_hmac_redis_probe(conn, e->redis_conf, deadline, why, p);
