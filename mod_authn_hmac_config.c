@@ -1265,15 +1265,19 @@ typedef struct {
 
 static ldap_caches ldap_caches_of(server_rec *s)
 {
+    ldap_caches c = {0, 0};
+#if APR_HAS_LDAP /* util_ldap.h has its state only then, as has mod_ldap */
     module *m = ap_find_linked_module("util_ldap.c");
     const util_ldap_state_t *ls =
         m ? ap_get_module_config(s->module_config, m) : NULL;
-    ldap_caches c = {0, 0};
 
     if (ls && ls->search_cache_size > 0 && ls->search_cache_ttl > 0)
         c.bind = ls->search_cache_ttl / 1000000;
     if (ls && ls->compare_cache_size > 0 && ls->compare_cache_ttl > 0)
         c.compare = ls->compare_cache_ttl / 1000000;
+#else
+    (void)s;
+#endif
     return c;
 }
 
