@@ -10,12 +10,12 @@ from .farm import FarmFiles
 from .env import COST, IS_ROOT, S, VALGRIND, free_port, run_user, settings
 from .httpd import EXPECTED_LOG, MPM_CONF, Httpd, changed_default, hmac_auth, hmac_location, \
     htpasswd, htpasswd_line
-from .proc import busy_ticks, children, cpu_ticks, proc_stat, rss_kb, smaps_rollup
+from .proc import busy_ticks, children, cpu_ticks, exited, proc_stat, rss_kb, smaps_rollup
 from .redis_server import Redis
 from .tls import TestCA
 
 __all__ = ["COST", "EXPECTED_LOG", "IS_ROOT", "MPM_CONF", "S", "VALGRIND", "DelayProxy", "FarmFiles", "Flood",
            "Httpd", "Redis", "TestCA", "Workers", "ab", "basic", "block_addresses", "busy_ticks",
            "changed_default", "children", "client_address", "client_block", "cpu_ticks",
-           "free_port", "get", "hmac_auth", "hmac_location", "htpasswd", "htpasswd_line",
+           "exited", "free_port", "get", "hmac_auth", "hmac_location", "htpasswd", "htpasswd_line",
            "parse_ab", "proc_stat", "rss_kb", "run_user", "settings", "smaps_rollup"]

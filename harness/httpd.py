@@ -13,7 +13,7 @@ import tempfile
 import time
 
 from . import proc
-from .proc import children as proc_children
+from .proc import children as proc_children, exited
 from .client import ab
 from .env import COST, IS_ROOT, S, VALGRIND, free_port, run_user
 
@@ -411,7 +411,7 @@ Timeout 30
         pid = self.pid()
         self._run("-k", "stop")
         for _ in range(200):
-            if not pid or not os.path.exists("/proc/%d" % pid):
+            if not pid or exited(pid):
                 return
             time.sleep(0.05)
         try:

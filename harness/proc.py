@@ -12,6 +12,14 @@ def proc_stat(pid):
     return s[s.rindex(")") + 2:].split()
 
 
+def exited(pid):
+    """Whether pid has ended: gone, or a zombie. httpd -k start detaches
+    its parent from us, so init reaps it, and some inits do that only
+    every second or two."""
+    st = proc_stat(pid)
+    return st is None or st[0] == "Z"
+
+
 def children(parent):
     """PIDs of parent's children, sorted."""
     kids = []

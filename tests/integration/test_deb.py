@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from harness import S, free_port, hmac_location, htpasswd, run_user
+from harness import S, exited, free_port, hmac_location, htpasswd, run_user
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("top_srcdir") or os.path.dirname(os.path.dirname(HERE))
@@ -236,7 +236,7 @@ class SystemApache:
         pid = self.pid()
         self._cmd("-k", "stop")
         for _ in range(200):
-            if not pid or not os.path.exists("/proc/%d" % pid):
+            if not pid or exited(pid):
                 return
             time.sleep(0.05)
         # Did not stop: kill it and its children, never anything else.
@@ -394,7 +394,7 @@ def test_package_builds_installs_serves_and_purges():
             # ... and its pepper file: no random pepper was made.
             assert "random pepper" not in log, log
             assert "authentication failure" in log, "the wrong password was not logged:\n" + log
-            assert srv.pid() is None or not os.path.exists("/proc/%d" % srv.pid()), \
+            assert srv.pid() is None or exited(srv.pid()), \
                 "apache2 still runs"
             # A site that still uses the module: removing the package
             # warns, naming its file, before apache2 is left unable to start.

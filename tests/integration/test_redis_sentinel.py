@@ -33,8 +33,8 @@ FAILOVER_LOG = [r"\[authn_hmac:warn\].*AHMAC0004: Redis at .* is unavailable",
 class Farm(FarmFiles):
     """A pepper and an htpasswd file, shared by the servers of a farm."""
 
-    def __init__(self):
-        super().__init__(prefix="authn_hmac_sentinel_farm_")
+    def __init__(self, cost=None):
+        super().__init__(prefix="authn_hmac_sentinel_farm_", cost=cost)
         self.servers = []
 
     def auth_file(self, name, text):
@@ -712,7 +712,7 @@ def test_over_tls_the_sentinels_and_the_primary_are_verified_each_by_its_name():
 # ------------------------------------------------------------ configuration
 
 def configtest(lines, pepper=True):
-    farm = Farm()
+    farm = Farm(cost=4)  # httpd -t verifies no password
     srv = Httpd(name="sentconf")
     try:
         srv.global_conf = ("AuthHMACPepperFile %s\n" % farm.pepper if pepper else "") \

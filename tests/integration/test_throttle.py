@@ -8,13 +8,14 @@ import re
 import pytest
 
 from conftest import MPMS, make_server
-from harness import COST, FarmFiles, Redis, basic, changed_default, client_address, get, htpasswd
+from harness import FarmFiles, Redis, basic, changed_default, client_address, get, htpasswd
 from harness.fail2ban import APACHE_AUTH, BANS as FILTER, fail2ban_matched as matched
 
 MAX, MAX_CLIENT = 5, 20
 THROTTLE = changed_default("limits below the defaults: fewer guesses reach them",
                            AuthHMACMaxFailures=MAX, AuthHMACMaxClientFailures=MAX_CLIENT,
                            AuthHMACFailureWindow="10m", AuthHMACBanTime="10m")
+CHEAP = 5  # bcrypt cost where the tests count verifications, not time them
 BAN = r"\[authn_hmac:warn\] \[pid [^]]*\] \[client %s:\d+\] AHMAC0029: user %s: "
 
 
@@ -44,7 +45,10 @@ def one(srv, user, password, source):
 @pytest.mark.parametrize("mpm", ["prefork", "event"])
 def test_guessing_stops_at_the_limit(mpm):
     srv = make_server(mpm, global_conf=THROTTLE)
-    htpasswd(srv.path("a.htpasswd"), "bob", "bob's pass")
+    # NB: verifications are counted here, not timed: cheap hashes (the
+    # unknown users' dummies take theirs).
+    htpasswd(srv.path("a.htpasswd"), "alice", "correct horse", cost=CHEAP)
+    htpasswd(srv.path("a.htpasswd"), "bob", "bob's pass", cost=CHEAP)
     try:
         srv.start()
         # alice and bob logged in before the attack: cached.
@@ -68,7 +72,7 @@ def test_guessing_stops_at_the_limit(mpm):
         # guesses would be checked against the cache at the server's speed.
         assert one(srv, "bob", "bob's pass", "127.0.0.2") == (200, "hit")
         assert one(srv, "bob", "bob's pass", "127.0.0.1") == (401, "throttled")
-        htpasswd(srv.path("a.htpasswd"), "bob", "bob's new pass")
+        htpasswd(srv.path("a.htpasswd"), "bob", "bob's new pass", cost=CHEAP)
         assert one(srv, "bob", "bob's new pass", "127.0.0.1") == (401, "throttled")
         assert one(srv, "bob", "bob's new pass", "127.0.0.2") == (200, "verified")
         st = srv.status()
@@ -111,6 +115,7 @@ def test_the_defaults():
     """With no throttle directive: 10 distinct wrong passwords for one user
     from one client, then refused for 10 minutes."""
     srv = make_server(MPMS[0])
+    htpasswd(srv.path("a.htpasswd"), "alice", "correct horse", cost=CHEAP)
     try:
         srv.start()
         codes, notes = guesses(srv, "alice", 12, "127.0.0.1", "defaults")
@@ -133,6 +138,9 @@ def test_limits_off():
     srv = make_server(MPMS[0], global_conf=changed_default(
         "the limits off is what this test checks",
         AuthHMACMaxFailures=0, AuthHMACMaxClientFailures=0))
+    # NB: what counts is how many guesses verify (40, past both defaults),
+    # not what each costs: a cheap hash.
+    htpasswd(srv.path("a.htpasswd"), "alice", "correct horse", cost=CHEAP)
     try:
         srv.start()
         before = srv.status()
@@ -151,8 +159,10 @@ def test_the_limit_counts_across_the_farm():
     them all, and both refuse at the limit."""
     from test_redis import farm_server
 
-    shared, redis = FarmFiles(), Redis().start()
-    htpasswd(shared.users, "carol", "carol's pass", cost=COST)
+    # NB: counts are the point, not what a verification costs: cheap
+    # hashes (carol's, and alice's, which unknown users' dummies take).
+    shared, redis = FarmFiles(cost=CHEAP), Redis().start()
+    htpasswd(shared.users, "carol", "carol's pass", cost=CHEAP)
     a = farm_server(shared, redis, name="thrA", extra=THROTTLE).start()
     b = farm_server(shared, redis, name="thrB", extra=THROTTLE).start()
     try:
