@@ -697,9 +697,9 @@ int authn_hmac_count_decode(const authn_hmac_mac_t *mac,
                             uint32_t *n, uint64_t *fp)
 {
     unsigned char want[AUTHN_HMAC_KEY_LEN], got[AUTHN_HMAC_KEY_LEN], b[4];
+    unsigned char l[8];
     char buf[COUNT_LEN + 1];
-    int64_t last = 0;
-    int ok;
+    int ok, i;
 
     *start = 0;
     *n = 0;
@@ -712,11 +712,13 @@ int authn_hmac_count_decode(const authn_hmac_mac_t *mac,
     if (!get_hex(buf + COUNT_BODY + 1, got, sizeof(got)))
         return 0;
     authn_hmac_value_tag(mac, id, buf, COUNT_BODY, want);
+    /* NB: the fingerprint is any 64-bit word (get_hex64 takes times). */
     ok = CRYPTO_memcmp(want, got, sizeof(want)) == 0 &&
          get_hex64(buf + 2, start) && get_hex(buf + 19, b, sizeof(b)) &&
-         get_hex64(buf + 28, &last);
+         get_hex(buf + 28, l, sizeof(l));
     explicit_bzero(want, sizeof(want));
-    *fp = (uint64_t)last;
+    for (i = 0; i < 8; i++)
+        *fp = *fp << 8 | l[i];
     if (!ok) {
         *start = 0;
         *fp = 0;

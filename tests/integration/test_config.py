@@ -168,6 +168,7 @@ def page(srv, query=""):
                           capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.skipif(bool(VALGRIND), reason="httpd -X cannot restart")
 def test_random_pepper_said_at_notice_and_shown(srv):
     """Issue 37: with no pepper configured at all, the random pepper is
     said once at start (notice: logged whatever LogLevel, as httpd's own

@@ -164,7 +164,7 @@ def test_redis_holds_only_macs_times_and_tags(farm):
             # only, for the window or the ban (600 s) at most.
             assert re.fullmatch(r"authn_hmac:(g:[0-9a-f]{80}|[tb]:[0-9a-f]{64})", k), k
             # A g: mark is "1"; a count or a ban carries a tag.
-            assert re.fullmatch(r"1|C:[0-9a-f]{16}:[0-9a-f]{8}:[0-9a-f]{64}|"
+            assert re.fullmatch(r"1|C:[0-9a-f]{16}:[0-9a-f]{8}:[0-9a-f]{16}:[0-9a-f]{64}|"
                                 r"B:[0-9a-f]{16}:[0-9a-f]{64}", redis.cli("GET", k) or "1"), k
             assert int(redis.cli("PTTL", k)) <= 601000
             continue

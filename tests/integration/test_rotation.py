@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import Httpd, Redis, basic, hmac_location, htpasswd
+from harness import VALGRIND, Httpd, Redis, basic, hmac_location, htpasswd
 from harness.farm import FarmFiles
 from test_redis import farm_server
 
@@ -229,6 +229,7 @@ def test_the_previous_file_gets_the_same_checks():
         shared.cleanup()
 
 
+@pytest.mark.skipif(bool(VALGRIND), reason="httpd -X cannot restart")
 def test_a_missing_pepper_file_stops_httpd_naming_it(tmp_path):
     """Issue 37: a pepper file named in AuthHMACPepperFile that is gone
     (the rotation's old file removed while it is still the second path, or

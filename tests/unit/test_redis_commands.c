@@ -398,13 +398,14 @@ static void test_count_value(apr_pool_t *p)
 
     memset(id, 1, sizeof(id));
     memset(id2, 2, sizeof(id2));
-    strcpy(v, "C:0006a0a1b2c3d4e5:00000009:00000000000000fe");
+    strcpy(v, "C:0006a0a1b2c3d4e5:00000009:f0000000000000fe");
     authn_hmac_value_tag(m, id, v, strlen(v), tag);
     strcat(v, ":");
     for (i = 0; i < AUTHN_HMAC_KEY_LEN; i++)
         sprintf(v + strlen(v), "%02x", tag[i]);
     CHECK(authn_hmac_count_decode(m, id, v, strlen(v), &start, &n, &fp) == 1);
-    CHECK(start == (apr_time_t)0x0006a0a1b2c3d4e5LL && n == 9 && fp == 0xfe);
+    CHECK(start == (apr_time_t)0x0006a0a1b2c3d4e5LL && n == 9 &&
+          fp == 0xf0000000000000feULL);
     CHECK(authn_hmac_count_decode(m, id2, v, strlen(v), &start, &n, &fp) == 0);
     CHECK(start == 0 && n == 0 && fp == 0);
     CHECK(authn_hmac_count_decode(other, id, v, strlen(v), &start, &n, &fp) ==
@@ -577,10 +578,11 @@ static void test_a_redis_cannot_count_one_guess_twice(apr_pool_t *p)
     conf.prefix = "authn_hmac:";
     memset(pair, 1, sizeof(pair));
     memset(client, 2, sizeof(client));
-    /* What the first write of guess 42 carried: the pair's and the
+    /* What the first write of the guess carried (a fingerprint past
+     * INT64_MAX, as half of them are): the pair's and the
      * client's first guess, now. */
-    count_value(m, pair, now, 1, 42, pv);
-    count_value(m, client, now, 1, 42, cv);
+    count_value(m, pair, now, 1, 0xfedcba9876543210ULL, pv);
+    count_value(m, client, now, 1, 0xfedcba9876543210ULL, cv);
     replies[0] = "*2\r\n$0\r\n\r\n$0\r\n\r\n";
     replies[1] = ":-1\r\n";
     replies[2] = apr_psprintf(
@@ -589,9 +591,9 @@ static void test_a_redis_cannot_count_one_guess_twice(apr_pool_t *p)
     replies[3] = ":-1\r\n";
     seq_start(&s, replies, 4);
     CHECK(authn_hmac_redis_throttle_fail(
-              s.c, &conf, m, pair, client, 42, 2, 2, SEC(600), SEC(600), now,
-              authn_hmac_monotonic() + SEC(5), &started, &forged, &why,
-              p) == AUTHN_HMAC_REDIS_OK);
+              s.c, &conf, m, pair, client, 0xfedcba9876543210ULL, 2, 2,
+              SEC(600), SEC(600), now, authn_hmac_monotonic() + SEC(5),
+              &started, &forged, &why, p) == AUTHN_HMAC_REDIS_OK);
     got = seq_end(&s, p, a, 9);
     /* One write only (the first try's), with a count of 1: the second read
      * found it, and nothing more was sent. */
@@ -602,9 +604,9 @@ static void test_a_redis_cannot_count_one_guess_twice(apr_pool_t *p)
     replies[0] = replies[2];
     seq_start(&s, replies, 1);
     CHECK(authn_hmac_redis_throttle_fail(
-              s.c, &conf, m, pair, client, 42, 2, 2, SEC(600), SEC(600), now,
-              authn_hmac_monotonic() + SEC(5), &started, &forged, &why,
-              p) == AUTHN_HMAC_REDIS_OK);
+              s.c, &conf, m, pair, client, 0xfedcba9876543210ULL, 2, 2,
+              SEC(600), SEC(600), now, authn_hmac_monotonic() + SEC(5),
+              &started, &forged, &why, p) == AUTHN_HMAC_REDIS_OK);
     CHECK(seq_end(&s, p, a, 9) == 1 && started == 0);
 }
 
