@@ -717,13 +717,12 @@ int authn_hmac_count_decode(const authn_hmac_mac_t *mac,
          get_hex64(buf + 2, start) && get_hex(buf + 19, b, sizeof(b)) &&
          get_hex(buf + 28, l, sizeof(l));
     explicit_bzero(want, sizeof(want));
-    for (i = 0; i < 8; i++)
-        *fp = *fp << 8 | l[i];
     if (!ok) {
         *start = 0;
-        *fp = 0;
         return 0;
     }
+    for (i = 0; i < 8; i++)
+        *fp = *fp << 8 | l[i];
     *n = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 |
          b[3];
     return 1;
