@@ -538,6 +538,9 @@ int authn_hmac_redis_check(const authn_hmac_engine_t *e, void *baton,
     rc = authn_hmac_redis_pool_acquire(e->redis, &conn, deadline, why, p);
     if (rc == AUTHN_HMAC_REDIS_OK)
         rc = authn_hmac_redis_probe(conn, e->redis_conf, deadline, why, p);
+    /* NB: no reason with an answer (a new connection's steps leave theirs). */
+    if (rc == AUTHN_HMAC_REDIS_OK)
+        *why = "";
     /* NB: an ACL without +get is a configuration error the requests meet
      * too; told by the check, left to them for the breaker. */
     if ((rc == AUTHN_HMAC_REDIS_ERROR && conn && strstr(*why, "NOPERM")) ||
@@ -545,14 +548,9 @@ int authn_hmac_redis_check(const authn_hmac_engine_t *e, void *baton,
         if (conn)
             authn_hmac_redis_pool_release(e->redis, conn,
                                           rc != AUTHN_HMAC_REDIS_OK);
-        if (rc == AUTHN_HMAC_REDIS_OK)
-            *why = "";
         return rc == AUTHN_HMAC_REDIS_OK;
     }
     rq.probe = go == 2;
-    /* NB: no reason with an answer (a new connection's steps leave theirs). */
-    if (rc == AUTHN_HMAC_REDIS_OK)
-        *why = "";
     redis_end(&rq, conn, rc, *why);
     return rc == AUTHN_HMAC_REDIS_OK;
 }
