@@ -32,14 +32,14 @@
 #include <unistd.h>
 #include <bsd/string.h>
 
-#include "authn_hmac/cred.h"
-#include "authn_hmac/engine.h"
-#include "authn_hmac/htpasswd.h"
-#include "authn_hmac/redis.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/sentinel.h"
-#include "authn_hmac/share.h"
-#include "authn_hmac/table.h"
+#include "core/cred.h"
+#include "request/engine.h"
+#include "sources/htpasswd.h"
+#include "redis/redis.h"
+#include "core/secret.h"
+#include "redis/sentinel.h"
+#include "shm/share.h"
+#include "shm/table.h"
 
 #include "mod_authn_hmac_private.h"
 

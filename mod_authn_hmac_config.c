@@ -27,11 +27,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "authn_hmac/dbm.h"
-#include "authn_hmac/redis.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/sentinel.h"
-#include "authn_hmac/util.h"
+#include "request/dbm.h"
+#include "redis/redis.h"
+#include "core/secret.h"
+#include "redis/sentinel.h"
+#include "core/util.h"
 
 #include "mod_authn_hmac_private.h"
 

@@ -28,11 +28,11 @@
 #include "apr_hash.h"
 #include "apr_thread_mutex.h"
 
-#include "authn_hmac/dbm.h"
-#include "authn_hmac/engine.h"
-#include "authn_hmac/htpasswd.h"
-#include "authn_hmac/sentinel.h"
-#include "authn_hmac/source.h"
+#include "request/dbm.h"
+#include "request/engine.h"
+#include "sources/htpasswd.h"
+#include "redis/sentinel.h"
+#include "request/source.h"
 
 /* Every file of the module logs as authn_hmac (its tag in the error log,
  * its LogLevel), as mod_ssl's files do through ssl_private.h; this also

@@ -1,6 +1,6 @@
 /*
  * mod_authn_hmac_provider.c: the "hmac" authn provider. It hands the
- * credential to the engine (src/engine.c) with the section's source of
+ * credential to the engine (src/request/engine.c) with the section's source of
  * users: the htpasswd file, a DBM file, an SQL query through mod_dbd, or
  * another authn provider that it wraps (asked as mod_auth_basic asks one,
  * its grants kept only in the sections named at start by
@@ -27,11 +27,11 @@
 
 #include <string.h>
 
-#include "authn_hmac/dbm.h"
-#include "authn_hmac/engine.h"
-#include "authn_hmac/htpasswd.h"
-#include "authn_hmac/table.h"
-#include "authn_hmac/util.h"
+#include "request/dbm.h"
+#include "request/engine.h"
+#include "sources/htpasswd.h"
+#include "shm/table.h"
+#include "core/util.h"
 
 #include "mod_authn_hmac_private.h"
 
@@ -549,7 +549,7 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
     }
 }
 
-/* The provider: the engine (src/engine.c) finds the user's stored hash
+/* The provider: the engine (src/request/engine.c) finds the user's stored hash
  * and does the rest; here its outcome becomes an authn_status. */
 static authn_status check_password(request_rec *r, const char *user,
                                    const char *password)

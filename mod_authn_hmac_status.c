@@ -13,9 +13,9 @@
 
 #include <apr_strings.h>
 
-#include "authn_hmac/table.h"
-#include "authn_hmac/throttle.h"
-#include "authn_hmac/util.h"
+#include "shm/table.h"
+#include "shm/throttle.h"
+#include "core/util.h"
 
 #include "mod_authn_hmac_private.h"
 

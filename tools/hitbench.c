@@ -8,11 +8,11 @@
  * nanoseconds per hit: the median of 25 rounds timed one by one.
  * `tools/hitbench [iterations [row]]` after a build (build/tools/hitbench); a
  * row by its name ("whole hit path") alone. */
-#include "authn_hmac/engine.h"
-#include "authn_hmac/cred.h"
-#include "authn_hmac/htpasswd.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/table.h"
+#include "request/engine.h"
+#include "core/cred.h"
+#include "sources/htpasswd.h"
+#include "core/secret.h"
+#include "shm/table.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -6,8 +6,8 @@
  * BREAKER_WINDOW Redis is skipped for 2, 4, 8 then 16 s (an outage,
  * logged when it begins and when it ends); when that wait ends, one
  * request probes Redis (half open) while the others keep skipping it. */
-#include "authn_hmac/redis.h"
-#include "authn_hmac/util.h"
+#include "redis/redis.h"
+#include "core/util.h"
 
 #include <string.h>
 

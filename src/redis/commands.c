@@ -7,7 +7,7 @@
  * a value that does not verify is a miss, whoever wrote it. The farm's
  * single-flight markers are tagged the same way. */
 #include "conn.h"
-#include "authn_hmac/cred.h"
+#include "core/cred.h"
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
  * the pool (pool.c) or the discovery (sentinel.c). */
 #include "conn.h"
 #include "tls.h"
-#include "authn_hmac/util.h"
+#include "core/util.h"
 
 #include <pthread.h>
 #include <stdio.h>

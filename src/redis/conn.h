@@ -1,7 +1,7 @@
 /* conn.h: a connection to Redis (conn.c): a socket and its transport, a
  * reply parser, commands under a deadline. It knows no pool and no
  * Sentinel. Private to src/redis/; what others use is in
- * authn_hmac/redis.h. */
+ * redis/redis.h. */
 #ifndef AUTHN_HMAC_REDIS_CONN_H
 #define AUTHN_HMAC_REDIS_CONN_H
 

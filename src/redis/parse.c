@@ -1,7 +1,7 @@
 /* parse.c: the Redis directives' values: the server's address and the
  * auth file's user and password. */
-#include "authn_hmac/redis.h"
-#include "authn_hmac/secret.h"
+#include "redis/redis.h"
+#include "core/secret.h"
 
 #include <errno.h>
 #include <stdlib.h>

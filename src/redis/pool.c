@@ -5,7 +5,7 @@
  * the pool. A connection is taken per operation and given back, or closed
  * if it failed; a failure is told to the source, which may look again. */
 #include "conn.h"
-#include "authn_hmac/util.h"
+#include "core/util.h"
 
 #include <string.h>
 

@@ -24,8 +24,8 @@
  * rogue Sentinel that names a rogue Redis can deny service, never grant. */
 #include "conn.h"
 #include "sentinel_int.h"
-#include "authn_hmac/sentinel.h"
-#include "authn_hmac/util.h"
+#include "redis/sentinel.h"
+#include "core/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -4,7 +4,7 @@
 #ifndef AUTHN_HMAC_SENTINEL_INT_H
 #define AUTHN_HMAC_SENTINEL_INT_H
 
-#include "authn_hmac/sentinel.h"
+#include "redis/sentinel.h"
 
 #include <pthread.h>
 

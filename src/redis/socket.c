@@ -4,7 +4,7 @@
  * deadline covers connect and each whole command with its reply: a server
  * that trickles a byte at a time gets no more than the deadline. */
 #include "socket.h"
-#include "authn_hmac/util.h"
+#include "core/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

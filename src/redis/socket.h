@@ -5,7 +5,7 @@
 #ifndef AUTHN_HMAC_REDIS_SOCKET_H
 #define AUTHN_HMAC_REDIS_SOCKET_H
 
-#include "authn_hmac/redis.h"
+#include "redis/redis.h"
 
 #include <sys/uio.h>
 

@@ -1,9 +1,9 @@
-/* testing.c: the seams of authn_hmac/redis_testing.h, for the unit tests
+/* testing.c: the seams of redis/redis_testing.h, for the unit tests
  * only (built into libauthnhmac_test.la, not into the module). */
 #include "conn.h"
 #include "sentinel_int.h"
 #include "tls.h"
-#include "authn_hmac/redis_testing.h"
+#include "redis/redis_testing.h"
 
 authn_hmac_redis_conn_t *authn_hmac_redis_conn_wrap(int fd)
 {

@@ -16,8 +16,8 @@
  * next connect, so that reconnecting (a breaker's new epoch, a dropped
  * connection) costs a resumption, not a full handshake. */
 #include "tls.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/util.h"
+#include "core/secret.h"
+#include "core/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

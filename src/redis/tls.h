@@ -1,5 +1,5 @@
 /* tls.h: the TLS transport (tls.c), over socket.c's socket. Private to
- * src/redis/; the context is made through authn_hmac/redis.h. */
+ * src/redis/; the context is made through redis/redis.h. */
 #ifndef AUTHN_HMAC_REDIS_TLS_H
 #define AUTHN_HMAC_REDIS_TLS_H
 

@@ -1,7 +1,7 @@
 /* testing/cred.c: TEST ONLY (libauthnhmac_test.la, see
- * authn_hmac/testing.h): a credential's keys in one call, from its fields,
+ * testing/testing.h): a credential's keys in one call, from its fields,
  * as the engine makes them in two (the digest, then its MAC). */
-#include "authn_hmac/testing.h"
+#include "testing/testing.h"
 
 apr_status_t authn_hmac_mac_compute(const authn_hmac_mac_t *mac,
                                     const char *scope, size_t scope_len,

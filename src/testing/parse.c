@@ -1,9 +1,9 @@
 /* testing/parse.c: TEST ONLY (libauthnhmac_test.la, see
- * authn_hmac/testing.h): the whole-buffer parser that the unit tests and
+ * testing/testing.h): the whole-buffer parser that the unit tests and
  * the fuzzer read a file with, and a view's counts. */
-#include "../userfile.h"
+#include "sources/userfile.h"
 
-#include "authn_hmac/testing.h"
+#include "testing/testing.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* testing/seams.c: TEST ONLY (libauthnhmac_test.la, see
- * authn_hmac/testing.h): where a test stops a thread of the user-file
+ * testing/testing.h): where a test stops a thread of the user-file
  * layer. */
-#include "authn_hmac/testing.h"
+#include "testing/testing.h"
 
 #include <stddef.h>
 

@@ -1,7 +1,7 @@
 /* libFuzzer target: the parsers of directive values (sizes, durations,
  * numbers, Redis server addresses) and of the status query string. */
-#include "authn_hmac/util.h"
-#include "authn_hmac/redis.h"
+#include "core/util.h"
+#include "redis/redis.h"
 
 #include <stdlib.h>
 #include <string.h>

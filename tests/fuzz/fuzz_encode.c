@@ -2,9 +2,9 @@
  * into (scope, user, password, hash); the encoding of scope, user and hash
  * must decode back to the same fields, so that no two inputs can share it,
  * and the MAC made from its digest must be the MAC of the whole. */
-#include "authn_hmac/cred.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/testing.h"
+#include "core/cred.h"
+#include "core/secret.h"
+#include "testing/testing.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* libFuzzer target: the htpasswd parser and index lookups. */
-#include "authn_hmac/htpasswd.h"
-#include "authn_hmac/testing.h"
+#include "sources/htpasswd.h"
+#include "testing/testing.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,10 +4,10 @@
  * of a farm marker; the same bytes are also read as a value and as a
  * marker. Whatever the bytes, nothing may verify (no entry, no farm
  * result): only the pepper makes a tag, and the fuzzer does not have it. */
-#include "authn_hmac/redis.h"
-#include "authn_hmac/cred.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/testing.h"
+#include "redis/redis.h"
+#include "core/cred.h"
+#include "core/secret.h"
+#include "testing/testing.h"
 
 #include <stdlib.h>
 #include <string.h>

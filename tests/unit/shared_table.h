@@ -3,7 +3,7 @@
 #ifndef AUTHN_HMAC_SHARED_TABLE_H
 #define AUTHN_HMAC_SHARED_TABLE_H
 
-#include "authn_hmac/table.h"
+#include "shm/table.h"
 #include "unit.h"
 
 #include <sys/mman.h>

@@ -1,8 +1,8 @@
 /* Unit tests: credential encoding, MAC and secret files. */
-#include "authn_hmac/cred.h"
-#include "authn_hmac/redis.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/testing.h"
+#include "core/cred.h"
+#include "redis/redis.h"
+#include "core/secret.h"
+#include "testing/testing.h"
 #include "unit.h"
 
 #include <stdio.h>

@@ -1,13 +1,13 @@
-/* Unit tests: the request path (src/engine.c), without httpd, with a fake
+/* Unit tests: the request path (src/request/engine.c), without httpd, with a fake
  * verifier that counts its calls and can be made slow. */
-#include "authn_hmac/engine.h"
-#include "authn_hmac/cred.h"
-#include "authn_hmac/flight.h"
-#include "authn_hmac/queue.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/table.h"
-#include "authn_hmac/testing.h"
-#include "authn_hmac/util.h"
+#include "request/engine.h"
+#include "core/cred.h"
+#include "shm/flight.h"
+#include "shm/queue.h"
+#include "core/secret.h"
+#include "shm/table.h"
+#include "testing/testing.h"
+#include "core/util.h"
 #include "unit.h"
 
 #include <sched.h>

@@ -1,8 +1,8 @@
 /* Unit tests: the htpasswd parser and the per-process index. */
-#include "authn_hmac/htpasswd.h"
-#include "authn_hmac/cred.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/testing.h"
+#include "sources/htpasswd.h"
+#include "core/cred.h"
+#include "core/secret.h"
+#include "testing/testing.h"
 #include "unit.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
-/* Unit tests: the verification queue (src/queue.c), across processes. */
-#include "authn_hmac/queue.h"
-#include "authn_hmac/table.h"
-#include "authn_hmac/util.h"
+/* Unit tests: the verification queue (src/shm/queue.c), across processes. */
+#include "shm/queue.h"
+#include "shm/table.h"
+#include "core/util.h"
 #include "shared_table.h"
 #include "unit.h"
 

@@ -1,7 +1,7 @@
 /* Unit tests of src/redis/breaker.c: the shared health state and the
  * breaker (no server needed). */
-#include "authn_hmac/redis.h"
-#include "authn_hmac/table.h"
+#include "redis/redis.h"
+#include "shm/table.h"
 #include "unit.h"
 
 #include <string.h>

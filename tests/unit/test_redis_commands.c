@@ -1,11 +1,11 @@
 /* Unit tests of src/redis/commands.c: reply interpretation, the farm's
  * markers and the commands that claim them (no server needed). */
-#include "authn_hmac/redis.h"
-#include "authn_hmac/redis_testing.h"
-#include "authn_hmac/cred.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/testing.h"
-#include "authn_hmac/util.h"
+#include "redis/redis.h"
+#include "redis/redis_testing.h"
+#include "core/cred.h"
+#include "core/secret.h"
+#include "testing/testing.h"
+#include "core/util.h"
 #include "unit.h"
 
 #include <fcntl.h>

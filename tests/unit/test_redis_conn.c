@@ -1,12 +1,12 @@
 /* Unit tests of src/redis/conn.c: the reply cap, one deadline for a whole
  * reply, bounded arrays (a fake server on a socket pair), and the text of
  * an error reply as it is logged. */
-#include "authn_hmac/redis.h"
-#include "authn_hmac/redis_testing.h"
-#include "authn_hmac/util.h"
+#include "redis/redis.h"
+#include "redis/redis_testing.h"
+#include "core/util.h"
 #include "unit.h"
-#include "../../src/redis/conn.h"
-#include "../../src/redis/socket.h"
+#include "redis/conn.h"
+#include "redis/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

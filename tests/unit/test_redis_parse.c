@@ -1,7 +1,7 @@
 /* Unit tests of src/redis/parse.c: the server's address and the auth
  * file. */
-#include "authn_hmac/redis.h"
-#include "authn_hmac/secret.h"
+#include "redis/redis.h"
+#include "core/secret.h"
 #include "unit.h"
 
 #include <string.h>

@@ -1,10 +1,10 @@
 /* Unit tests: the Sentinel directives' values, the replies of SENTINEL
  * get-master-addr-by-name and ROLE, and the primary the processes share
  * (no server needed). */
-#include "authn_hmac/redis.h"
-#include "authn_hmac/redis_testing.h"
-#include "authn_hmac/sentinel.h"
-#include "authn_hmac/table.h"
+#include "redis/redis.h"
+#include "redis/redis_testing.h"
+#include "redis/sentinel.h"
+#include "shm/table.h"
 #include "unit.h"
 
 #include <arpa/inet.h>

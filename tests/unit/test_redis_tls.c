@@ -1,9 +1,9 @@
 /* Unit tests of src/redis/tls.c (no server needed): the name a certificate is
  * checked against, the context's refusals of what the directives name,
  * and a handshake bounded by its deadline whatever the peer does. */
-#include "authn_hmac/redis.h"
-#include "authn_hmac/util.h"
-#include "authn_hmac/redis_testing.h"
+#include "redis/redis.h"
+#include "core/util.h"
+#include "redis/redis_testing.h"
 #include "unit.h"
 
 #include <fcntl.h>

@@ -1,12 +1,12 @@
 /* Unit tests: one index per server, shared by its processes
- * (src/share.c, and the shared views of src/htpasswd.c and src/htfile.c): the
+ * (src/shm/share.c, and the shared views of src/sources/htpasswd.c and src/sources/htfile.c): the
  * build, publish and free cycle, a builder killed mid-build, readers that hold
  * an old version across rebuilds, and versions altered or made for another
  * file, which are never taken for the truth. */
-#include "authn_hmac/htpasswd.h"
-#include "authn_hmac/cred.h"
-#include "authn_hmac/secret.h"
-#include "authn_hmac/testing.h"
+#include "sources/htpasswd.h"
+#include "core/cred.h"
+#include "core/secret.h"
+#include "testing/testing.h"
 #include "unit.h"
 
 #include <dirent.h>

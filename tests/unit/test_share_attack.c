@@ -2,15 +2,15 @@
  * that runs as the server's user (and so can write the versions'
  * directory): what it writes there must never grant access that the file
  * does not. The attacker acts in the middle of a build, where the test
- * build's pause points stop it (authn_hmac/testing.h). */
+ * build's pause points stop it (testing/testing.h). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../src/userfile.h"
-#include "authn_hmac/testing.h"
+#include "sources/userfile.h"
+#include "testing/testing.h"
 #include "unit.h"
 
 #include <stdio.h>
@@ -19,7 +19,7 @@
 
 #include <apr_strings.h>
 
-#include "authn_hmac/secret.h"
+#include "core/secret.h"
 
 static const char *attack_dir;  /* the versions' directory */
 static int attack_at;           /* the pause point to act at; 0: none */

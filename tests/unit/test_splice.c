@@ -4,8 +4,8 @@
  * versions, a state the file never was in. What such a reading says must
  * never grant. This program's read() stands in for the C library's, to
  * let the change land between two pages at the moment a test wants. */
-#include "authn_hmac/htpasswd.h"
-#include "authn_hmac/testing.h"
+#include "sources/htpasswd.h"
+#include "testing/testing.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -164,7 +164,7 @@ static void test_torn_reading_never_grants_in_place(apr_pool_t *p)
     test_torn_reading_never_grants(p, 1, 1);
 }
 
-/* The file is read in pieces of 4 MiB (CHUNK in src/htfile.c). */
+/* The file is read in pieces of 4 MiB (CHUNK in src/sources/htfile.c). */
 #define PIECE ((size_t)4 << 20)
 
 /* A logical line longer than a piece: its first piece is fed as a line

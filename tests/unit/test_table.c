@@ -1,8 +1,8 @@
 /* Unit tests: the shared-memory table. */
-#include "authn_hmac/table.h"
-#include "authn_hmac/testing.h"
-#include "authn_hmac/cred.h"
-#include "authn_hmac/util.h"
+#include "shm/table.h"
+#include "testing/testing.h"
+#include "core/cred.h"
+#include "core/util.h"
 #include "shared_table.h"
 #include "unit.h"
 

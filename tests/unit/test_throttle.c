@@ -1,7 +1,7 @@
-/* Unit tests: the throttle on guessing (src/throttle.c). */
-#include "authn_hmac/secret.h"
-#include "authn_hmac/throttle.h"
-#include "../../src/table_int.h" /* the number of records */
+/* Unit tests: the throttle on guessing (src/shm/throttle.c). */
+#include "core/secret.h"
+#include "shm/throttle.h"
+#include "shm/table_int.h" /* the number of records */
 #include "shared_table.h"
 #include "unit.h"
 

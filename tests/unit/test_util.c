@@ -1,5 +1,5 @@
 /* Unit tests: directive value parsers and the status output. */
-#include "authn_hmac/util.h"
+#include "core/util.h"
 #include "unit.h"
 
 #include <string.h>

@@ -1,14 +1,14 @@
 /* Unit tests of the watcher's and the index's inner workings, through the
- * test build's seams (authn_hmac/testing.h): a test stands where another
+ * test build's seams (testing/testing.h): a test stands where another
  * thread would, or stops a lookup where a thread can be preempted. */
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../src/userfile.h"
-#include "authn_hmac/testing.h"
-#include "authn_hmac/util.h"
+#include "sources/userfile.h"
+#include "testing/testing.h"
+#include "core/util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -115,7 +115,7 @@ static void *late_lookup(void *arg)
  * have held a change (here a rename) that a generation found fresh at
  * that count predates. This test drains by hand, as that thread would. */
 /* One thread's lookups stop once at each point asked for (see
- * PAUSE_POINT in src/userfile.h) until released. */
+ * PAUSE_POINT in src/sources/userfile.h) until released. */
 static pthread_mutex_t pause_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pause_cv = PTHREAD_COND_INITIALIZER;
 static pthread_t paused;
