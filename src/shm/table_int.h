@@ -1,7 +1,7 @@
 /* table_int.h: what the shared segment (src/shm/table.c) lends the parts that
  * keep their state in it beside the caches: single flight (src/shm/flight.c),
- * the verification queue (src/shm/queue.c) and the throttle (src/shm/throttle.c).
- * No one else uses it. */
+ * the verification queue (src/shm/queue.c) and the throttle
+ * (src/shm/throttle.c). No one else uses it. */
 #ifndef AUTHN_HMAC_TABLE_INT_H
 #define AUTHN_HMAC_TABLE_INT_H
 

@@ -1,5 +1,5 @@
-/* Unit tests: the request path (src/request/engine.c), without httpd, with a fake
- * verifier that counts its calls and can be made slow. */
+/* Unit tests: the request path (src/request/engine.c), without httpd, with a
+ * fake verifier that counts its calls and can be made slow. */
 #include "request/engine.h"
 #include "core/cred.h"
 #include "shm/flight.h"

@@ -1,8 +1,8 @@
 /* Unit tests: one index per server, shared by its processes
- * (src/shm/share.c, and the shared views of src/sources/htpasswd.c and src/sources/htfile.c): the
- * build, publish and free cycle, a builder killed mid-build, readers that hold
- * an old version across rebuilds, and versions altered or made for another
- * file, which are never taken for the truth. */
+ * (src/shm/share.c, and the shared views of src/sources/htpasswd.c and
+ * src/sources/htfile.c): the build, publish and free cycle, a builder killed
+ * mid-build, readers that hold an old version across rebuilds, and versions
+ * altered or made for another file, which are never taken for the truth. */
 #include "sources/htpasswd.h"
 #include "core/cred.h"
 #include "core/secret.h"
