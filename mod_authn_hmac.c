@@ -6,9 +6,12 @@
  * is kept in shared memory, and later requests skip the slow hash. The core
  * (src/) does the work. This file holds the module record, its hooks and
  * its life: the configuration's defaults, the shared segment kept across
- * restarts, the pepper, the user files' shared index, and what each child
- * sets up. The directives are in mod_authn_hmac_config.c, the provider in
- * mod_authn_hmac_provider.c, the status in mod_authn_hmac_status.c.
+ * restarts, the pepper, the user files' shared index, what each child
+ * sets up, and each child's registry of the files named in .htaccess. The
+ * directives are in mod_authn_hmac_config.c, their checks in
+ * mod_authn_hmac_check.c and mod_authn_hmac_walk.c, the provider in
+ * mod_authn_hmac_provider.c, the status in mod_authn_hmac_status.c (the
+ * map is in mod_authn_hmac.h).
  */
 #include "httpd.h"
 #include "http_config.h"
@@ -41,9 +44,21 @@
 #include "shm/share.h"
 #include "shm/table.h"
 
-#include "mod_authn_hmac_private.h"
+#include "mod_authn_hmac.h"
+#include "mod_authn_hmac_check.h"
+#include "mod_authn_hmac_child.h"
+#include "mod_authn_hmac_config.h"
+#include "mod_authn_hmac_provider.h"
+#include "mod_authn_hmac_status.h"
+#include "mod_authn_hmac_walk.h"
 
-#define MUTEX_TYPE "authn-hmac-shm"
+#define MUTEX_TYPE         "authn-hmac-shm"
+#define MAX_HTACCESS_FILES 256 /* per process */
+/* NB: an index takes up to ~15 times its file's size (short lines); a
+ * file named only in .htaccess is a tenant's choice, so these bound what
+ * a child holds for them (and what one request reads beyond the budget). */
+#define HTACCESS_MAX_BYTES ((apr_off_t)1 << 20)
+#define HTACCESS_BUDGET    ((uint64_t)16 << 20) /* per process */
 
 hmac_child_t hmac_child;
 
@@ -413,6 +428,65 @@ static int post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     return status;
 }
 
+/* ----------------------------------------------- files named in .htaccess */
+
+/* Sets up this child's registry. */
+static void htaccess_child_init(apr_pool_t *pchild)
+{
+    hmac_htaccess_t *reg = &hmac_child.htaccess;
+
+    /* NB: the registry's own pool: a pool is not safe to allocate from
+     * in two threads, and others may use pchild. */
+    if (apr_pool_create(&reg->pool, pchild) != APR_SUCCESS ||
+        apr_thread_mutex_create(&reg->lock, APR_THREAD_MUTEX_DEFAULT,
+                                reg->pool) != APR_SUCCESS)
+        reg->pool = NULL;
+    else {
+        reg->files = apr_hash_make(reg->pool);
+        reg->budget.used = 0;
+        reg->budget.max = HTACCESS_BUDGET;
+    }
+}
+
+/* The index of a file named in .htaccess, whose configuration lives for
+ * one request: kept for the child's life, like one named in the server
+ * configuration, so it gets the same index, cache and revocation. Once the
+ * child keeps MAX_HTACCESS_FILES, others get an index of their own in
+ * pool (the request's), read for each request as mod_authn_file reads its
+ * file: slower, but right. NULL if none can be set up (or no registry). */
+authn_hmac_userfile_t *hmac_htaccess_userfile(const char *path,
+                                              apr_pool_t *pool)
+{
+    hmac_htaccess_t *reg = &hmac_child.htaccess;
+    authn_hmac_userfile_t *uf;
+    apr_pool_t *home = reg->pool;
+
+    if (!reg->pool)
+        return NULL; /* no registry */
+    /* NB: read-only in a child, so safe to read from any thread. */
+    uf = apr_hash_get(hmac_conf.userfiles, path, APR_HASH_KEY_STRING);
+    if (uf)
+        return uf;
+    apr_thread_mutex_lock(reg->lock);
+    uf = apr_hash_get(reg->files, path, APR_HASH_KEY_STRING);
+    if (!uf) {
+        if (apr_hash_count(reg->files) >= MAX_HTACCESS_FILES)
+            home = pool;
+        uf = authn_hmac_userfile_make(path, home);
+        authn_hmac_userfile_limit(uf, HTACCESS_MAX_BYTES,
+                                  home == reg->pool ? &reg->budget : NULL);
+        if (authn_hmac_userfile_child_init(uf, home) != APR_SUCCESS)
+            uf = NULL;
+        else if (home == reg->pool) {
+            apr_hash_set(reg->files, apr_pstrdup(reg->pool, path),
+                         APR_HASH_KEY_STRING, uf);
+            (void)authn_hmac_userfile_watch(uf);
+        }
+    }
+    apr_thread_mutex_unlock(reg->lock);
+    return uf;
+}
+
 /* ------------------------------------------------------------- child_init */
 
 /* The Sentinel thread's messages, of the server, not of a request. */
@@ -528,7 +602,7 @@ static void child_init(apr_pool_t *pchild, server_rec *s)
     apr_global_mutex_t *mutex = hmac_conf.mutex;
     apr_status_t rv;
 
-    hmac_htaccess_child_init(pchild);
+    htaccess_child_init(pchild);
     if (!mutex)
         return;
     relock_secrets();

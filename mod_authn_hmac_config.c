@@ -1,18 +1,14 @@
 /*
  * mod_authn_hmac_config.c: the module's configuration: the records and
- * their merge, each directive's handler, the command table, the checks
- * that span directives (check_config), the walk of the configuration's
- * sections for a provider without a user file, and the registry of files
- * named in .htaccess (read per request, in a child).
+ * their merge, each directive's handler and the command table. Each
+ * handler checks its own directive, through the core's parsers (src/);
+ * the checks that span directives are in mod_authn_hmac_check.c, the
+ * walk of the sections in mod_authn_hmac_walk.c, and a file named in
+ * .htaccess gets its index from the child's registry (mod_authn_hmac.c).
  */
 #include "httpd.h"
 #include "http_config.h"
-#include "http_core.h"
-#include "http_log.h"
-#include "http_main.h"
 #include "ap_provider.h"
-#include "unixd.h"
-#include "util_ldap.h"
 
 #include "apr_lib.h"
 #include "apr_strings.h"
@@ -20,20 +16,23 @@
 #include <openssl/crypto.h>
 
 #include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "request/dbm.h"
-#include "redis/redis.h"
 #include "core/secret.h"
-#include "redis/sentinel.h"
 #include "core/util.h"
+#include "redis/redis.h"
+#include "redis/sentinel.h"
+#include "request/dbm.h"
+#include "request/source.h"
+#include "shm/queue.h"
+#include "sources/htpasswd.h"
 
-#include "mod_authn_hmac_private.h"
+#include "mod_authn_hmac.h"
+#include "mod_authn_hmac_child.h"
+#include "mod_authn_hmac_config.h"
+#include "mod_authn_hmac_provider.h"
 
 #define DEFAULT_SIZE         ((uint64_t)4 << 20)
 #define MIN_SIZE             ((uint64_t)16 << 10)
@@ -43,12 +42,6 @@
 #define MAX_TTL              604800  /* 7 days */
 #define DEFAULT_MAX_AGE      28800   /* 8 hours */
 #define MAX_MAX_AGE          2592000 /* 30 days */
-#define MAX_HTACCESS_FILES   256     /* per process */
-/* NB: an index takes up to ~15 times its file's size (short lines); a
- * file named only in .htaccess is a tenant's choice, so these bound what
- * a child holds for them (and what one request reads beyond the budget). */
-#define HTACCESS_MAX_BYTES ((apr_off_t)1 << 20)
-#define HTACCESS_BUDGET    ((uint64_t)16 << 20) /* per process */
 
 #define DEFAULT_REDIS_TIMEOUT_MS 50
 #define MAX_REDIS_TIMEOUT_MS     10000
@@ -122,62 +115,6 @@ void *hmac_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
     return c;
 }
 
-/* ----------------------------------------------- files named in .htaccess */
-
-void hmac_htaccess_child_init(apr_pool_t *pchild)
-{
-    hmac_htaccess_t *reg = &hmac_child.htaccess;
-
-    /* NB: the registry's own pool: a pool is not safe to allocate from
-     * in two threads, and others may use pchild. */
-    if (apr_pool_create(&reg->pool, pchild) != APR_SUCCESS ||
-        apr_thread_mutex_create(&reg->lock, APR_THREAD_MUTEX_DEFAULT,
-                                reg->pool) != APR_SUCCESS)
-        reg->pool = NULL;
-    else {
-        reg->files = apr_hash_make(reg->pool);
-        reg->budget.used = 0;
-        reg->budget.max = HTACCESS_BUDGET;
-    }
-}
-
-/* The index of a file named in .htaccess, whose configuration lives for
- * one request: kept for the child's life, like one named in the server
- * configuration, so it gets the same index, cache and revocation. Once the
- * child keeps MAX_HTACCESS_FILES, others get an index of their own in
- * pool (the request's), read for each request as mod_authn_file reads its
- * file: slower, but right. NULL if none can be set up. */
-static authn_hmac_userfile_t *htaccess_userfile(const char *path,
-                                                apr_pool_t *pool)
-{
-    hmac_htaccess_t *reg = &hmac_child.htaccess;
-    /* NB: read-only in a child, so safe to read from any thread. */
-    authn_hmac_userfile_t *uf =
-        apr_hash_get(hmac_conf.userfiles, path, APR_HASH_KEY_STRING);
-    apr_pool_t *home = reg->pool;
-
-    if (uf)
-        return uf;
-    apr_thread_mutex_lock(reg->lock);
-    uf = apr_hash_get(reg->files, path, APR_HASH_KEY_STRING);
-    if (!uf) {
-        if (apr_hash_count(reg->files) >= MAX_HTACCESS_FILES)
-            home = pool;
-        uf = authn_hmac_userfile_make(path, home);
-        authn_hmac_userfile_limit(uf, HTACCESS_MAX_BYTES,
-                                  home == reg->pool ? &reg->budget : NULL);
-        if (authn_hmac_userfile_child_init(uf, home) != APR_SUCCESS)
-            uf = NULL;
-        else if (home == reg->pool) {
-            apr_hash_set(reg->files, apr_pstrdup(reg->pool, path),
-                         APR_HASH_KEY_STRING, uf);
-            (void)authn_hmac_userfile_watch(uf);
-        }
-    }
-    apr_thread_mutex_unlock(reg->lock);
-    return uf;
-}
-
 /* ------------------------------------------------------------- directives */
 
 static const char *const source_names[] = {"", D_USERFILE, D_DBMFILE,
@@ -210,8 +147,7 @@ static const char *set_userfile(cmd_parms *cmd, void *dc, const char *arg)
                            "' (a path to an htpasswd file)", NULL);
     /* NB: .htaccess is read per request, in a child, by any thread. */
     if (!(cmd->override & (RSRC_CONF | ACCESS_CONF))) {
-        c->uf = hmac_child.htaccess.pool ? htaccess_userfile(path, cmd->pool)
-                                         : NULL;
+        c->uf = hmac_htaccess_userfile(path, cmd->pool);
         if (!c->uf)
             return apr_pstrcat(cmd->pool,
                                D_USERFILE ": cannot set up the "
@@ -341,25 +277,46 @@ static ttl_spec ttl_spec_max_age = {APR_OFFSETOF(hmac_dir_conf, max_age),
                                     APR_OFFSETOF(hmac_dir_conf, max_age_set),
                                     NULL, MAX_MAX_AGE};
 
+/* A directive's value refused: err says what it is, accepts what would
+ * do. */
+static const char *refused(cmd_parms *cmd, const char *arg, const char *err,
+                           const char *accepts)
+{
+    return apr_psprintf(cmd->pool, "%s: '%s' is %s (%s)", cmd->cmd->name, arg,
+                        err, accepts);
+}
+
+/* arg as seconds (s, m, h, d) in *v, at most max, and at least 1 unless
+ * zero says what 0 turns off: NULL, or the directive's refusal. */
+static const char *parse_duration(cmd_parms *cmd, const char *arg, uint64_t max,
+                                  const char *zero, uint64_t *v)
+{
+    const char *err = authn_hmac_parse_seconds(arg, v, cmd->pool);
+
+    if (!err && *v > max)
+        err = "too long";
+    if (!err && *v == 0 && !zero)
+        err = "too short";
+    if (!err)
+        return NULL;
+    return refused(cmd, arg, err,
+                   apr_psprintf(cmd->pool,
+                                "seconds from %d to %" APR_UINT64_T_FMT
+                                ", with an optional unit s, m, h or d%s",
+                                zero ? 0 : 1, max,
+                                zero ? apr_pstrcat(cmd->pool, "; 0 turns ",
+                                                   zero, " off", NULL)
+                                     : ""));
+}
+
 static const char *set_ttl(cmd_parms *cmd, void *dc, const char *arg)
 {
     const ttl_spec *spec = cmd->info;
     uint64_t v;
-    const char *err = authn_hmac_parse_seconds(arg, &v, cmd->pool);
+    const char *err = parse_duration(cmd, arg, spec->max, spec->zero, &v);
 
-    if (!err && v > spec->max)
-        err = "too long";
-    if (!err && v == 0 && !spec->zero)
-        err = "too short";
     if (err)
-        return apr_psprintf(
-            cmd->pool,
-            "%s: '%s' is %s (seconds from %d to %" APR_UINT64_T_FMT
-            ", with an optional unit s, m, h or d%s)",
-            cmd->cmd->name, arg, err, spec->zero ? 0 : 1, spec->max,
-            spec->zero
-                ? apr_pstrcat(cmd->pool, "; 0 turns ", spec->zero, " off", NULL)
-                : "");
+        return err;
     *(apr_interval_time_t *)((char *)dc + spec->value) =
         apr_time_from_sec((apr_time_t)v);
     *(int *)((char *)dc + spec->set) = 1;
@@ -442,11 +399,9 @@ static const char *set_size(cmd_parms *cmd, void *dc, const char *arg)
     if (!err && v != 0 && (v < MIN_SIZE || v > MAX_SIZE))
         err = "out of range";
     if (err)
-        return apr_psprintf(cmd->pool,
-                            D_SIZE ": '%s' is %s (bytes with an optional unit "
-                                   "K, M or G, from 16K to 1G; 0 turns the "
-                                   "shared-memory cache off)",
-                            arg, err);
+        return refused(cmd, arg, err,
+                       "bytes with an optional unit K, M or G, from 16K to "
+                       "1G; 0 turns the shared-memory cache off");
     hmac_conf.size = v;
     return NULL;
 }
@@ -530,11 +485,9 @@ static const char *set_sentinel_master(cmd_parms *cmd, void *dc,
         return err;
     err = authn_hmac_sentinel_check_master(arg);
     if (err)
-        return apr_psprintf(cmd->pool,
-                            D_SMASTER ": '%s' is %s (the name the Sentinels "
-                                      "monitor: letters, digits and .-_, up "
-                                      "to 64)",
-                            arg, err);
+        return refused(cmd, arg, err,
+                       "the name the Sentinels monitor: letters, digits and "
+                       ".-_, up to 64");
     hmac_conf.sentinel.master = apr_pstrdup(cmd->pool, arg);
     return NULL;
 }
@@ -580,8 +533,7 @@ static const char *set_global_int(cmd_parms *cmd, void *dc, const char *arg)
     if (!err && v < spec->min)
         err = "too small";
     if (err)
-        return apr_psprintf(cmd->pool, "%s: '%s' is %s (%s)", cmd->cmd->name,
-                            arg, err, spec->accepts);
+        return refused(cmd, arg, err, spec->accepts);
     *spec->field = (int)v;
     return NULL;
 }
@@ -596,28 +548,23 @@ static const char *set_throttle_time(cmd_parms *cmd, void *dc, const char *arg)
     (void)dc;
     if (err)
         return err;
-    err = authn_hmac_parse_seconds(arg, &v, cmd->pool);
-    if (!err && v > MAX_THROTTLE_SECONDS)
-        err = "too long";
-    if (!err && v == 0)
-        err = "too short";
+    err = parse_duration(cmd, arg, MAX_THROTTLE_SECONDS, NULL, &v);
     if (err)
-        return apr_psprintf(cmd->pool,
-                            "%s: '%s' is %s (seconds from 1 to %d, with an "
-                            "optional unit s, m, h or d)",
-                            cmd->cmd->name, arg, err, MAX_THROTTLE_SECONDS);
+        return err;
     *field = apr_time_from_sec((apr_time_t)v);
     return NULL;
 }
 
-static const char *set_server_status(cmd_parms *cmd, void *dc, int on)
+/* A server-wide flag: AuthHMACServerStatus, AuthHMACRedisTLS (info: its
+ * field). */
+static const char *set_global_flag(cmd_parms *cmd, void *dc, int on)
 {
     const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
 
     (void)dc;
     if (err)
         return err;
-    hmac_conf.server_status = on;
+    *(int *)cmd->info = on;
     return NULL;
 }
 
@@ -633,22 +580,9 @@ static const char *set_redis_prefix(cmd_parms *cmd, void *dc, const char *arg)
         if (!apr_isgraph(*c))
             break;
     if (*c || strlen(arg) > 64)
-        return apr_psprintf(cmd->pool,
-                            D_RPREFIX ": '%s' is not valid (up to 64 "
-                                      "printable characters, no spaces)",
-                            arg);
+        return refused(cmd, arg, "not valid",
+                       "up to 64 printable characters, no spaces");
     hmac_conf.redis.prefix = apr_pstrdup(cmd->pool, arg);
-    return NULL;
-}
-
-static const char *set_tls(cmd_parms *cmd, void *dc, int on)
-{
-    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
-
-    (void)dc;
-    if (err)
-        return err;
-    hmac_conf.redis_tls = on;
     return NULL;
 }
 
@@ -696,11 +630,9 @@ static const char *set_tls_name(cmd_parms *cmd, void *dc, const char *arg)
         if (!apr_isalnum(*c) && !strchr(".-_:", *c))
             break;
     if (*c || !*arg || strlen(arg) > 253)
-        return apr_psprintf(cmd->pool,
-                            D_TLSNAME ": '%s' is not valid (the host name or "
-                                      "IP address the Redis server's "
-                                      "certificate names)",
-                            arg);
+        return refused(cmd, arg, "not valid",
+                       "the host name or IP address the Redis server's "
+                       "certificate names");
     hmac_conf.tls.server_name = apr_pstrdup(cmd->pool, arg);
     return NULL;
 }
@@ -811,7 +743,7 @@ const command_rec hmac_cmds[] = {
                   "without a verification: " DURATION " (default 10m)"),
     AP_INIT_TAKE1(D_RDB, set_global_int, &redis_db_spec, RSRC_CONF,
                   "Redis database number (default 0)"),
-    AP_INIT_FLAG(D_TLS, set_tls, NULL, RSRC_CONF,
+    AP_INIT_FLAG(D_TLS, set_global_flag, &hmac_conf.redis_tls, RSRC_CONF,
                  "On: connect to Redis over TLS, verifying its certificate "
                  "(default Off)"),
     AP_INIT_TAKE1(D_TLSCA, set_tls_file, NULL, RSRC_CONF,
@@ -833,521 +765,9 @@ const command_rec hmac_cmds[] = {
     AP_INIT_TAKE1(D_SAUTH, set_redis_auth, (void *)1, RSRC_CONF,
                   "file holding the Sentinels' password, or user and "
                   "password"),
-    AP_INIT_FLAG(D_SSTATUS, set_server_status, NULL, RSRC_CONF,
+    AP_INIT_FLAG(D_SSTATUS, set_global_flag, &hmac_conf.server_status,
+                 RSRC_CONF,
                  "On: mod_status's server-status shows the counters too "
                  "(default Off: they tell unknown names from wrong passwords "
                  "to whoever may read it)"),
     {NULL, {NULL}, NULL, 0, RAW_ARGS, NULL}};
-
-/* ----------------------------------------------- checks across directives */
-
-/* What the Sentinel directives need of each other and of the rest, or
- * NULL; then Redis is the primary they name. */
-static const char *check_sentinel(apr_pool_t *p)
-{
-    if (!hmac_conf.sentinel.n && !hmac_conf.sentinel.master &&
-        !hmac_conf.sentinel_secret)
-        return NULL;
-    if (hmac_conf.sentinel.n && hmac_conf.redis_name)
-        return D_SENT " and " D_REDIS " exclude each other: the Sentinels "
-                      "name the primary (remove one of them)";
-    if (!hmac_conf.sentinel.n)
-        return hmac_conf.sentinel.master ? D_SMASTER " needs " D_SENT
-                                         : D_SAUTH " needs " D_SENT;
-    if (!hmac_conf.sentinel.master)
-        return D_SENT " needs " D_SMASTER
-                      " (the name the Sentinels monitor the primary by)";
-    hmac_conf.sentinel.conn.timeout_ms = hmac_conf.redis.timeout_ms;
-    hmac_conf.sentinel.conn.prefix = hmac_conf.redis.prefix;
-    hmac_conf.redis_name = apr_psprintf(
-        p, "'%s' (the primary the Sentinels name)", hmac_conf.sentinel.master);
-    return NULL;
-}
-
-/* The TLS contexts (the primary's, and the Sentinels' if any), or what is
- * wrong with the TLS directives' files. The key goes either way. */
-static const char *make_tls_contexts(apr_pool_t *pconf)
-{
-    static const char *const part_name[] = {
-        [AUTHN_HMAC_TLS_OTHER] = D_TLS,  [AUTHN_HMAC_TLS_NAME] = D_TLSNAME,
-        [AUTHN_HMAC_TLS_CA] = D_TLSCA,   [AUTHN_HMAC_TLS_CERT] = D_TLSCERT,
-        [AUTHN_HMAC_TLS_KEY] = D_TLSKEY,
-    };
-    authn_hmac_tls_part part = AUTHN_HMAC_TLS_OTHER;
-    const char *err = authn_hmac_redis_tls_create(
-        &hmac_conf.redis.tls, &hmac_conf.tls,
-        hmac_conf.sentinel.n ? hmac_conf.sentinel.host[0]
-                             : hmac_conf.redis.host,
-        &part, pconf);
-
-    /* NB: with Sentinel, each connection names its peer: a Sentinel
-     * by its host, the primary by AuthHMACRedisTLSServerName or the
-     * host the Sentinels name. The Sentinels get a context of their
-     * own, the same but for that name, so that their sessions and the
-     * primary's do not replace each other. */
-    if (!err && hmac_conf.sentinel.n) {
-        authn_hmac_redis_tls_conf_t tc = hmac_conf.tls;
-
-        tc.server_name = NULL;
-        hmac_conf.sentinel.primary_name = hmac_conf.tls.server_name;
-        err = authn_hmac_redis_tls_create(&hmac_conf.sentinel.conn.tls, &tc,
-                                          hmac_conf.sentinel.host[0], &part,
-                                          pconf);
-    }
-    if (err)
-        err = apr_pstrcat(pconf, part_name[part], ": ", err, NULL);
-    /* NB: the context holds the key now, in OpenSSL's secure heap. */
-    authn_hmac_secret_wipe(hmac_conf.tls_key);
-    hmac_conf.tls_key = NULL;
-    hmac_conf.tls.key = NULL;
-    return err;
-}
-
-/* The TLS context, made once per reading of the configuration (in the
- * parent; the children share it), or what is wrong, logged. */
-static int check_tls(server_rec *s, apr_pool_t *pconf)
-{
-    const char *set = hmac_conf.tls.ca_file       ? D_TLSCA
-                      : hmac_conf.tls.server_name ? D_TLSNAME
-                      : hmac_conf.tls.cert_file   ? D_TLSCERT
-                      : hmac_conf.tls_key         ? D_TLSKEY
-                                                  : NULL;
-    const char *err;
-
-    if (!hmac_conf.redis_tls && set)
-        err = apr_pstrcat(pconf, set, " needs " D_TLS " on", NULL);
-    else if (!hmac_conf.redis_tls)
-        return OK;
-    else if (!hmac_conf.redis_name)
-        err = D_TLS " on needs " D_REDIS " or " D_SENT;
-    else if (hmac_conf.redis.socket)
-        err = D_TLS " on needs a host:port in " D_REDIS
-                    ", not a unix socket (which is local: no TLS)";
-    else if (!hmac_conf.tls.cert_file != !hmac_conf.tls_key)
-        err = hmac_conf.tls_key ? D_TLSKEY " needs " D_TLSCERT
-                                : D_TLSCERT " needs " D_TLSKEY;
-    /* NB: a Sentinel names the primary, and the primary gets AUTH with
-     * the Redis password once its certificate verifies for the name the
-     * Sentinel gave. With the system store any host with a public
-     * certificate (for a name, or now for an address) would verify: a
-     * rogue Sentinel would get the password. Your own CA, or one name
-     * every primary must carry, keeps it among your servers. */
-    else if (hmac_conf.sentinel.n && !hmac_conf.tls.ca_file &&
-             !hmac_conf.tls.server_name)
-        err = D_TLS " on with " D_SENT " needs " D_TLSCA " or " D_TLSNAME
-                    " (with the system store, a Sentinel could name any host "
-                    "with a public certificate, and it would get the Redis "
-                    "password)";
-    else
-        err = make_tls_contexts(pconf);
-    if (!err)
-        return OK;
-    ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s, "AHMAC0021: %s",
-                 err);
-    return HTTP_INTERNAL_SERVER_ERROR;
-}
-
-/* Checks that span directives, so that `apachectl -t` sees them. */
-int hmac_check_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
-                      server_rec *s)
-{
-    const char *err = check_sentinel(pconf);
-
-    (void)plog;
-    if (err) {
-        ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s,
-                     "AHMAC0022: %s", err);
-        return HTTP_INTERNAL_SERVER_ERROR;
-    }
-    if (hmac_conf.redis_name && !hmac_conf.pepper) {
-        ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, s,
-                     "AHMAC0008: %s needs " D_PEPPER ": the servers sharing a "
-                     "Redis must share one pepper (none is set; a line "
-                     "inside <IfFile>, as an older authn_hmac.conf has it, "
-                     "is skipped when the file is missing: make it with "
-                     "authn-hmac-pepper, or copy the farm's)",
-                     hmac_conf.sentinel.n ? D_SENT : D_REDIS);
-        return HTTP_INTERNAL_SERVER_ERROR;
-    }
-    /* NB: the warnings go to the error log once per start (post_config);
-     * `apachectl -t` prints them here. */
-    if (hmac_check_userfiles(
-            ptemp, s, ap_state_query(AP_SQ_RUN_MODE) == AP_SQ_RM_CONFIG_TEST))
-        return HTTP_INTERNAL_SERVER_ERROR;
-    return check_tls(s, pconf);
-}
-
-/* ------------------------------------------- sections without a user file */
-
-/* AuthBasicProvider hmac in a section with no AuthHMACUserFile is a 500
- * for each request (see check_password), most often because the section
- * kept mod_authn_file's AuthUserFile. The parsed configuration tells, at start,
- * where the file is missing. NB: the file may come from elsewhere than the
- * section and its enclosing ones: httpd merges, for a request, every
- * <Directory>, <Files>, <Location> and <If> that applies to it, of its
- * virtual host and of the main server, and .htaccess files. So httpd is
- * refused a start only when no AuthHMACUserFile could apply: none in the
- * section, in the sections enclosing it, in any section of its virtual
- * host or of the main server (any at all, for a section of the main
- * server, whose sections apply to every virtual host), and no
- * AllowOverride lets .htaccess set one; and only when the section surely
- * authenticates with it: AuthType Basic there or in an enclosing section,
- * and no "file" before it in the provider list (with "file hmac", the
- * users in AuthUserFile still get in). Such a section is a 500 for every
- * request it authenticates. Otherwise (no AuthType Basic seen, "file
- * hmac", or a file that could come from elsewhere while the section sets
- * AuthUserFile) a warning: a configuration that starts today keeps
- * starting after an upgrade. */
-
-/* One level of the tree: a section's directives, or the top level's. */
-typedef struct {
-    const ap_directive_t *section; /* NULL: the top level */
-    const ap_directive_t *vhost;   /* the enclosing <VirtualHost>, or NULL */
-    int userfile;                  /* AuthHMACUserFile here or above */
-    int basic;                     /* AuthType Basic here or above */
-    const ap_directive_t *authuserfile; /* AuthUserFile here or above */
-    const ap_directive_t *max_age;      /* AuthHMACCacheMaxAge here or above */
-} check_scope;
-
-typedef struct {
-    apr_pool_t *p;
-    int htaccess; /* an AllowOverride lets .htaccess set AuthHMACUserFile */
-    apr_array_header_t *userfiles; /* each AuthHMACUserFile's vhost */
-    int refused;                   /* a section can never have a file */
-    int warn;                      /* log the sections that may not */
-    server_rec *s;
-} check_state;
-
-/* Whether the arguments args hold word (any case). */
-static int has_word(const char *args, const char *word, apr_pool_t *p)
-{
-    const char *w;
-
-    while (args && *(w = ap_getword_conf(p, &args)))
-        if (!strcasecmp(w, word))
-            return 1;
-    return 0;
-}
-
-/* Whether the provider list args names "file" before "hmac": then the
- * users in AuthUserFile are answered by mod_authn_file, and only the
- * others reach hmac. */
-static int file_first(const char *args, apr_pool_t *p)
-{
-    const char *w;
-
-    while (args && *(w = ap_getword_conf(p, &args)))
-        if (!strcasecmp(w, "file") || !strcasecmp(w, "hmac"))
-            return !strcasecmp(w, "file");
-    return 0;
-}
-
-static int is(const ap_directive_t *d, const char *name)
-{
-    return d->directive && !strcasecmp(d->directive, name);
-}
-
-/* Whether d sets a section's source of users. */
-static int is_source(const ap_directive_t *d)
-{
-    return is(d, D_USERFILE) || is(d, D_DBMFILE) || is(d, D_DBDQUERY) ||
-           is(d, D_PROVIDER);
-}
-
-/* Whether the children's User (uid, gid, its groups) may do what mask
- * asks (S_IRUSR for read, S_IXUSR for search, as the owner's bits) on a
- * file of sb. */
-static int may(const struct stat *sb, uid_t uid, const gid_t *groups, int n,
-               mode_t mask)
-{
-    int i;
-
-    if (uid == 0)
-        return 1;
-    if (sb->st_uid == uid)
-        return (sb->st_mode & mask) != 0;
-    for (i = 0; i < n; i++)
-        if (sb->st_gid == groups[i])
-            return (sb->st_mode & (mask >> 3)) != 0;
-    return (sb->st_mode & (mask >> 6)) != 0;
-}
-
-/* Logs an AuthHMACUserFile that the children cannot read now: each login
- * it is to answer gets a 500 until they can (a misspelled path passed
- * `apachectl -t` silently). A warning, not a refusal: a file made after
- * the start works from then on, as with mod_authn_file. NB: nothing is
- * opened (a FIFO there would block the start, a device may act on an
- * open: found by review), and the check is for the children's User, not
- * for root, which reads what they cannot. */
-static void check_opens(const check_state *st, const ap_directive_t *d)
-{
-    const char *args = d->args;
-    const char *word = ap_getword_conf(st->p, &args);
-    char *path = *word ? ap_server_root_relative(st->p, word) : NULL;
-    uid_t uid = geteuid() == 0 ? ap_unixd_config.user_id : geteuid();
-    gid_t gid = geteuid() == 0 ? ap_unixd_config.group_id : getegid();
-    gid_t groups[64];
-    int i, n = 64, err = 0;
-    const char *why = NULL, *name = ap_unixd_config.user_name;
-    struct passwd *pw;
-    struct stat sb;
-    char *slash, *real, *walk;
-
-    if (!path)
-        return;
-    /* NB: "User #1000" names no account: its name is the uid's. */
-    if (name && *name == '#' && (pw = getpwuid(uid)) != NULL)
-        name = pw->pw_name;
-    for (i = 0; i < 64; i++)
-        groups[i] = gid; /* NB: what getgrouplist may leave is the user's */
-    if (geteuid() == 0 && name && getgrouplist(name, gid, groups, &n) < 0)
-        n = 64; /* the first 64 */
-    else if (geteuid() != 0) {
-        int k = getgroups(63, groups + 1);
-
-        n = 1 + (k > 0 ? k : 0);
-    }
-    if (stat(path, &sb) != 0)
-        err = errno;
-    else if (!S_ISREG(sb.st_mode))
-        why = " as a regular file";
-    else if (!may(&sb, uid, groups, n, S_IRUSR))
-        why = apr_psprintf(st->p,
-                           " by the children's User (mode %04o, owner "
-                           "uid %ld)",
-                           (unsigned)(sb.st_mode & 07777), (long)sb.st_uid);
-    /* The directories on the way, each searchable by them: those of the
-     * file itself, where links lead (a review of this check: a link into
-     * /root passed). */
-    real = realpath(path, NULL);
-    walk = apr_pstrdup(st->p, real ? real : path);
-    free(real);
-    for (slash = strchr(walk + 1, '/'); !err && !why && slash;
-         slash = strchr(slash + 1, '/')) {
-        *slash = '\0';
-        if (stat(walk, &sb) == 0 && !may(&sb, uid, groups, n, S_IXUSR))
-            why = apr_psprintf(st->p,
-                               " by the children's User (%s is mode %04o, "
-                               "owner uid %ld)",
-                               walk, (unsigned)(sb.st_mode & 07777),
-                               (long)sb.st_uid);
-        *slash = '/';
-    }
-    if (!err && !why)
-        return;
-    ap_log_error(APLOG_MARK, APLOG_WARNING, err ? APR_FROM_OS_ERROR(err) : 0,
-                 st->s,
-                 "AHMAC0031: " D_USERFILE " %s (%s:%d) cannot be opened%s: "
-                 "each login it is to answer gets a 500 until it can",
-                 path, d->filename, d->line_num, why ? why : "");
-}
-
-/* Notes every AuthHMACUserFile (with its virtual host) and whether
- * .htaccess may set one; with warn, logs those that cannot be opened. */
-static void survey(check_state *st, const ap_directive_t *d,
-                   const ap_directive_t *vhost)
-{
-    for (; d; d = d->next) {
-        if (is(d, D_USERFILE) && st->warn)
-            check_opens(st, d);
-        if (is_source(d))
-            APR_ARRAY_PUSH(st->userfiles, const ap_directive_t *) = vhost;
-        else if ((is(d, "AllowOverride") &&
-                  (has_word(d->args, "All", st->p) ||
-                   has_word(d->args, "AuthConfig", st->p))) ||
-                 (is(d, "AllowOverrideList") &&
-                  has_word(d->args, D_USERFILE, st->p)))
-            st->htaccess = 1;
-        if (d->first_child)
-            survey(st, d->first_child, is(d, "<VirtualHost") ? d : vhost);
-    }
-}
-
-/* Whether an AuthHMACUserFile outside sc and the sections enclosing it
- * could apply to its requests. */
-static int could_have_userfile(const check_state *st, const check_scope *sc)
-{
-    int i;
-
-    if (st->htaccess)
-        return 1;
-    for (i = 0; i < st->userfiles->nelts; i++) {
-        const ap_directive_t *v =
-            APR_ARRAY_IDX(st->userfiles, i, const ap_directive_t *);
-
-        if (!v || !sc->vhost || v == sc->vhost)
-            return 1;
-    }
-    return 0;
-}
-
-static const char *section_name(const ap_directive_t *section, apr_pool_t *p)
-{
-    return section
-               ? apr_pstrcat(p, section->directive, " ", section->args, NULL)
-               : "the server configuration";
-}
-
-/* Notes in sc what the directives of one level (first: its first
- * directive) set, and returns its AuthBasicProvider naming hmac, or
- * NULL; and its AuthHMACProvider ldap in *ldap, or NULL. */
-static const ap_directive_t *scan_level(const check_state *st,
-                                        const ap_directive_t *first,
-                                        check_scope *sc,
-                                        const ap_directive_t **ldap)
-{
-    const ap_directive_t *d, *provider = NULL;
-
-    *ldap = NULL;
-    for (d = first; d; d = d->next) {
-        if (is_source(d))
-            sc->userfile = 1;
-        if (is(d, D_PROVIDER) && has_word(d->args, "ldap", st->p))
-            *ldap = d;
-        else if (is(d, D_MAXAGE))
-            sc->max_age = d;
-        else if (is(d, "AuthUserFile"))
-            sc->authuserfile = d;
-        else if (is(d, "AuthType"))
-            sc->basic = has_word(d->args, "Basic", st->p);
-        else if (is(d, "AuthBasicProvider") && has_word(d->args, "hmac", st->p))
-            provider = d;
-    }
-    return provider;
-}
-
-/* Logs a provider of sc's with no AuthHMACUserFile there nor above: an
- * error if none could apply (then the start is refused), else a warning
- * (with warn). */
-static void report_provider(check_state *st, const check_scope *sc,
-                            const ap_directive_t *provider)
-{
-    int file = file_first(provider->args, st->p);
-    int none = !could_have_userfile(st, sc);
-    const char *hint =
-        sc->authuserfile && !file
-            ? apr_psprintf(st->p,
-                           "; AuthUserFile is set; did you mean " D_USERFILE
-                           "? (AuthUserFile at %s:%d)",
-                           sc->authuserfile->filename,
-                           sc->authuserfile->line_num)
-            : "";
-
-    if (none && sc->basic && !file) {
-        st->refused = 1;
-        ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, st->s,
-                     "AHMAC0019: AuthBasicProvider hmac in %s (%s:%d) "
-                     "has no " D_USERFILE ", and none could apply to "
-                     "it: none is set there nor in any section that "
-                     "could apply with it, and no AllowOverride lets "
-                     ".htaccess set one%s",
-                     section_name(sc->section, st->p), provider->filename,
-                     provider->line_num, hint);
-    }
-    else if (st->warn && (none || *hint))
-        ap_log_error(APLOG_MARK, APLOG_WARNING, 0, st->s,
-                     "AHMAC0020: AuthBasicProvider hmac in %s (%s:%d) "
-                     "has no " D_USERFILE " there nor in an enclosing "
-                     "section%s (%s)",
-                     section_name(sc->section, st->p), provider->filename,
-                     provider->line_num, hint,
-                     none ? "and none could apply to it: each request "
-                            "it authenticates through hmac will be a 500"
-                          : "fine if one from another section or from "
-                            ".htaccess applies to all of its requests");
-}
-
-/* mod_ldap's caches of binds (LDAPCacheTTL) and of compares
- * (LDAPOpCacheTTL), in seconds, 0 where off. */
-typedef struct {
-    long bind, compare;
-} ldap_caches;
-
-static ldap_caches ldap_caches_of(server_rec *s)
-{
-    ldap_caches c = {0, 0};
-#if APR_HAS_LDAP /* util_ldap.h has its state only then, as has mod_ldap */
-    module *m = ap_find_linked_module("util_ldap.c");
-    const util_ldap_state_t *ls =
-        m ? ap_get_module_config(s->module_config, m) : NULL;
-
-    if (ls && ls->search_cache_size > 0 && ls->search_cache_ttl > 0)
-        c.bind = ls->search_cache_ttl / 1000000;
-    if (ls && ls->compare_cache_size > 0 && ls->compare_cache_ttl > 0)
-        c.compare = ls->compare_cache_ttl / 1000000;
-#else
-    (void)s;
-#endif
-    return c;
-}
-
-/* Logs an AuthHMACProvider ldap whose section's max age mod_ldap's own
- * caches outlast: they answer a miss of the module's, which comes at the
- * max age at the latest, from what they learned up to their TTL before. */
-static void report_ldap(check_state *st, const check_scope *sc,
-                        const ap_directive_t *wrap)
-{
-    ldap_caches c = ldap_caches_of(st->s);
-    long longest = c.bind > c.compare ? c.bind : c.compare;
-    uint64_t age = WRAPPED_MAX_AGE;
-    const char *args = sc->max_age ? sc->max_age->args : NULL;
-
-    if (args &&
-        authn_hmac_parse_seconds(ap_getword_conf(st->p, &args), &age, st->p))
-        return; /* refused already */
-    if ((uint64_t)longest <= age)
-        return;
-    ap_log_error(
-        APLOG_MARK, APLOG_WARNING, 0, st->s,
-        "AHMAC0040: " D_PROVIDER " ldap in %s (%s:%d): mod_ldap's "
-        "own caches (LDAPCacheTTL %ld s, LDAPOpCacheTTL %ld s; 0: "
-        "off) outlast the section's " D_MAXAGE " (%" APR_UINT64_T_FMT
-        " s): a user removed from the directory, or a password "
-        "changed there, may still be let in for up to %" APR_UINT64_T_FMT
-        " s; set both to at most %" APR_UINT64_T_FMT
-        ", or to 0 (the module caches already)",
-        section_name(sc->section, st->p), wrap->filename, wrap->line_num,
-        c.bind, c.compare, age, age + (uint64_t)longest, age);
-}
-
-/* Checks the sections of one level (first: its first directive), then
- * the levels below. */
-static void check_level(check_state *st, const ap_directive_t *first,
-                        check_scope *sc)
-{
-    const ap_directive_t *d, *ldap,
-        *provider = scan_level(st, first, sc, &ldap);
-
-    if (provider && !sc->userfile)
-        report_provider(st, sc, provider);
-    if (ldap && st->warn)
-        report_ldap(st, sc, ldap);
-    for (d = first; d; d = d->next) {
-        check_scope below = *sc;
-
-        if (!d->first_child)
-            continue;
-        below.section = d;
-        if (is(d, "<VirtualHost"))
-            below.vhost = d;
-        check_level(st, d->first_child, &below);
-    }
-}
-
-/* Returns whether some section can never have an AuthHMACUserFile (each
- * is logged); with warn, also logs those that may not have one. */
-int hmac_check_userfiles(apr_pool_t *ptemp, server_rec *s, int warn)
-{
-    check_state st;
-    check_scope top;
-
-    memset(&st, 0, sizeof(st));
-    memset(&top, 0, sizeof(top));
-    st.p = ptemp;
-    st.s = s;
-    st.warn = warn;
-    st.userfiles = apr_array_make(ptemp, 8, sizeof(const ap_directive_t *));
-    survey(&st, ap_conftree, NULL);
-    check_level(&st, ap_conftree, &top);
-    return st.refused;
-}

@@ -29,11 +29,13 @@
 
 #include "request/dbm.h"
 #include "request/engine.h"
-#include "sources/htpasswd.h"
 #include "shm/table.h"
 #include "core/util.h"
 
-#include "mod_authn_hmac_private.h"
+#include "mod_authn_hmac.h"
+#include "mod_authn_hmac_child.h"
+#include "mod_authn_hmac_config.h"
+#include "mod_authn_hmac_provider.h"
 
 #define NOTE "authn-hmac"
 /* Set while a wrapped provider answers: hmac inside it is a loop. */

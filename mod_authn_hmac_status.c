@@ -17,7 +17,9 @@
 #include "shm/throttle.h"
 #include "core/util.h"
 
-#include "mod_authn_hmac_private.h"
+#include "mod_authn_hmac.h"
+#include "mod_authn_hmac_child.h"
+#include "mod_authn_hmac_status.h"
 
 #define STATUS_HANDLER "authn-hmac-status"
 
