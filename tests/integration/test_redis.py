@@ -9,7 +9,7 @@ import time
 import pytest
 
 from harness import COST, VALGRIND, FarmFiles, Httpd, Redis, hmac_location, htpasswd, \
-    htpasswd_line
+    htpasswd_line, read_status
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -216,15 +216,9 @@ def split_burst(servers, user, passwords):
                 ready.wait(timeout=120)
                 go.wait(timeout=120)
                 c.sendall(b"\r\n")
-                data = b""
-                while b"\r\n" not in data:
-                    chunk = c.recv(4096)
-                    if not chunk:
-                        break
-                    data += chunk
+                codes[i] = read_status(c)
         except threading.BrokenBarrierError:
-            data = b""
-        codes[i] = int(data.split(b" ", 2)[1]) if data else 0
+            codes[i] = 0
 
     threads = [threading.Thread(target=one, args=(i, pw)) for i, pw in enumerate(passwords)]
     for t in threads:
