@@ -127,6 +127,37 @@ def read_log(path):
         return ""
 
 
+def check_log(*servers):
+    """Each server's error log: no line at warn or worse that its test did
+    not expect, and no secret (the list of them is the message)."""
+    for srv in servers:
+        problems = srv.log_problems()
+        assert not problems, problems
+
+
+def finish(srv, *expected):
+    """A test's server at its end: stopped (memcheck's report is complete
+    once httpd is done), the lines expected (regexes) allowed, and no other
+    line at warn or worse (the lines, one a line, are the message)."""
+    srv.stop()
+    for e in expected:
+        srv.expect_log(e)
+    problems = srv.log_problems()
+    assert not problems, "\n".join(problems)
+
+
+def last_note(srv, user):
+    """The authn-hmac note of user's last request to srv, or None."""
+    notes = srv.notes(user)
+    return notes[-1] if notes else None
+
+
+def cleanup(*things):
+    """Each thing's cleanup(), in order: servers, Redis, a farm's files."""
+    for thing in things:
+        thing.cleanup()
+
+
 def threads_of(pid):
     """Each thread of pid: its name, state, kernel wait channel and
     syscall (from /proc), as one line."""
