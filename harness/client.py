@@ -84,6 +84,18 @@ AB_FIELDS = (("rps", r"Requests per second:\s+([\d.]+)", float),
              ("non2xx", r"Non-2xx responses:\s+(\d+)", int))
 
 
+def read_status(sock):
+    """The status code of the answer on a raw socket, read up to the end
+    of its first line; 0 if it closed before one."""
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return int(data.split(b" ", 2)[1]) if data else 0
+
+
 def parse_ab(out):
     """rps, complete, failed and non2xx from ab's output (0 if absent)."""
     res = {}

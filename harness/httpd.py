@@ -13,7 +13,7 @@ import tempfile
 import time
 
 from . import proc
-from .proc import children as proc_children, exited
+from .proc import children as proc_children, wait_exited
 from .client import ab
 from .env import COST, IS_ROOT, S, VALGRIND, free_port, run_user
 
@@ -107,6 +107,55 @@ def changed_default(why, **directives):
         raise ValueError("changed_default(): one line of why, and the directives")
     return "# Changed from the shipped default: %s\n%s" % (why.strip(), "".join(
         "%s %s\n" % kv for kv in directives.items()))
+
+
+def read_pid(path):
+    """The number in a pid file, or None (not written yet, or gone)."""
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def read_log(path):
+    """A log file's text, or "" if there is none (yet)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def check_log(*servers):
+    """Each server's error log: no line at warn or worse that its test did
+    not expect, and no secret (the list of them is the message)."""
+    for srv in servers:
+        problems = srv.log_problems()
+        assert not problems, problems
+
+
+def finish(srv, *expected):
+    """A test's server at its end: stopped (memcheck's report is complete
+    once httpd is done), the lines expected (regexes) allowed, and no other
+    line at warn or worse (the lines, one a line, are the message)."""
+    srv.stop()
+    for e in expected:
+        srv.expect_log(e)
+    problems = srv.log_problems()
+    assert not problems, "\n".join(problems)
+
+
+def last_note(srv, user):
+    """The authn-hmac note of user's last request to srv, or None."""
+    notes = srv.notes(user)
+    return notes[-1] if notes else None
+
+
+def cleanup(*things):
+    """Each thing's cleanup(), in order: servers, Redis, a farm's files."""
+    for thing in things:
+        thing.cleanup()
 
 
 def threads_of(pid):
@@ -288,11 +337,7 @@ Timeout 30
         return p.returncode, p.stdout + p.stderr
 
     def pid(self):
-        try:
-            with open(self.path("run", "httpd.pid")) as f:
-                return int(f.read().strip())
-        except (OSError, ValueError):
-            return None
+        return read_pid(self.path("run", "httpd.pid"))
 
     def _answers(self):
         try:
@@ -410,21 +455,15 @@ Timeout 30
             return
         pid = self.pid()
         self._run("-k", "stop")
-        for _ in range(200):
-            if not pid or exited(pid):
-                return
-            time.sleep(0.05)
+        if wait_exited(pid):
+            return
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass  # it ended between the last look and now
 
     def error_log(self):
-        try:
-            with open(self.path("logs", "error_log"), errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+        return read_log(self.path("logs", "error_log"))
 
     def error_log_tail(self, n=20):
         return "".join(self.error_log().splitlines(True)[-n:])

@@ -1,5 +1,6 @@
 """Processes and their CPU time, from /proc."""
 import os
+import time
 
 
 def proc_stat(pid):
@@ -18,6 +19,16 @@ def exited(pid):
     every second or two."""
     st = proc_stat(pid)
     return st is None or st[0] == "Z"
+
+
+def wait_exited(pid, tries=200):
+    """Whether pid (None: there is none) has exited, looked at every
+    0.05 s, tries times at most (10 s)."""
+    for _ in range(tries):
+        if not pid or exited(pid):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def children(parent):

@@ -9,7 +9,26 @@ import time
 from .env import free_port
 
 
-class Redis:
+class RedisProcess:
+    """What a redis-server of the harness, plain or Sentinel, has besides
+    its process (self.proc, ended by stop()): a directory of its own
+    (self.dir), its log file there (LOG) and the cleanup."""
+
+    LOG = "redis.log"
+
+    def log_tail(self, n=20):
+        try:
+            with open(os.path.join(self.dir, self.LOG), errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Redis(RedisProcess):
     """A real redis-server on a loopback port (or a unix socket), with a
     password and optionally an ACL user, and no persistence."""
 
@@ -104,17 +123,6 @@ class Redis:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.kill()
             self.proc.wait()
-
-    def log_tail(self, n=20):
-        try:
-            with open(os.path.join(self.dir, "redis.log"), errors="replace") as f:
-                return "".join(f.readlines()[-n:])
-        except OSError:
-            return ""
-
-    def cleanup(self):
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def auth_file(self, path, text):
         """A Redis auth file as the module wants it: 0600, one line."""

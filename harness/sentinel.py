@@ -1,18 +1,20 @@
 """Real Redis Sentinels (redis-server --sentinel) for the failover tests."""
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
 import time
 
 from .env import free_port
+from .redis_server import RedisProcess
 
 
-class Sentinel:
+class Sentinel(RedisProcess):
     """One Sentinel on a loopback port, monitoring `master` at primary
     (a harness Redis), with a quick failure detection. With password, the
     Sentinel requires it (and gives it to the other Sentinels)."""
+
+    LOG = "sentinel.log"
 
     def __init__(self, primary, master="mymaster", quorum=2, down_after_ms=1000,
                  failover_timeout_ms=3000, password=None):
@@ -85,14 +87,3 @@ class Sentinel:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
-
-    def log_tail(self, n=20):
-        try:
-            with open(os.path.join(self.dir, "sentinel.log"), errors="replace") as f:
-                return "".join(f.readlines()[-n:])
-        except OSError:
-            return ""
-
-    def cleanup(self):
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)

@@ -11,8 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-# The harness is harness/ at the tree's top, shared with tools/.
+# The harness is harness/ at the tree's top, shared with tools/. Its
+# helpers that assert (check_log, finish) report as a test's own assert.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+pytest.register_assert_rewrite("harness")
 from harness import VALGRIND, Httpd, client_address, hmac_location, htpasswd  # noqa: E402
 
 ALL_MPMS = ("event", "prefork", "worker")

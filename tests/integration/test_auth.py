@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from harness import client_address, htpasswd
+from harness import client_address, htpasswd, read_status
 
 PW = "correct horse"
 
@@ -273,13 +273,7 @@ def burst(server, path, user, passwords):
                                       source_address=(server.source or "127.0.0.1", 0)) as c:
             barrier.wait()
             c.sendall(req)
-            data = b""
-            while b"\r\n" not in data:
-                chunk = c.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-        codes[i] = int(data.split(b" ", 2)[1]) if data else 0
+            codes[i] = read_status(c)
 
     threads = [threading.Thread(target=one, args=(i, pw)) for i, pw in enumerate(passwords)]
     for t in threads:

@@ -22,6 +22,8 @@ import urllib.request
 import pytest
 
 from harness import S, exited, free_port, hmac_location, htpasswd, run_user
+from harness.httpd import read_log, read_pid
+from harness.proc import wait_exited
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("top_srcdir") or os.path.dirname(os.path.dirname(HERE))
@@ -203,18 +205,10 @@ class SystemApache:
         return run([APACHE2, "-d", "/etc/apache2", "-f", self.conf] + list(args), env=self.env)
 
     def pid(self):
-        try:
-            with open(self.path("run", "apache2.pid")) as f:
-                return int(f.read().strip())
-        except (OSError, ValueError):
-            return None
+        return read_pid(self.path("run", "apache2.pid"))
 
     def error_log(self):
-        try:
-            with open(self.path("logs", "error.log"), errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+        return read_log(self.path("logs", "error.log"))
 
     def start(self):
         self.started = True
@@ -235,10 +229,8 @@ class SystemApache:
             return
         pid = self.pid()
         self._cmd("-k", "stop")
-        for _ in range(200):
-            if not pid or exited(pid):
-                return
-            time.sleep(0.05)
+        if wait_exited(pid):
+            return
         # Did not stop: kill it and its children, never anything else.
         for p in [pid] + children(pid):
             try:

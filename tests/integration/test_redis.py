@@ -8,8 +8,10 @@ import time
 
 import pytest
 
+import harness
 from harness import COST, VALGRIND, FarmFiles, Httpd, Redis, hmac_location, htpasswd, \
-    htpasswd_line
+    htpasswd_line, read_status
+from harness import last_note as note_of_last
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,15 +48,23 @@ def farm_server(shared, redis, extra="", name="farm", mpm=None, auth=True, **kw)
     return srv
 
 
-def note_of_last(srv, user):
-    notes = srv.notes(user)
-    return notes[-1] if notes else None
-
-
 def delta(srv, before):
     after = srv.status()
     # NB: the numbers; the Redis tier's words (redis_primary...) are text.
     return {k: after[k] - before[k] for k in before if isinstance(before[k], (int, float))}
+
+
+def farm_done(shared, redis, *servers):
+    """A farm fixture's end: the servers stopped and removed, then Redis
+    and the files; no error log line that no test expected, in any."""
+    problems = []
+    for s in servers:
+        s.stop()
+        problems += s.log_problems()
+        s.cleanup()
+    redis.cleanup()
+    shared.cleanup()
+    assert not problems, "\n".join(problems)
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +73,7 @@ def farm():
     a = farm_server(shared, redis, name="farmA").start()
     b = farm_server(shared, redis, name="farmB").start()
     yield shared, redis, a, b
-    problems = []
-    for s in (a, b):
-        s.stop()
-        problems += s.log_problems()
-        s.cleanup()
-    redis.cleanup()
-    shared.cleanup()
-    assert not problems, "\n".join(problems)
+    farm_done(shared, redis, a, b)
 
 
 def test_a_refused_password_again_never_asks_redis(farm):
@@ -216,15 +219,9 @@ def split_burst(servers, user, passwords):
                 ready.wait(timeout=120)
                 go.wait(timeout=120)
                 c.sendall(b"\r\n")
-                data = b""
-                while b"\r\n" not in data:
-                    chunk = c.recv(4096)
-                    if not chunk:
-                        break
-                    data += chunk
+                codes[i] = read_status(c)
         except threading.BrokenBarrierError:
-            data = b""
-        codes[i] = int(data.split(b" ", 2)[1]) if data else 0
+            codes[i] = 0
 
     threads = [threading.Thread(target=one, args=(i, pw)) for i, pw in enumerate(passwords)]
     for t in threads:
@@ -288,14 +285,7 @@ def burst_farm():
         assert srv.status_code("/w/", slow, "slow pass") == 200
         assert srv.notes(slow) == ["verified"]
     yield (shared, redis) + tuple(servers)
-    problems = []
-    for s in servers:
-        s.stop()
-        problems += s.log_problems()
-        s.cleanup()
-    redis.cleanup()
-    shared.cleanup()
-    assert not problems, "\n".join(problems)
+    farm_done(shared, redis, *servers)
 
 
 @pytest.mark.slow
@@ -365,12 +355,11 @@ def shared():
 
 
 def finish(srv, *extra_expected):
-    srv.stop()
-    for e in extra_expected:
-        srv.expect_log(e)
-    problems = srv.log_problems()
-    srv.cleanup()
-    assert not problems, "\n".join(problems)
+    """harness.finish, and the server's files removed."""
+    try:
+        harness.finish(srv, *extra_expected)
+    finally:
+        srv.cleanup()
 
 
 def running_marker(redis):

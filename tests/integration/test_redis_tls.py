@@ -15,7 +15,8 @@ import pytest
 
 from conftest import MPMS
 from fake_redis import FakeRedis
-from harness import VALGRIND, FarmFiles, Httpd, Redis, TestCA, hmac_location, htpasswd
+from harness import VALGRIND, FarmFiles, Httpd, Redis, TestCA, finish, hmac_location, htpasswd, \
+    last_note
 from test_status import check_follows_redis
 
 OUTAGE = r"\[authn_hmac:warn\].*AHMAC0004: Redis at .* is unavailable"
@@ -80,19 +81,6 @@ def farm():
     f = Farm()
     yield f
     f.cleanup()
-
-
-def last_note(srv, user):
-    notes = srv.notes(user)
-    return notes[-1] if notes else None
-
-
-def finish(srv, *expected):
-    srv.stop()
-    for e in expected:
-        srv.expect_log(e)
-    problems = srv.log_problems()
-    assert not problems, "\n".join(problems)
 
 
 def new_user(farm, n):

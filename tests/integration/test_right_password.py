@@ -11,7 +11,8 @@ import threading
 import pytest
 
 from conftest import MPMS, make_server
-from harness import COST, FarmFiles, Redis, basic, client_address, get, htpasswd
+from harness import COST, FarmFiles, Redis, basic, check_log, cleanup, client_address, get, \
+    htpasswd
 from test_backends import db_dir  # noqa: F401 (a fixture)
 
 BAN = r"AHMAC0029: user %s: "
@@ -68,8 +69,7 @@ def test_a_cold_burst_is_one_guess(mpm):
         assert st["verifications"] == 1, st
         assert st["throttled"] == 0 and st["bans"] == 0, st
         srv.stop()
-        problems = srv.log_problems()
-        assert not problems, problems
+        check_log(srv)
     finally:
         srv.cleanup()
 
@@ -97,14 +97,9 @@ def test_a_cold_burst_over_a_farm_is_one_guess():
         sa, sb = a.status(), b.status()
         assert sa["verifications"] + sb["verifications"] == 1, (sa, sb)
         assert sa["throttled"] + sb["throttled"] == 0, (sa, sb)
-        for srv in (a, b):
-            problems = srv.log_problems()
-            assert not problems, problems
+        check_log(a, b)
     finally:
-        a.cleanup()
-        b.cleanup()
-        redis.cleanup()
-        shared.cleanup()
+        cleanup(a, b, redis, shared)
 
 
 def test_an_office_keeps_its_logged_in_users_through_a_spray():
@@ -150,8 +145,7 @@ def test_an_office_keeps_its_logged_in_users_through_a_spray():
         assert len(re.findall(BAN % r"spray\d+", srv.error_log())) == 1
         srv.expect_log(r"AHMAC0029")
         srv.stop()
-        problems = srv.log_problems()
-        assert not problems, problems
+        check_log(srv)
     finally:
         srv.cleanup()
 
@@ -183,8 +177,7 @@ def test_retried_typos_are_not_new_guesses():
         assert st["throttled"] == 0 and st["bans"] == 0, st
         assert once(srv, "/a/index.html", "hugo", "pass 2", source) == (200, "verified")
         srv.stop()
-        problems = srv.log_problems()
-        assert not problems, problems
+        check_log(srv)
     finally:
         srv.cleanup()
 
@@ -249,13 +242,9 @@ def test_a_ban_in_redis_that_no_server_made_is_ignored():
         b.expect_log(r"AHMAC0029")
         for srv in (a, b):
             srv.stop()  # NB: memcheck's report is complete once httpd is done
-            problems = srv.log_problems()
-            assert not problems, problems
+            check_log(srv)
     finally:
-        a.cleanup()
-        b.cleanup()
-        redis.cleanup()
-        shared.cleanup()
+        cleanup(a, b, redis, shared)
 
 
 @pytest.mark.slow  # NB: ten bcrypts at cost 12: minutes under valgrind
@@ -288,8 +277,7 @@ def test_name_variants_share_one_count_behind_sql(db_dir):
         assert st["bans"] == 1, st
         srv.expect_log(r"AHMAC0029")
         srv.stop()
-        problems = srv.log_problems()
-        assert not problems, problems
+        check_log(srv)
     finally:
         srv.cleanup()
 
@@ -345,7 +333,6 @@ def test_bans_are_listed_and_lifted():
         srv.expect_log(r"AHMAC0037: 1 ban\(s\) of client %s for user lena lifted"
                        % re.escape(guesser))
         srv.stop()
-        problems = srv.log_problems()
-        assert not problems, problems
+        check_log(srv)
     finally:
         srv.cleanup()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import VALGRIND, Httpd, Redis, basic, hmac_location, htpasswd
+from harness import VALGRIND, Httpd, Redis, Workers, basic, hmac_location, htpasswd
 from harness.farm import FarmFiles
 from test_redis import farm_server
 
@@ -37,11 +37,12 @@ def use_peppers(srv, *files):
     srv.write_config()
 
 
-class Load:
+class Load(Workers):
     """Each server in a loop over the 50 cached users, on keep-alive
     connections: every status; an exception only on a fresh connection (a
     kept one that the server closed, as a graceful restart's old child does,
     is opened again and the request sent again, as browsers do)."""
+    join_timeout = 60
 
     def __init__(self, servers):
         self.statuses, self.errors = [], []
@@ -71,16 +72,6 @@ class Load:
                     self.errors.append(repr(e))
                     i += 1
                 conn = None
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
 
 
 def redis_user_keys(redis):

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from conftest import MPMS, make_server
-from harness import FarmFiles, Redis, basic, changed_default, client_address, get, htpasswd
+from harness import FarmFiles, Redis, basic, changed_default, check_log, cleanup, client_address, \
+    get, htpasswd
 from harness.fail2ban import APACHE_AUTH, BANS as FILTER, fail2ban_matched as matched
 
 MAX, MAX_CLIENT = 5, 20
@@ -105,8 +106,7 @@ def test_guessing_stops_at_the_limit(mpm):
         assert matched(APACHE_AUTH, srv.path("logs", "error_log")) == refused
         assert matched(FILTER, srv.path("logs", "error_log")) == 2
         srv.stop()  # NB: memcheck's report is complete once httpd is done
-        problems = srv.log_problems()
-        assert not problems, problems
+        check_log(srv)
     finally:
         srv.cleanup()
 
@@ -127,8 +127,7 @@ def test_the_defaults():
                          r"\(AuthHMACMaxFailures 10 within 600 s\)", log), log
         srv.expect_log(r"AHMAC0029")
         srv.stop()  # NB: memcheck's report is complete once httpd is done
-        problems = srv.log_problems()
-        assert not problems, problems
+        check_log(srv)
     finally:
         srv.cleanup()
 
@@ -210,14 +209,9 @@ def test_the_limit_counts_across_the_farm():
         dummies = sum(x["dummy_verifications"] - y["dummy_verifications"]
                       for x, y in zip(after, before))
         assert dummies == MAX_CLIENT, (before, after)
-        for srv in (a, b):
-            problems = srv.log_problems()
-            assert not problems, problems
+        check_log(a, b)
     finally:
-        a.cleanup()
-        b.cleanup()
-        redis.cleanup()
-        shared.cleanup()
+        cleanup(a, b, redis, shared)
 
 
 @pytest.mark.slow
@@ -261,11 +255,6 @@ def test_concurrent_guesses_across_the_farm_are_all_counted():
                 conn.close()
             srv.sent["carol"] += 1
             assert r.status == 200
-        for srv in (a, b):
-            problems = srv.log_problems()
-            assert not problems, problems
+        check_log(a, b)
     finally:
-        a.cleanup()
-        b.cleanup()
-        redis.cleanup()
-        shared.cleanup()
+        cleanup(a, b, redis, shared)

@@ -98,6 +98,17 @@ def show(what, m):
     print(what + ": " + ", ".join("%s %.2f ms" % (k, v * 1e3) for k, v in m.items()))
 
 
+def stop_all(srv, proxy, redis):
+    """A server behind the delay proxy at its end: all stopped, their files
+    removed; returns the server's error log lines that no test expected."""
+    srv.stop()
+    problems = srv.log_problems()
+    srv.cleanup()
+    proxy.stop()
+    redis.cleanup()
+    return problems
+
+
 @pytest.fixture(scope="module")
 def plain():
     srv = timing_server("timing").start()
@@ -213,11 +224,7 @@ def remote():
     # stands out.
     srv = timing_server("timing-redis", redis, proxy, cost=4).start()
     yield srv, redis
-    srv.stop()
-    problems = srv.log_problems()
-    srv.cleanup()
-    proxy.stop()
-    redis.cleanup()
+    problems = stop_all(srv, proxy, redis)
     assert not problems, "\n".join(problems)
 
 
@@ -267,9 +274,5 @@ def test_first_tries_during_a_rotation_make_the_same_redis_commands():
         m = first_tries(srv, "redis", rounds=60, paired=True)
         show("first tries during a rotation, Redis 1 ms away", m)
     finally:
-        srv.stop()
-        problems = srv.log_problems()
-        srv.cleanup()
-        proxy.stop()
-        redis.cleanup()
+        problems = stop_all(srv, proxy, redis)
     assert not problems, "\n".join(problems)

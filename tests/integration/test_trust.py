@@ -17,7 +17,8 @@ import time
 import pytest
 
 from fake_redis import FakeRedis
-from harness import S, VALGRIND, Httpd, Redis, TestCA, client_address, hmac_location, htpasswd
+from harness import S, VALGRIND, Httpd, Redis, TestCA, client_address, finish, hmac_location, \
+    htpasswd, last_note
 
 
 def wiki(srv, users):
@@ -74,19 +75,6 @@ def site():
     s = Site()
     yield s
     s.cleanup()
-
-
-def finish(srv, *expected):
-    srv.stop()
-    for e in expected:
-        srv.expect_log(e)
-    problems = srv.log_problems()
-    assert not problems, "\n".join(problems)
-
-
-def last_note(srv, user):
-    notes = srv.notes(user)
-    return notes[-1] if notes else None
 
 
 def timed(srv, user, password):

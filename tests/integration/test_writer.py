@@ -27,6 +27,23 @@ def stay_users():
     return [("stay%02d" % i, "stay pass %02d" % i) for i in range(N_STAY)]
 
 
+def timed_get(srv, user, password, conn):
+    """One GET of /w/index.html on conn (None: a new connection): (start,
+    end, status, the connection to reuse or None); status 0 for no answer,
+    and the connection closed after any answer but a 200."""
+    t0 = time.monotonic()
+    try:
+        r, conn = get(srv.port, "/w/index.html", basic(user, password), conn=conn, timeout=30)
+        status = r.status
+    except (OSError, http.client.HTTPException):
+        status, conn = 0, None
+    t1 = time.monotonic()
+    if status != 200 and conn:
+        conn.close()
+        conn = None
+    return t0, t1, status, conn
+
+
 class Clients(Workers):
     """Threads asking all the time for users present in every version,
     each on a kept-alive connection (a new one after each 401 or error).
@@ -49,17 +66,7 @@ class Clients(Workers):
         self.barrier.wait(timeout=60)
         while not self.stop.is_set():
             user, pw = self.users() if callable(self.users) else rnd.choice(self.users)
-            t0 = time.monotonic()
-            try:
-                r, conn = get(self.srv.port, "/w/index.html", basic(user, pw), conn=conn,
-                              timeout=30)
-                status = r.status
-            except (OSError, http.client.HTTPException):
-                status, conn = 0, None
-            t1 = time.monotonic()
-            if status != 200 and conn:
-                conn.close()
-                conn = None
+            t0, t1, status, conn = timed_get(self.srv, user, pw, conn)
             with self.lock:
                 self.results.append((t0, t1, user if not callable(self.users) else pw, status))
         if conn:
@@ -85,18 +92,26 @@ def codes(srv, user, password, n=4, source=None):
     return [srv.status_code("/w/index.html", user, password, source=source) for _ in range(n)]
 
 
+def writer_server(mpm, name):
+    """An httpd (not started) with a page at /w/ behind the user file
+    `users` in its directory, which the test writes."""
+    srv = Httpd(mpm=mpm, name=name + "_" + mpm)
+    srv.body = ('Alias /w/ "%s/htdocs/"\n' % srv.dir
+                + hmac_location("/w/", srv.path("users"), "writer"))
+    srv.write_config()
+    with open(srv.path("htdocs", "index.html"), "w") as f:
+        f.write("<html><body>hello</body></html>\n")
+    return srv
+
+
 @pytest.mark.slow
 @pytest.mark.mpm
 @pytest.mark.parametrize("mpm", ["event", "prefork"])
 def test_real_htpasswd_in_place(mpm):
     if mpm not in MPMS:
         pytest.skip("AUTHN_HMAC_MPMS")
-    srv = Httpd(mpm=mpm, name="writer_" + mpm)
+    srv = writer_server(mpm, "writer")
     path = srv.path("users")
-    srv.body = ('Alias /w/ "%s/htdocs/"\n' % srv.dir + hmac_location("/w/", path, "writer"))
-    srv.write_config()
-    with open(srv.path("htdocs", "index.html"), "w") as f:
-        f.write("<html><body>hello</body></html>\n")
     stay = stay_users()
     flip_pw = ["flip pass %d" % i for i in range(ROUNDS + 1)]
     gone_pw = "gone's pass"
@@ -185,12 +200,8 @@ def test_new_password_sent_while_htpasswd_sets_it(mpm):
     write is right, and is printed, not asserted."""
     if mpm not in MPMS:
         pytest.skip("AUTHN_HMAC_MPMS")
-    srv = Httpd(mpm=mpm, name="newpw_" + mpm)
+    srv = writer_server(mpm, "newpw")
     path = srv.path("users")
-    srv.body = ('Alias /w/ "%s/htdocs/"\n' % srv.dir + hmac_location("/w/", path, "writer"))
-    srv.write_config()
-    with open(srv.path("htdocs", "index.html"), "w") as f:
-        f.write("<html><body>hello</body></html>\n")
     pws = ["newbie pass %d" % i for i in range(6)]
     lines = [htpasswd_line(u, pw, COST) for u, pw in stay_users()]
     lines.append(htpasswd_line("newbie", pws[0], COST))
@@ -267,17 +278,7 @@ class CachedClients(Workers):
     def run(self):
         conn = None
         while not self.stop.is_set():
-            t0 = time.monotonic()
-            try:
-                r, conn = get(self.srv.port, "/w/index.html", basic("alice", self.password),
-                              conn=conn, timeout=30)
-                status = r.status
-            except (OSError, http.client.HTTPException):
-                status, conn = 0, None
-            t1 = time.monotonic()
-            if status != 200 and conn:
-                conn.close()
-                conn = None
+            t0, t1, status, conn = timed_get(self.srv, "alice", self.password, conn)
             with self.lock:
                 self.results.append((t0, t1, status))
             self.stop.wait(0.002)  # a modest load

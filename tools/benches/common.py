@@ -197,6 +197,37 @@ def with_tmp(a, body):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def run_alone(a, title, part, machine=False, lines=(), timed=False):
+    """A benchmark run alone (its run()): part(a, tmp) in a temporary
+    directory (with_tmp), after its header: the title, with machine the
+    machine's line, lines, the module's line; timed adds ab's pinning under
+    the module's and the total time after the part. Returns what part
+    returns."""
+    def body(a, tmp):
+        print("# mod_authn_hmac benchmark: " + title)
+        print()
+        if machine:
+            print(machine_line())
+        for line in lines:
+            print(line)
+        print("- module: %s" % module_info(a.module))
+        if timed:
+            print(pinned_line(a))
+        t0 = time.time()
+        rc = part(a, tmp)
+        if timed:
+            print()
+            print(total_line(t0))
+        return rc
+    return with_tmp(a, body)
+
+
+def stop_all(running):
+    """Stops the servers started, the last first."""
+    while running:
+        running.pop().stop()
+
+
 def interrupt_on_term():
     """SIGTERM ends a run as ^C does: its servers stopped, its files removed."""
     def on_term(signum, frame):

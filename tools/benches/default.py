@@ -33,7 +33,7 @@ from . import flood
 from .common import (COUNTERS, LABEL, SLOW, TARGET_EXTRA_US, TARGET_LARGE, TARGET_RATIO,
                      TARGET_REDIS, TARGET_REDIS_ONLY, TIMED, USER, counter_delta, delta_sum, die,
                      diffs, error_log_report, fmt, header, interrupt_on_term, log, make_httpd,
-                     make_userfiles, med, prepare_tmp, ratio, run_ab, site, start,
+                     make_userfiles, med, prepare_tmp, ratio, run_ab, site, start, stop_all,
                      warm_up, warm_up_redis)
 
 COLUMNS = ("noauth", "anon", "file", "socache", "hmac", "redis", "redisonly")
@@ -351,8 +351,7 @@ def run(a):
                 if users == 1:
                     flooded = flood.scenario(a, main, password)
             finally:
-                while running:
-                    running.pop().stop()
+                stop_all(running)
         report(a, results, stats, time.time() - t_start, redis_skip)
         flood.report(flooded)
         error_log_report(httpds, a.keep, redis)
@@ -360,8 +359,7 @@ def run(a):
         print("\ninterrupted", file=sys.stderr)
         return 130
     finally:
-        while running:
-            running.pop().stop()
+        stop_all(running)
         if redis:
             redis.stop()
         if a.keep:

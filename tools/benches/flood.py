@@ -21,7 +21,7 @@ from harness import queue_clients
 
 from .common import (FILE, USER, error_log_report, fmt, header, interrupt_on_term, log,
                      make_httpd, make_userfiles, med, prepare_tmp, ratio, run_ab, site, start,
-                     warm_up)
+                     stop_all, warm_up)
 
 TARGET_FLOOD = 0.90       # cached user's -k rate under a flood / without
 FLOOD_CONNECTIONS = 32
@@ -157,8 +157,7 @@ def run(a):
         print("\ninterrupted", file=sys.stderr)
         return 130
     finally:
-        while running:
-            running.pop().stop()
+        stop_all(running)
         if a.keep:
             print("\n(temporary directory kept: %s)" % tmp)
         else:

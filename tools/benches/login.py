@@ -20,8 +20,7 @@ import time
 
 from harness import S, htpasswd
 
-from .common import (FILE, USER, die, log, make_httpd, module_info, prepare_tmp, site, start,
-                     with_tmp)
+from .common import FILE, USER, die, log, make_httpd, prepare_tmp, run_alone, site, start
 
 LOGIN_TARGET = 2.0  # hmac's median first login / stock's, beside busy pages
 BUSY_PER_CORE = 4
@@ -52,14 +51,7 @@ def add_args(p):
 
 
 def run(a):
-    return with_tmp(a, body)
-
-
-def body(a, tmp):
-    print("# mod_authn_hmac benchmark: a login beside busy pages")
-    print()
-    print("- module: %s" % module_info(a.module))
-    return part(a, tmp)
+    return run_alone(a, "a login beside busy pages", part)
 
 
 def burst(srv, n, seconds):

@@ -21,7 +21,7 @@ import time
 
 from harness import Redis, basic, htpasswd
 
-from .common import FILE, log, make_httpd, module_info, prepare_tmp, site, with_tmp
+from .common import FILE, log, make_httpd, prepare_tmp, run_alone, site
 
 USERS, BROWSERS, GUESSERS, PAGES = 40, 8, 16, 10
 # Debian's apache2 defaults (mods-available/mpm_*.conf).
@@ -46,13 +46,10 @@ def add_args(p):
 
 
 def run(a):
-    return with_tmp(a, body)
+    return run_alone(a, "a day's mix on prefork and event", part)
 
 
-def body(a, tmp):
-    print("# mod_authn_hmac benchmark: a day's mix on prefork and event")
-    print()
-    print("- module: %s" % module_info(a.module))
+def part(a, tmp):
     if a.redis_skip:
         print("- skipped: the mix needs Redis (%s)" % a.redis_skip)
         return 0

@@ -18,8 +18,7 @@ import time
 
 from harness import Httpd, basic, client_block, hmac_location, htpasswd, queue_clients
 
-from .common import (FILE, USER, die, fetch, log, machine_line, module_info, pct,
-                     prepare_tmp, start, with_tmp)
+from .common import FILE, USER, die, fetch, log, pct, prepare_tmp, run_alone, start
 
 QUEUE_CAP, QUEUE_BACKLOG, QUEUE_FLOOD, QUEUE_TTL = 64, 192, 258, 2
 QUEUE_GAP = 0.02            # s between two of the cached user's hits
@@ -46,15 +45,7 @@ def check_args(a, p):
 
 
 def run(a):
-    return with_tmp(a, body)
-
-
-def body(a, tmp):
-    print("# mod_authn_hmac benchmark: large queue")
-    print()
-    print(machine_line())
-    print("- module: %s" % module_info(a.module))
-    return part(a, tmp)
+    return run_alone(a, "large queue", part, machine=True)
 
 
 def probe(srv, password, seconds):

@@ -30,8 +30,7 @@ import time
 from harness import Httpd, ab, basic, busy_ticks, cpu_ticks, get, hmac_location, htpasswd, \
     htpasswd_line, smaps_rollup
 
-from .common import (FILE, USER, die, fetch, first_line, fmt, log, machine_line, module_info,
-                     pinned_line, prepare_tmp, start, total_line, with_tmp)
+from .common import FILE, USER, die, fetch, first_line, fmt, log, prepare_tmp, run_alone, start
 
 SECONDS = 4  # --seconds: ab -t of the cached requests
 
@@ -92,21 +91,8 @@ def check_args(a, p):
 
 
 def run(a):
-    return with_tmp(a, body)
-
-
-def body(a, tmp):
-    print("# mod_authn_hmac benchmark: scale")
-    print()
-    print(machine_line())
-    print("- httpd: %s (%s)" % (first_line([a.httpd, "-v"]), a.httpd))
-    print("- module: %s" % module_info(a.module))
-    print(pinned_line(a))
-    t0 = time.time()
-    rc = part(a, tmp)
-    print()
-    print(total_line(t0))
-    return rc
+    httpd = "- httpd: %s (%s)" % (first_line([a.httpd, "-v"]), a.httpd)
+    return run_alone(a, "scale", part, machine=True, lines=(httpd,), timed=True)
 
 
 def fs_type(path):

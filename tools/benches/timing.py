@@ -16,8 +16,8 @@ import time
 
 from harness import DelayProxy, Redis, basic, get, htpasswd
 
-from .common import (FILE, USER, die, make_httpd, module_info, pct, prepare_tmp,
-                     redis_version, site, start, with_tmp)
+from .common import (FILE, USER, die, make_httpd, pct, prepare_tmp, redis_version, run_alone,
+                     site, start)
 
 TIMING_GAP_US = 50        # a repeat's P50, any name against a known user's
 
@@ -44,14 +44,7 @@ def check_args(a, p):
 
 
 def run(a):
-    return with_tmp(a, body)
-
-
-def body(a, tmp):
-    print("# mod_authn_hmac benchmark: timing")
-    print()
-    print("- module: %s" % module_info(a.module))
-    return part(a, tmp)
+    return run_alone(a, "timing", part)
 
 
 def timing_httpd(a, tmp, name, userfile, server_extra=""):

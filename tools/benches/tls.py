@@ -25,9 +25,9 @@ import time
 
 from harness import Redis, TestCA, ab, basic, get, htpasswd
 
-from .common import (FILE, LABEL, USER, delta_sum, die, error_log_report, fmt, log,
-                     machine_line, make_httpd, med, module_info, pinned_line, prepare_tmp, ratio,
-                     redis_version, run_ab, site, start, total_line, warm_up_redis, with_tmp)
+from .common import (FILE, LABEL, USER, delta_sum, die, error_log_report, fmt, log, make_httpd,
+                     med, prepare_tmp, ratio, redis_version, run_ab, run_alone, site, start,
+                     warm_up_redis)
 
 SECONDS = 4       # --seconds
 ROUNDS = 8        # --rounds; NB: the ratios are of rounds side by side:
@@ -63,20 +63,7 @@ def check_args(a, p):
 
 
 def run(a):
-    return with_tmp(a, body)
-
-
-def body(a, tmp):
-    print("# mod_authn_hmac benchmark: Redis over TLS")
-    print()
-    print(machine_line())
-    print("- module: %s" % module_info(a.module))
-    print(pinned_line(a))
-    t0 = time.time()
-    rc = part(a, tmp)
-    print()
-    print(total_line(t0))
-    return rc
+    return run_alone(a, "Redis over TLS", part, machine=True, timed=True)
 
 
 def tls_delta(before, after):
