@@ -1,6 +1,7 @@
-/* request/dbm.h: users in a DBM file, as htdbm writes them (the key
- * the user's name, the value "hash[:extra]"), a source of stored hashes
- * beside the htpasswd file (src/request/dbm.c). */
+/* request/dbm.h: the request path from users in a DBM file, as htdbm
+ * writes them (the key the user's name, the value "hash[:extra]"), a
+ * source of stored hashes beside the htpasswd file (src/request/dbm.c;
+ * the file's reading is sources/dbm.h's). */
 #ifndef AUTHN_HMAC_DBM_H
 #define AUTHN_HMAC_DBM_H
 
@@ -8,15 +9,12 @@
 
 #include "request/engine.h"
 #include "request/source.h"
-
-/* Whether apr-util can open DBM files of type (default, db, gdbm, ndbm,
- * sdbm, as AuthDBMType takes them, in any case): NULL, or what is wrong. */
-const char *authn_hmac_dbm_type_check(const char *type, apr_pool_t *p);
+#include "sources/dbm.h" /* authn_hmac_dbm_type_check */
 
 /* A DBM file's state in this process, made in p, which it lives in; usable
- * by any thread once made: the file at path (absolute), the source's
- * template of unknown users' dummy, and the memo of what the file
- * answered while it has not changed (see src/request/dbm.c). */
+ * by any thread once made: the file at path (absolute) with the memo of
+ * what it answered while it has not changed (sources/dbm.h), and the
+ * source's template of unknown users' dummy. */
 typedef struct authn_hmac_dbm_t authn_hmac_dbm_t;
 authn_hmac_dbm_t *authn_hmac_dbm_make(const char *path, apr_pool_t *p);
 

@@ -1,5 +1,6 @@
 /* request/engine.h: the request path: shared memory, Redis, the
- * verifier, in one place (src/request/engine.c). */
+ * verifier (src/request/engine.c, and the files beside it that
+ * src/request/engine_int.h names). */
 #ifndef AUTHN_HMAC_ENGINE_H
 #define AUTHN_HMAC_ENGINE_H
 
