@@ -117,28 +117,47 @@ static void test_json_query(apr_pool_t *p)
     CHECK(!authn_hmac_status_check(NULL));
 }
 
+/* The page of s in each format (NULL: not wanted). */
+static void format_pages(const authn_hmac_stats_t *s, const char **txt,
+                         const char **json, const char **prom, const char **aut,
+                         const char **html, apr_pool_t *p)
+{
+    if (txt)
+        *txt = authn_hmac_status_format(s, AUTHN_HMAC_FMT_TEXT, p);
+    if (json)
+        *json = authn_hmac_status_format(s, AUTHN_HMAC_FMT_JSON, p);
+    if (prom)
+        *prom = authn_hmac_status_format(s, AUTHN_HMAC_FMT_PROMETHEUS, p);
+    if (aut)
+        *aut = authn_hmac_status_format(s, AUTHN_HMAC_FMT_AUTO, p);
+    if (html)
+        *html = authn_hmac_status_format(s, AUTHN_HMAC_FMT_HTML, p);
+}
+
+/* The counters and histograms the status pages below show. */
+static void example_stats(authn_hmac_stats_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->counter[AUTHN_HMAC_C_HITS] = 12;
+    s->counter[AUTHN_HMAC_C_VERIFICATIONS] = 2;
+    s->counter[AUTHN_HMAC_C_VERIFY_USEC] = 500000;
+    s->counter[AUTHN_HMAC_C_VERIFYING_MAX] = 2;
+    s->entries = 1;
+    s->started = apr_time_from_sec(1764000000);
+    /* 1 ms and 2 ms (cost-5 bcrypt), a 12 s one beyond the last bound. */
+    s->hist[AUTHN_HMAC_H_VERIFY].bucket[0] = 1;
+    s->hist[AUTHN_HMAC_H_VERIFY].bucket[1] = 1;
+    s->hist[AUTHN_HMAC_H_VERIFY].bucket[AUTHN_HMAC_BUCKETS - 1] = 1;
+    s->hist[AUTHN_HMAC_H_VERIFY].sum_usec = 12003000;
+}
+
 static void test_status_format(apr_pool_t *p)
 {
     authn_hmac_stats_t s;
     const char *txt, *json, *prom, *aut, *html;
 
-    memset(&s, 0, sizeof(s));
-    s.counter[AUTHN_HMAC_C_HITS] = 12;
-    s.counter[AUTHN_HMAC_C_VERIFICATIONS] = 2;
-    s.counter[AUTHN_HMAC_C_VERIFY_USEC] = 500000;
-    s.counter[AUTHN_HMAC_C_VERIFYING_MAX] = 2;
-    s.entries = 1;
-    s.started = apr_time_from_sec(1764000000);
-    /* 1 ms and 2 ms (cost-5 bcrypt), a 12 s one beyond the last bound. */
-    s.hist[AUTHN_HMAC_H_VERIFY].bucket[0] = 1;
-    s.hist[AUTHN_HMAC_H_VERIFY].bucket[1] = 1;
-    s.hist[AUTHN_HMAC_H_VERIFY].bucket[AUTHN_HMAC_BUCKETS - 1] = 1;
-    s.hist[AUTHN_HMAC_H_VERIFY].sum_usec = 12003000;
-    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, p);
-    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
-    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, p);
-    aut = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_AUTO, p);
-    html = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_HTML, p);
+    example_stats(&s);
+    format_pages(&s, &txt, &json, &prom, &aut, &html, p);
     CHECK(strstr(txt, "hits: 12\n"));
     CHECK(strstr(txt, "verify_seconds: 0.5\n"));
     CHECK(!strstr(txt, "avg") && !strstr(txt, "usec"));
@@ -194,18 +213,21 @@ static void test_status_format(apr_pool_t *p)
           !strstr(html, "_bucket"));
     CHECK(strstr(html, "<tr><td>hits</td><td>12</td>"));
     CHECK(strstr(html, "</table>\n"));
+}
 
-    /* The Redis tier's words, escaped for each: a reason is Redis's text. */
+/* The Redis tier's words, escaped for each: a reason is Redis's text. */
+static void test_status_redis(apr_pool_t *p)
+{
+    authn_hmac_stats_t s;
+    const char *txt, *json, *prom, *aut, *html;
+
+    example_stats(&s);
     s.redis = 1;
     s.redis_up = 0;
     s.sentinel_switches = 3;
     strcpy(s.redis_primary, "[fd00::1]:6379");
     strcpy(s.redis_reason, "AUTH refused: \"x\\y\"\n<b>");
-    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, p);
-    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
-    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, p);
-    aut = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_AUTO, p);
-    html = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_HTML, p);
+    format_pages(&s, &txt, &json, &prom, &aut, &html, p);
     CHECK(strstr(txt, "redis_up: 0\n"));
     CHECK(strstr(txt, "redis_primary: [fd00::1]:6379\n"));
     CHECK(strstr(txt, "redis_breaker_reason: AUTH refused: \"x\\y\"?<b>\n"));
@@ -255,9 +277,7 @@ static void test_status_bans(apr_pool_t *p)
     strcpy(s.bans[1].client, "2001:db8::1");
     s.bans[1].until = s.now + apr_time_from_sec(12);
     strcpy(s.bans[1].key, "b:0a0b");
-    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, p);
-    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
-    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, p);
+    format_pages(&s, &txt, &json, &prom, NULL, NULL, p);
     CHECK(strstr(txt, "bans_active: 2\n"));
     CHECK(strstr(txt, "ban: 192.0.2.7 user \"zq9\"?<x>\" 600 s left (Redis "
                       "key b:00ff)\n"));
@@ -292,6 +312,7 @@ int main(void)
     RUN(test_uint, p);
     RUN(test_json_query, p);
     RUN(test_status_format, p);
+    RUN(test_status_redis, p);
     RUN(test_status_bans, p);
     RUN(test_fingerprint, p);
     return unit_end();
