@@ -38,6 +38,18 @@ static int wait_for(authn_hmac_table_t *t, const authn_hmac_flight_t *fl,
     return rc;
 }
 
+/* A run of k begun at now, and a miss of k then that waits for it. */
+static void run_and_waiter(authn_hmac_table_t *t, const unsigned char *k,
+                           apr_time_t now, authn_hmac_flight_t *run,
+                           authn_hmac_flight_t *waiter)
+{
+    CHECK(authn_hmac_flight_begin(t, k, now, SEC(60), run) ==
+          AUTHN_HMAC_FLIGHT_RUN);
+    CHECK(authn_hmac_flight_begin(t, k, now, SEC(60), waiter) ==
+          AUTHN_HMAC_FLIGHT_WAIT);
+    CHECK(waiter->slot == run->slot && waiter->run == run->run);
+}
+
 /* Threads that miss one credential at once: each begins, and the one told
  * to RUN ends with the round's result only after all the others have
  * begun (so that none comes after the end and runs again). */
@@ -127,11 +139,7 @@ static void test_a_wait_times_out(apr_pool_t *p)
     apr_time_t now = authn_hmac_monotonic();
 
     key_of(k, 1);
-    CHECK(authn_hmac_flight_begin(t, k, now, SEC(60), &run) ==
-          AUTHN_HMAC_FLIGHT_RUN);
-    CHECK(authn_hmac_flight_begin(t, k, now, SEC(60), &waiter) ==
-          AUTHN_HMAC_FLIGHT_WAIT);
-    CHECK(waiter.slot == run.slot && waiter.run == run.run);
+    run_and_waiter(t, k, now, &run, &waiter);
     CHECK(wait_for(t, &waiter, k, MSEC(150), &took) == -1);
     CHECK(took >= MSEC(150) && took < SEC(5));
     authn_hmac_flight_end(t, &run, k, 1, authn_hmac_monotonic());
@@ -169,10 +177,7 @@ static void test_a_run_without_result(apr_pool_t *p)
     pthread_t th;
 
     key_of(k, 1);
-    CHECK(authn_hmac_flight_begin(t, k, now, SEC(60), &run) ==
-          AUTHN_HMAC_FLIGHT_RUN);
-    CHECK(authn_hmac_flight_begin(t, k, now, SEC(60), &fl) ==
-          AUTHN_HMAC_FLIGHT_WAIT);
+    run_and_waiter(t, k, now, &run, &fl);
     CHECK(pthread_create(&th, NULL, waiter, &w) == 0);
     usleep(50000); /* it waits */
     authn_hmac_flight_end(t, &run, k, -1, authn_hmac_monotonic());
@@ -315,10 +320,7 @@ static void test_places_are_reused(apr_pool_t *p)
 
     for (i = 0; i < FLIGHTS + 2; i++)
         key_of(k[i], (unsigned)i + 1);
-    CHECK(authn_hmac_flight_begin(t, k[0], now, SEC(60), &run[0]) ==
-          AUTHN_HMAC_FLIGHT_RUN);
-    CHECK(authn_hmac_flight_begin(t, k[0], now, SEC(60), &w) ==
-          AUTHN_HMAC_FLIGHT_WAIT);
+    run_and_waiter(t, k[0], now, &run[0], &w);
     authn_hmac_flight_end(t, &run[0], k[0], 1, now + 1);
     CHECK(authn_hmac_flight_begin(t, k[0], now, SEC(60), &again) ==
           AUTHN_HMAC_FLIGHT_RUN);
@@ -361,10 +363,7 @@ static void test_a_waiter_takes_no_lock(apr_pool_t *p)
     pid_t pid;
 
     key_of(k, 1);
-    CHECK(authn_hmac_flight_begin(t, k, now, SEC(60), &run) ==
-          AUTHN_HMAC_FLIGHT_RUN);
-    CHECK(authn_hmac_flight_begin(t, k, now, SEC(60), &fl) ==
-          AUTHN_HMAC_FLIGHT_WAIT);
+    run_and_waiter(t, k, now, &run, &fl);
     authn_hmac_flight_end(t, &run, k, 1, now);
     CHECK(apr_global_mutex_lock(shared_mutex) == APR_SUCCESS);
     pid = fork();

@@ -10,6 +10,7 @@
 #include "testing/testing.h"
 #include "htpasswd_parse.h"
 #include "unit.h"
+#include "users_file.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -26,14 +27,6 @@
 
 #include <apr_strings.h>
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-
-    fputs(text, f);
-    fclose(f);
-}
-
 /* The per-process view notices every change and never serves a stale or
  * missing file. */
 static void test_userfile_follows_file(apr_pool_t *p)
@@ -44,11 +37,8 @@ static void test_userfile_follows_file(apr_pool_t *p)
     size_t len = 0;
     bad_t bad;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "alice:AAAA\nbob:BBBB\n");
-    uf = authn_hmac_userfile_make(path, p);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    path = users_file(dir, "alice:AAAA\nbob:BBBB\n", p);
+    uf = child_view(path, p);
     memset(&bad, 0, sizeof(bad));
     CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
                                      p) == APR_SUCCESS &&
@@ -91,8 +81,7 @@ static void test_userfile_follows_file(apr_pool_t *p)
     CHECK(authn_hmac_userfile_lookup(uf, "bob", &hash, &len, note_bad, &bad,
                                      p) == APR_SUCCESS);
     CHECK(bad.n == 1);
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 /* A file whose mtime was set back (rsync -t, touch -r, cp -p) but that
@@ -107,14 +96,11 @@ static void test_recent_ctime_is_read_again(apr_pool_t *p)
     size_t len = 0;
     bad_t bad;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "alice:AAAA\n");
+    path = users_file(dir, "alice:AAAA\n", p);
     old[0].tv_sec = old[1].tv_sec = time(NULL) - 3600;
     old[0].tv_usec = old[1].tv_usec = 0;
     CHECK(utimes(path, old) == 0);
-    uf = authn_hmac_userfile_make(path, p);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    uf = child_view(path, p);
     memset(&bad, 0, sizeof(bad));
     CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
                                      p) == APR_SUCCESS);
@@ -127,8 +113,7 @@ static void test_recent_ctime_is_read_again(apr_pool_t *p)
     CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad, &bad,
                                      p) == APR_SUCCESS);
     CHECK(authn_hmac_userfile_reads(uf) == 2);
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 /* Whether the view answers `want` for alice (NULL: not found). */
@@ -209,7 +194,7 @@ static void test_watched_file_follows_every_change(apr_pool_t *p)
         const char *conf = apr_pstrcat(p, d, "/a/conf", NULL);
         const char *path = apr_pstrcat(p, conf, "/users", NULL);
         const char *link_ = apr_pstrcat(p, d, "/link", NULL);
-        int status = -1;
+        int ok;
         pid_t pid;
 
         CHECK(mkdir(d, 0700) == 0 &&
@@ -217,12 +202,8 @@ static void test_watched_file_follows_every_change(apr_pool_t *p)
               mkdir(conf, 0700) == 0);
         write_text(path, "alice:AAAA\n");
         CHECK(link(path, link_) == 0);
-        fflush(stdout);
-        if ((pid = fork()) == 0) {
-            authn_hmac_userfile_t *uf;
-
-            unit_failures = 0;
-            uf = settled_view(path, "AAAA", p);
+        if ((pid = unit_fork()) == 0) {
+            authn_hmac_userfile_t *uf = settled_view(path, "AAAA", p);
 
             if (strcmp(cases[i], "link") == 0) {
                 write_text(link_, "alice:BBBB\n");
@@ -258,8 +239,9 @@ static void test_watched_file_follows_every_change(apr_pool_t *p)
             CHECK(alice_is(uf, "CCCC", p));
             _exit(unit_failures ? 1 : 0);
         }
-        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
-        if (status != 0)
+        ok = unit_child_passed(pid);
+        CHECK(ok);
+        if (!ok)
             printf("  case %s failed\n", cases[i]);
     }
     CHECK(system(apr_pstrcat(p, "rm -rf ", top, NULL)) == 0);
@@ -272,7 +254,6 @@ static void test_forked_child_stats(apr_pool_t *p)
     char *dir = watchable_dir(p);
     authn_hmac_userfile_t *uf;
     const char *path;
-    int status = -1;
     pid_t pid;
 
     if (!dir)
@@ -280,19 +261,16 @@ static void test_forked_child_stats(apr_pool_t *p)
     path = apr_pstrcat(p, dir, "/users", NULL);
     write_text(path, "alice:AAAA\n");
     uf = settled_view(path, "AAAA", p);
-    fflush(stdout);
-    if ((pid = fork()) == 0) {
+    if ((pid = unit_fork()) == 0) {
         /* NB: the parent's queue is not this process's to read. */
-        unit_failures = 0;
         usleep(1100 * 1000);
         write_text(path, "alice:BBBB\n");
         CHECK(alice_is(uf, "BBBB", p));
         _exit(unit_failures ? 1 : 0);
     }
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    CHECK(unit_child_passed(pid));
     CHECK(alice_is(uf, "BBBB", p));
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 /* A path through a symbolic link is never watched: the link could change
@@ -308,13 +286,11 @@ static void test_symlinked_path_is_not_watched(apr_pool_t *p)
     alias = apr_pstrcat(p, dir, "/alias", NULL);
     write_text(path, "alice:AAAA\n");
     CHECK(symlink(path, alias) == 0);
-    uf = authn_hmac_userfile_make(alias, p);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    uf = child_view(alias, p);
     CHECK(authn_hmac_userfile_watch(uf) == 0);
     CHECK(alice_is(uf, "AAAA", p));
     unlink(alias);
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 /* A watched path that becomes a symbolic link is stat()ed from then on:
@@ -327,7 +303,6 @@ static void test_path_becoming_a_symlink_is_stated(apr_pool_t *p)
     authn_hmac_userfile_t *uf;
     const char *path, *hash = NULL;
     size_t len = 0;
-    int status = -1;
     pid_t pid;
 
     if (!dir)
@@ -342,9 +317,7 @@ static void test_path_becoming_a_symlink_is_stated(apr_pool_t *p)
     write_text(apr_pstrcat(p, dir, "/v1/users", NULL), "alice:BBBB\n");
     write_text(apr_pstrcat(p, dir, "/v2/users", NULL), "bob:CCCC\n");
     CHECK(symlink("v1", apr_pstrcat(p, dir, "/current", NULL)) == 0);
-    fflush(stdout);
-    if ((pid = fork()) == 0) {
-        unit_failures = 0;
+    if ((pid = unit_fork()) == 0) {
         uf = settled_view(path, "AAAA", p);
         CHECK(symlink("../current/users",
                       apr_pstrcat(p, dir, "/conf/tmp", NULL)) == 0);
@@ -361,7 +334,7 @@ static void test_path_becoming_a_symlink_is_stated(apr_pool_t *p)
                                          p) == APR_NOTFOUND);
         _exit(unit_failures ? 1 : 0);
     }
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    CHECK(unit_child_passed(pid));
     CHECK(system(apr_pstrcat(p, "rm -rf ", dir, NULL)) == 0);
 }
 
@@ -372,13 +345,11 @@ static void test_path_becoming_a_symlink_is_stated(apr_pool_t *p)
 static void test_file_mounted_from_elsewhere_is_stated(apr_pool_t *p)
 {
     char *dir = watchable_dir(p);
-    int status = -1;
     pid_t pid;
 
     if (!dir)
         return;
-    fflush(stdout);
-    if ((pid = fork()) == 0) {
+    if ((pid = unit_fork()) == 0) {
         const char *ov = apr_psprintf(p,
                                       "lowerdir=%s/lo,upperdir=%s/up,"
                                       "workdir=%s/wk",
@@ -386,7 +357,6 @@ static void test_file_mounted_from_elsewhere_is_stated(apr_pool_t *p)
         const char *path = apr_pstrcat(p, dir, "/conf/users", NULL);
         authn_hmac_userfile_t *uf;
 
-        unit_failures = 0;
         CHECK(system(apr_psprintf(p, "cd %s && mkdir lo up wk ov conf", dir)) ==
               0);
         write_text(apr_pstrcat(p, dir, "/up/users", NULL), "alice:AAAA\n");
@@ -405,7 +375,7 @@ static void test_file_mounted_from_elsewhere_is_stated(apr_pool_t *p)
         CHECK(alice_is(uf, "BBBB", p));
         _exit(unit_failures ? 1 : 0);
     }
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    CHECK(unit_child_passed(pid));
     CHECK(system(apr_pstrcat(p, "rm -rf ", dir, NULL)) == 0);
 }
 
@@ -486,11 +456,8 @@ static void test_size_limit_and_budget(apr_pool_t *p)
 static void test_not_a_regular_file(apr_pool_t *p)
 {
     char dir[] = "/tmp/authn_hmac_unit.XXXXXX";
-    const char *path, *hash = NULL;
+    const char *path, *paths[3];
     authn_hmac_userfile_t *uf;
-    size_t len = 0;
-    bad_t bad;
-    const char *paths[3];
     int i;
 
     CHECK(mkdtemp(dir) != NULL);
@@ -499,19 +466,15 @@ static void test_not_a_regular_file(apr_pool_t *p)
     paths[0] = path;
     paths[1] = dir;
     paths[2] = "/dev/zero";
-    memset(&bad, 0, sizeof(bad));
     for (i = 0; i < 3; i++) {
         apr_time_t t0 = apr_time_now();
 
-        uf = authn_hmac_userfile_make(paths[i], p);
-        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
-        CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &len, note_bad,
-                                         &bad, p) == APR_EBADF);
+        uf = child_view(paths[i], p);
+        CHECK(alice_rv(uf, p) == APR_EBADF);
         CHECK(apr_time_now() - t0 < apr_time_from_sec(1));
         CHECK(authn_hmac_userfile_reads(uf) == 0);
     }
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 /* A logical line longer than the 4 MiB piece the file is read in (one
@@ -561,15 +524,13 @@ static void test_line_longer_than_a_piece(apr_pool_t *p)
         idx = parse(p, text, len, &bad);
         CHECK(has(idx, "alice", "EVIL") == 0 && has(idx, "alice", "GOOD"));
         /* The file read in pieces: the same. */
-        uf = authn_hmac_userfile_make(path, p);
-        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+        uf = child_view(path, p);
         CHECK(authn_hmac_userfile_lookup(uf, "alice", &hash, &hl, NULL, NULL,
                                          p) == APR_SUCCESS &&
               strcmp(hash, "GOOD") == 0);
         free(text);
     }
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 /* Lookups take no lock while another thread replaces the file again and
@@ -615,11 +576,8 @@ static void test_user_id_is_kept(apr_pool_t *p)
     CHECK(authn_hmac_secret_random(&pep2, 32, p) == APR_SUCCESS);
     CHECK(authn_hmac_mac_create(&m1, pep1, p) == APR_SUCCESS);
     CHECK(authn_hmac_mac_create(&m2, pep2, p) == APR_SUCCESS);
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "alice:AAAA\nbob:BBBB\n");
-    uf = authn_hmac_userfile_make(path, p);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    path = users_file(dir, "alice:AAAA\nbob:BBBB\n", p);
+    uf = child_view(path, p);
     for (round = 0; round < 2; round++) {
         CHECK(id_is(uf, "alice", m1, "/s1", p));
         CHECK(id_is(uf, "alice", m1, "/s1", p)); /* kept */
@@ -639,8 +597,7 @@ static void test_user_id_is_kept(apr_pool_t *p)
         sleep(1); /* a change within the same second is seen too, later */
         write_text(path, "bob:BBBB\nalice:CCCC\n");
     }
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 typedef struct {
@@ -702,8 +659,7 @@ static void test_lookups_without_lock_while_replaced(apr_pool_t *p)
     path = apr_pstrcat(p, dir, "/users", NULL);
     tmp = apr_pstrcat(p, dir, "/users.tmp", NULL);
     write_text(path, "alice:AAAA\n");
-    uf = authn_hmac_userfile_make(path, p);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    uf = child_view(path, p);
     before = authn_hmac_userfile_reads(uf);
     replacing = 1;
     CHECK(authn_hmac_secret_random(&pep, 32, p) == APR_SUCCESS);
@@ -727,8 +683,7 @@ static void test_lookups_without_lock_while_replaced(apr_pool_t *p)
     }
     /* The replacements were seen (each a new inode): read many times. */
     CHECK(authn_hmac_userfile_reads(uf) - before > 20);
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 int main(void)

@@ -2,6 +2,7 @@
 #include "core/util.h"
 #include "unit.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static void test_sizes(apr_pool_t *p)
@@ -43,34 +44,39 @@ static void test_seconds(apr_pool_t *p)
  * unit, where one holds it. */
 static void test_fractions(apr_pool_t *p)
 {
+    static const struct {
+        int size; /* parse_size's, else parse_seconds' */
+        const char *in, *says;
+    } cases[] = {
+        {0, "0.25D", "write 6h"},
+        {0, "2.5m", "write 150s"},
+        {0, "1.0h", "write 1h"},
+        {0, "300.5", "not accepted; no smaller unit makes it whole"},
+        {1, "1.5M", "write 1536K"},
+        {1, "0.5k", "write 512"},
+        {1, "1.5", "round it"},
+        {1, "99999999999999999.5G", "round it"},
+    };
     uint64_t v = 7;
     const char *err;
+    size_t i;
 
     err = authn_hmac_parse_seconds("1.5h", &v, p);
     CHECK(err && !strcmp(err, "a fraction, which is not accepted: write 90m"));
-    err = authn_hmac_parse_seconds("0.25D", &v, p);
-    CHECK(err && strstr(err, "write 6h"));
-    err = authn_hmac_parse_seconds("2.5m", &v, p);
-    CHECK(err && strstr(err, "write 150s"));
-    err = authn_hmac_parse_seconds("1.0h", &v, p);
-    CHECK(err && strstr(err, "write 1h"));
-    err = authn_hmac_parse_seconds("300.5", &v, p);
-    CHECK(err && strstr(err, "not accepted; no smaller unit makes it whole"));
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        err = cases[i].size ? authn_hmac_parse_size(cases[i].in, &v, p)
+                            : authn_hmac_parse_seconds(cases[i].in, &v, p);
+        if (!err || !strstr(err, cases[i].says))
+            fprintf(stderr, "%s: %s\n", cases[i].in, err ? err : "accepted");
+        CHECK(err && strstr(err, cases[i].says));
+    }
     err = authn_hmac_parse_seconds("300.5", &v, NULL);
     CHECK(err && !strcmp(err, "a fraction, which is not accepted"));
-    err = authn_hmac_parse_size("1.5M", &v, p);
-    CHECK(err && strstr(err, "write 1536K"));
-    err = authn_hmac_parse_size("0.5k", &v, p);
-    CHECK(err && strstr(err, "write 512"));
-    err = authn_hmac_parse_size("1.5", &v, p);
-    CHECK(err && strstr(err, "round it"));
     CHECK(authn_hmac_parse_size("1.5x", &v, p) &&
           !strcmp(authn_hmac_parse_size("1.5x", &v, p),
                   "not a number with a known unit"));
     err = authn_hmac_parse_size("1.12345678901G", &v, p);
     CHECK(err && !strstr(err, "write"));
-    err = authn_hmac_parse_size("99999999999999999.5G", &v, p);
-    CHECK(err && strstr(err, "round it"));
     err = authn_hmac_parse_uint("2.5", 10, &v);
     CHECK(err && !strcmp(err, "a fraction, which is not accepted"));
     CHECK(v == 7);
@@ -92,24 +98,36 @@ static void test_uint(apr_pool_t *p)
 
 static void test_json_query(apr_pool_t *p)
 {
+    static const struct {
+        const char *query;
+        authn_hmac_format_t fmt;
+    } cases[] = {
+        {"json", AUTHN_HMAC_FMT_JSON},
+        {"json=1", AUTHN_HMAC_FMT_JSON},
+        {"a=b&json", AUTHN_HMAC_FMT_JSON},
+        {"a;json=yes", AUTHN_HMAC_FMT_JSON},
+        {"prometheus", AUTHN_HMAC_FMT_PROMETHEUS},
+        {"x&prometheus=1", AUTHN_HMAC_FMT_PROMETHEUS},
+        {NULL, AUTHN_HMAC_FMT_TEXT},
+        {"", AUTHN_HMAC_FMT_TEXT},
+        {"jsonx", AUTHN_HMAC_FMT_TEXT},
+        {"prometheusx", AUTHN_HMAC_FMT_TEXT},
+        {"x=json", AUTHN_HMAC_FMT_TEXT},
+        {"&&=", AUTHN_HMAC_FMT_TEXT},
+        {"prometheus&json", AUTHN_HMAC_FMT_PROMETHEUS},
+        {"prometheus&check", AUTHN_HMAC_FMT_PROMETHEUS},
+    };
+    size_t i;
+
     (void)p;
-    CHECK(authn_hmac_status_query("json") == AUTHN_HMAC_FMT_JSON);
-    CHECK(authn_hmac_status_query("json=1") == AUTHN_HMAC_FMT_JSON);
-    CHECK(authn_hmac_status_query("a=b&json") == AUTHN_HMAC_FMT_JSON);
-    CHECK(authn_hmac_status_query("a;json=yes") == AUTHN_HMAC_FMT_JSON);
-    CHECK(authn_hmac_status_query("prometheus") == AUTHN_HMAC_FMT_PROMETHEUS);
-    CHECK(authn_hmac_status_query("x&prometheus=1") ==
-          AUTHN_HMAC_FMT_PROMETHEUS);
-    CHECK(authn_hmac_status_query(NULL) == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("") == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("jsonx") == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("prometheusx") == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("x=json") == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("&&=") == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("prometheus&json") ==
-          AUTHN_HMAC_FMT_PROMETHEUS);
-    CHECK(authn_hmac_status_query("prometheus&check") ==
-          AUTHN_HMAC_FMT_PROMETHEUS);
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        authn_hmac_format_t fmt = authn_hmac_status_query(cases[i].query);
+
+        if (fmt != cases[i].fmt)
+            fprintf(stderr, "%s: format %d\n",
+                    cases[i].query ? cases[i].query : "(none)", (int)fmt);
+        CHECK(fmt == cases[i].fmt);
+    }
     CHECK(authn_hmac_status_check("prometheus&check"));
     CHECK(authn_hmac_status_check("check=1;json"));
     CHECK(!authn_hmac_status_check("checks"));

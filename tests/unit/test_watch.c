@@ -63,11 +63,8 @@ static void test_lookup_across_two_rebuilds(apr_pool_t *p)
     looker_t r = {NULL, NULL, 0, 0}, t2 = {NULL, "CCCCCCCC", 0, 0};
     pthread_t rt, tt;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "alice:AAAA\n");
-    uf = authn_hmac_userfile_make(path, p);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    path = users_file(dir, "alice:AAAA\n", p);
+    uf = child_view(path, p);
     CHECK(alice_is(uf, "AAAA", p));
     r.uf = t2.uf = uf;
     pausing = 1;
@@ -87,8 +84,7 @@ static void test_lookup_across_two_rebuilds(apr_pool_t *p)
     pthread_join(tt, NULL);
     pausing = 0;
     CHECK(r.ok && t2.ok);
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 /* A lookup made while another thread drains the queue is not answered
@@ -120,8 +116,7 @@ static void test_lookup_during_drain(apr_pool_t *p)
     }
     path = apr_pstrcat(p, dir, "/users", NULL);
     write_text(path, "alice:AAAA\n");
-    uf = authn_hmac_userfile_make(path, p);
-    CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    uf = child_view(path, p);
     CHECK(authn_hmac_userfile_watch(uf) == 1);
     usleep(1100 * 1000);
     CHECK(alice_is(uf, "AAAA", p));
@@ -143,8 +138,7 @@ static void test_lookup_during_drain(apr_pool_t *p)
     authn_hmac_test_drain_end();
     CHECK(pthread_join(t, NULL) == 0 && late.ok);
     CHECK(alice_is(uf, "BBBB", p));
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 /* The CPUs this test may run on (a container may allow only some). */
@@ -179,17 +173,12 @@ static void test_each_cpu_sees_each_change(apr_pool_t *p, int polls)
     const char *path;
     char want[16];
     authn_hmac_userfile_t *uf;
-    int status = -1, i, r;
+    int i, r;
     pid_t pid;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "alice:A\n");
-    fflush(stdout);
-    if ((pid = fork()) == 0) {
-        unit_failures = 0;
-        uf = authn_hmac_userfile_make(path, p);
-        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    path = users_file(dir, "alice:A\n", p);
+    if ((pid = unit_fork()) == 0) {
+        uf = child_view(path, p);
         CHECK(authn_hmac_userfile_watch(uf) == 1);
         CHECK(authn_hmac_test_polls(0) >= 1 && authn_hmac_test_poll_fd(0) >= 0);
         for (i = 0; i < authn_hmac_test_polls(0) && polls != 1; i++)
@@ -214,9 +203,8 @@ static void test_each_cpu_sees_each_change(apr_pool_t *p, int polls)
         }
         _exit(unit_failures ? 1 : 0);
     }
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
-    unlink(path);
-    rmdir(dir);
+    CHECK(unit_child_passed(pid));
+    remove_users_file(dir, path);
 }
 
 static void test_each_cpu_sees_each_change_epoll(apr_pool_t *p)
@@ -248,17 +236,11 @@ static void test_racy_change(apr_pool_t *p, int watch)
     authn_hmac_userfile_t *uf;
     apr_finfo_t st;
     unsigned reads;
-    int status = -1;
     pid_t pid;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "alice:AAAA\n");
-    fflush(stdout);
-    if ((pid = fork()) == 0) {
-        unit_failures = 0;
-        uf = authn_hmac_userfile_make(path, p);
-        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    path = users_file(dir, "alice:AAAA\n", p);
+    if ((pid = unit_fork()) == 0) {
+        uf = child_view(path, p);
         CHECK(!watch || authn_hmac_userfile_watch(uf) == 1);
         CHECK(alice_is(uf, "AAAA", p));
         CHECK(uf->current && uf->current->racy);
@@ -272,9 +254,8 @@ static void test_racy_change(apr_pool_t *p, int watch)
         CHECK(alice_is(uf, "BBBB", p));
         _exit(unit_failures ? 1 : 0);
     }
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
-    unlink(path);
-    rmdir(dir);
+    CHECK(unit_child_passed(pid));
+    remove_users_file(dir, path);
 }
 
 static void test_racy_change_unwatched(apr_pool_t *p)
@@ -294,17 +275,11 @@ static void test_fork_while_instances_are_made(apr_pool_t *p)
     char dir[] = "/dev/shm/authn_hmac_unit.XXXXXX";
     const char *path;
     authn_hmac_userfile_t *uf;
-    int status = -1;
     pid_t pid;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "alice:A\n");
-    fflush(stdout);
-    if ((pid = fork()) == 0) {
-        unit_failures = 0;
-        uf = authn_hmac_userfile_make(path, p);
-        CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+    path = users_file(dir, "alice:A\n", p);
+    if ((pid = unit_fork()) == 0) {
+        uf = child_view(path, p);
         fork_in_call = 2;
         CHECK(authn_hmac_userfile_watch(uf) == 1);
         fork_in_call = 0;
@@ -315,9 +290,8 @@ static void test_fork_while_instances_are_made(apr_pool_t *p)
         CHECK(alice_is(uf, "A", p));
         _exit(unit_failures ? 1 : 0);
     }
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
-    unlink(path);
-    rmdir(dir);
+    CHECK(unit_child_passed(pid));
+    remove_users_file(dir, path);
 }
 
 int main(void)

@@ -43,9 +43,7 @@ static authn_hmac_userfile_t *watched_view(const char *text, char **dir,
     authn_hmac_userfile_t *uf;
 
     *dir = apr_pstrdup(p, "/tmp/authn_hmac_unit.XXXXXX");
-    CHECK(mkdtemp(*dir) != NULL);
-    *path = apr_pstrcat(p, *dir, "/users", NULL);
-    write_text(*path, text);
+    *path = users_file(*dir, text, p);
     uf = authn_hmac_userfile_make(*path, p);
     CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
     if (authn_hmac_userfile_watch(uf) != 1) {
@@ -151,8 +149,7 @@ static void test_writer_holding_the_file(apr_pool_t *p)
     CHECK(write(fd, "alice:EEEE\n", 11) == 11);
     CHECK(close(fd) == 0);
     CHECK(alice_is(uf, "EEEE", p));
-    unlink(path);
-    rmdir(dir);
+    remove_users_file(dir, path);
 }
 
 /* A lookup made after a writer closed the file, while another thread
@@ -251,9 +248,7 @@ static void test_reaper_and_a_rebuild(apr_pool_t *p)
     looker_t t2 = {NULL, "BBBBBB", 0, 0};
     pthread_t rt, tt;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "alice:AAAA\n");
+    path = users_file(dir, "alice:AAAA\n", p);
     sh = test_region(dir, &mac, p);
     uf = shared_view(path, sh, mac, p);
     other = shared_view(path, sh, mac, p);
@@ -326,21 +321,16 @@ static void test_torn_reading_after_an_unseen_change(apr_pool_t *p, int share,
     size_t len = 0;
     bob_t b;
     pthread_t t;
-    int status = -1, fd;
+    int fd;
     pid_t pid;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "bob:BOB0\nalice:AAAA\n");
-    fflush(stdout);
-    if ((pid = fork()) == 0) {
-        unit_failures = 0;
+    path = users_file(dir, "bob:BOB0\nalice:AAAA\n", p);
+    if ((pid = unit_fork()) == 0) {
         if (share) {
             uf = shared_view(path, test_region(dir, &mac, p), mac, p);
         }
         else {
-            uf = authn_hmac_userfile_make(path, p);
-            CHECK(authn_hmac_userfile_child_init(uf, p) == APR_SUCCESS);
+            uf = child_view(path, p);
         }
         if (hold >= 0 && authn_hmac_userfile_watch(uf) != 1) {
             printf("     (skipped: /tmp is not watched)\n");
@@ -373,7 +363,7 @@ static void test_torn_reading_after_an_unseen_change(apr_pool_t *p, int share,
               strcmp(hash, "CCCC") == 0);
         _exit(unit_failures ? 1 : 0);
     }
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    CHECK(unit_child_passed(pid));
     if (system(apr_pstrcat(p, "rm -rf ", dir, NULL)) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
 }
@@ -462,16 +452,11 @@ static void test_unseen_change_and_a_clock_stepped_back(apr_pool_t *p)
     apr_time_t t0, took;
     const char *hash = NULL;
     size_t len = 0;
-    int status = -1;
     pid_t pid;
 
-    CHECK(mkdtemp(dir) != NULL);
-    path = apr_pstrcat(p, dir, "/users", NULL);
-    write_text(path, "alice:AAAA\n");
+    path = users_file(dir, "alice:AAAA\n", p);
     sh = test_region(dir, &mac, p);
-    fflush(stdout);
-    if ((pid = fork()) == 0) {
-        unit_failures = 0;
+    if ((pid = unit_fork()) == 0) {
         /* Another process has published a version. */
         other = shared_view(path, sh, mac, p);
         CHECK(alice_is(other, "AAAA", p));
@@ -492,7 +477,7 @@ static void test_unseen_change_and_a_clock_stepped_back(apr_pool_t *p)
         CHECK(took < SETTLE_MAX + apr_time_from_msec(500));
         _exit(unit_failures ? 1 : 0);
     }
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && status == 0);
+    CHECK(unit_child_passed(pid));
     if (system(apr_pstrcat(p, "rm -rf ", dir, NULL)) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
 }

@@ -8,19 +8,12 @@
 #include "sources/userfile.h"
 #include "testing/testing.h"
 #include "unit.h"
+#include "users_file.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static inline void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-
-    fputs(text, f);
-    fclose(f);
-}
 
 static inline int alice_is(authn_hmac_userfile_t *uf, const char *want,
                            apr_pool_t *p)
