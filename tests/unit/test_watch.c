@@ -164,9 +164,11 @@ static void run_on(int i)
  * whichever CPU it is made: through the epoll instance of that CPU while
  * another CPU's instance, or a drain from it, took the event in; or,
  * through FIONREAD, with the instances closed as if they could not be made
- * (polls 0), or each held by another lookup (polls 2).
+ * (POLLS_FIONREAD), or each held by another lookup (POLLS_BUSY).
  * Each change is settled (read again once past the racy second) before
  * the next, so that the lookup after it is on the path without stat(). */
+enum { POLLS_FIONREAD, POLLS_EPOLL, POLLS_BUSY };
+
 static void test_each_cpu_sees_each_change(apr_pool_t *p, int polls)
 {
     char dir[] = "/dev/shm/authn_hmac_unit.XXXXXX";
@@ -181,11 +183,11 @@ static void test_each_cpu_sees_each_change(apr_pool_t *p, int polls)
         uf = child_view(path, p);
         CHECK(authn_hmac_userfile_watch(uf) == 1);
         CHECK(authn_hmac_test_polls(0) >= 1 && authn_hmac_test_poll_fd(0) >= 0);
-        for (i = 0; i < authn_hmac_test_polls(0) && polls != 1; i++)
-            authn_hmac_test_poll_set(i, polls == 2
+        for (i = 0; i < authn_hmac_test_polls(0) && polls != POLLS_EPOLL; i++)
+            authn_hmac_test_poll_set(i, polls == POLLS_BUSY
                                             ? AUTHN_HMAC_TEST_POLL_HOLD
                                             : AUTHN_HMAC_TEST_POLL_CLOSE);
-        if (polls == 0)
+        if (polls == POLLS_FIONREAD)
             authn_hmac_test_poll_set(0, AUTHN_HMAC_TEST_POLLS_OFF);
         for (r = 0; r < 4; r++) {
             usleep(1100 * 1000);
@@ -207,21 +209,6 @@ static void test_each_cpu_sees_each_change(apr_pool_t *p, int polls)
     remove_users_file(dir, path);
 }
 
-static void test_each_cpu_sees_each_change_epoll(apr_pool_t *p)
-{
-    test_each_cpu_sees_each_change(p, 1);
-}
-
-static void test_each_cpu_sees_each_change_fionread(apr_pool_t *p)
-{
-    test_each_cpu_sees_each_change(p, 0);
-}
-
-static void test_each_cpu_sees_each_change_busy(apr_pool_t *p)
-{
-    test_each_cpu_sees_each_change(p, 2);
-}
-
 /* A file read within a second of a change (racy) and changed again within
  * the same timestamp tick, to the same size, looks the same to stat() on
  * kernels and file systems without fine-grained timestamps. The next
@@ -229,6 +216,8 @@ static void test_each_cpu_sees_each_change_busy(apr_pool_t *p)
  * generation the new file's stat(), as such a kernel would show it.
  * Unwatched, a racy generation is read again by every lookup until its
  * second is over; watched, only after an event. */
+enum { UNWATCHED, WATCHED };
+
 static void test_racy_change(apr_pool_t *p, int watch)
 {
     char dir[] = "/dev/shm/authn_hmac_unit.XXXXXX";
@@ -256,16 +245,6 @@ static void test_racy_change(apr_pool_t *p, int watch)
     }
     CHECK(unit_child_passed(pid));
     remove_users_file(dir, path);
-}
-
-static void test_racy_change_unwatched(apr_pool_t *p)
-{
-    test_racy_change(p, 0);
-}
-
-static void test_racy_change_watched(apr_pool_t *p)
-{
-    test_racy_change(p, 1);
 }
 
 /* A fork while another thread makes the epoll instances (before npolls is
@@ -307,11 +286,11 @@ int main(void)
 
     RUN(test_lookup_during_drain, p);
     RUN(test_lookup_across_two_rebuilds, p);
-    RUN(test_each_cpu_sees_each_change_epoll, p);
-    RUN(test_each_cpu_sees_each_change_fionread, p);
-    RUN(test_each_cpu_sees_each_change_busy, p);
-    RUN(test_racy_change_unwatched, p);
-    RUN(test_racy_change_watched, p);
+    RUN_WITH(test_each_cpu_sees_each_change, POLLS_EPOLL, p);
+    RUN_WITH(test_each_cpu_sees_each_change, POLLS_FIONREAD, p);
+    RUN_WITH(test_each_cpu_sees_each_change, POLLS_BUSY, p);
+    RUN_WITH(test_racy_change, UNWATCHED, p);
+    RUN_WITH(test_racy_change, WATCHED, p);
     RUN(test_fork_while_instances_are_made, p);
     return unit_end();
 }

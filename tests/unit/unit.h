@@ -22,12 +22,26 @@ static int unit_failures;
         }                                                                      \
     } while (0)
 
+/* After a test: its line, and its pool cleared. */
+static inline void unit_ran(const char *name, int before, apr_pool_t *pool)
+{
+    printf("%s %s\n", unit_failures == before ? "ok  " : "FAIL", name);
+    apr_pool_clear(pool);
+}
+
 #define RUN(fn, pool)                                                          \
     do {                                                                       \
         int before_ = unit_failures;                                           \
         fn(pool);                                                              \
-        printf("%s %s\n", unit_failures == before_ ? "ok  " : "FAIL", #fn);    \
-        apr_pool_clear(pool);                                                  \
+        unit_ran(#fn, before_, pool);                                          \
+    } while (0)
+
+/* One case of a test of several: fn(pool, arg), told as fn(arg). */
+#define RUN_WITH(fn, arg, pool)                                                \
+    do {                                                                       \
+        int before_ = unit_failures;                                           \
+        fn(pool, arg);                                                         \
+        unit_ran(#fn "(" #arg ")", before_, pool);                             \
     } while (0)
 
 /* A child whose checks count apart: fork() with stdout flushed (the child
