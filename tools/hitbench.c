@@ -72,17 +72,85 @@ typedef struct {
     double ns[ROUNDS];
 } job_t;
 
+/* What the module keeps of each user: the credential key, the user's id
+ * and the digest. */
+typedef struct {
+    unsigned char key[USERS][AUTHN_HMAC_KEY_LEN];
+    unsigned char uid[USERS][AUTHN_HMAC_KEY_LEN];
+    unsigned char dig[USERS][AUTHN_HMAC_DIGEST_LEN];
+} kept_t;
+
+static void keep(kept_t *kept)
+{
+    char name[16];
+    long i;
+
+    for (i = 0; i < USERS; i++) {
+        user_name(name, i);
+        mac_compute(name, strlen(name), kept->key[i]);
+        authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name),
+                           kept->uid[i]);
+        authn_hmac_cred_digest(scope, strlen(scope), name, strlen(name), hash,
+                               strlen(hash), kept->dig[i]);
+    }
+}
+
+/* One hit of user n by what is timed: what it adds to the hits. */
+static int hit(what_t what, long n, const kept_t *kept,
+               const authn_hmac_policy_t *pol, apr_time_t now, apr_pool_t *p)
+{
+    unsigned char k[AUTHN_HMAC_KEY_LEN], u[AUTHN_HMAC_KEY_LEN],
+        d[AUTHN_HMAC_DIGEST_LEN];
+    const char *nm = name_of(n);
+    size_t nl = strlen(nm);
+
+    switch (what) {
+    case MAC:
+        authn_hmac_cred_mac(mac, kept->dig[n], "correct horse battery", 21, k);
+        return k[0];
+    case UNKEPT:
+        mac_compute(nm, nl, k);
+        authn_hmac_user_id(mac, scope, strlen(scope), nm, nl, u);
+        return k[0] + u[0];
+    case LOOKUP:
+        return authn_hmac_table_lookup(table, kept->key[n], kept->uid[n], now,
+                                       apr_time_from_sec(300),
+                                       apr_time_from_sec(28800), NULL, NULL);
+    case USERFILE: {
+        const char *h = NULL;
+        authn_hmac_reading_t rd;
+        size_t hl = 0;
+
+        /* As the module looks up: the user's id and the digest come with
+         * the hash. */
+        return authn_hmac_userfile_lookup_id(uf, nm, mac, scope, strlen(scope),
+                                             &h, &hl, u, d, NULL, NULL, p,
+                                             &rd) == APR_SUCCESS;
+    }
+    case PATH: { /* as the module runs it: the lookup, then the tiers */
+        authn_hmac_cred_t c;
+        apr_status_t rv;
+
+        memset(&c, 0, sizeof(c));
+        c.scope = scope;
+        c.scope_len = strlen(scope);
+        c.user = nm;
+        c.user_len = nl;
+        c.password = "correct horse battery";
+        c.password_len = 21;
+        return authn_hmac_check_user(&engine, pol, uf, &c, NULL, NULL, p,
+                                     &rv) == AUTHN_HMAC_HIT;
+    }
+    }
+    return 0;
+}
+
 static void *run(void *arg)
 {
     job_t *job = arg;
-    what_t what = job->what;
     apr_time_t t0 = 0;
-    unsigned char key[USERS][AUTHN_HMAC_KEY_LEN],
-        uid[USERS][AUTHN_HMAC_KEY_LEN], dig[USERS][AUTHN_HMAC_DIGEST_LEN];
-    unsigned char k[AUTHN_HMAC_KEY_LEN], u[AUTHN_HMAC_KEY_LEN],
-        d[AUTHN_HMAC_DIGEST_LEN];
+    kept_t kept;
     apr_time_t now = apr_time_now();
-    char name[16];
     long i;
     int hits = 0;
     apr_pool_t *p;
@@ -90,17 +158,8 @@ static void *run(void *arg)
                                apr_time_from_sec(30), 1};
 
     apr_pool_create(&p, NULL);
-    for (i = 0; i < USERS; i++) {
-        user_name(name, i);
-        mac_compute(name, strlen(name), key[i]);
-        authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name),
-                           uid[i]);
-        authn_hmac_cred_digest(scope, strlen(scope), name, strlen(name), hash,
-                               strlen(hash), dig[i]);
-    }
+    keep(&kept);
     for (i = 0; i < iterations; i++) {
-        long n = i % USERS;
-
         if (i % (iterations / ROUNDS) == 0) {
             apr_time_t t = apr_time_now();
 
@@ -109,52 +168,7 @@ static void *run(void *arg)
                     (double)(t - t0) * 1000.0 / (double)(iterations / ROUNDS);
             t0 = t;
         }
-        const char *nm = name_of(n);
-        size_t nl = strlen(nm);
-
-        switch (what) {
-        case MAC:
-            authn_hmac_cred_mac(mac, dig[n], "correct horse battery", 21, k);
-            hits += k[0];
-            break;
-        case UNKEPT:
-            mac_compute(nm, nl, k);
-            authn_hmac_user_id(mac, scope, strlen(scope), nm, nl, u);
-            hits += k[0] + u[0];
-            break;
-        case LOOKUP:
-            hits += authn_hmac_table_lookup(
-                table, key[n], uid[n], now, apr_time_from_sec(300),
-                apr_time_from_sec(28800), NULL, NULL);
-            break;
-        case USERFILE: {
-            const char *h = NULL;
-            authn_hmac_reading_t rd;
-            size_t hl = 0;
-
-            /* As the module looks up: the user's id and the digest come
-             * with the hash. */
-            hits += authn_hmac_userfile_lookup_id(
-                        uf, nm, mac, scope, strlen(scope), &h, &hl, u, d, NULL,
-                        NULL, p, &rd) == APR_SUCCESS;
-            break;
-        }
-        case PATH: { /* as the module runs it: the lookup, then the tiers */
-            authn_hmac_cred_t c;
-            apr_status_t rv;
-
-            memset(&c, 0, sizeof(c));
-            c.scope = scope;
-            c.scope_len = strlen(scope);
-            c.user = nm;
-            c.user_len = nl;
-            c.password = "correct horse battery";
-            c.password_len = 21;
-            hits += authn_hmac_check_user(&engine, &pol, uf, &c, NULL, NULL, p,
-                                          &rv) == AUTHN_HMAC_HIT;
-            break;
-        }
-        }
+        hits += hit(job->what, i % USERS, &kept, &pol, now, p);
         if (i % 1024 == 0)
             apr_pool_clear(p);
     }
@@ -193,20 +207,90 @@ static double measure(what_t what, int threads)
     return all[threads * ROUNDS / 2];
 }
 
+/* The users' file, as the module reads it, at path (a mkstemp template):
+ * 0, or -1 if it could not be written. */
+static int write_users(char *path)
+{
+    FILE *f;
+    int fd;
+    long i;
+
+    if ((fd = mkstemp(path)) < 0 || !(f = fdopen(fd, "w")))
+        return -1;
+    for (i = 0; i < USERS; i++)
+        fprintf(f, "%s:%s\n", names_[i], hash);
+    fclose(f);
+    return 0;
+}
+
+/* The view of the users' file, as a child of the server has it: 0, or -1
+ * if it could not be made. */
+static int open_view(const char *path, apr_pool_t *p)
+{
+    uf = authn_hmac_userfile_make(path, p);
+    /* HITBENCH_SHARED=<dir>: the index shared as a server's children share
+     * it, its versions in <dir> (best on tmpfs). */
+    if (getenv("HITBENCH_SHARED")) {
+        authn_hmac_share_t *sh;
+        const char *why = "";
+
+        if (authn_hmac_share_create(&sh, getenv("HITBENCH_SHARED"), 1,
+                                    (uid_t)-1, 0, &why, p) != APR_SUCCESS) {
+            fprintf(stderr, "hitbench: %s %s\n", getenv("HITBENCH_SHARED"),
+                    why);
+            return -1;
+        }
+        authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL, NULL);
+        fprintf(stderr, "hitbench: the index is shared\n");
+    }
+    if (authn_hmac_userfile_child_init(uf, p) != APR_SUCCESS)
+        return -1;
+    /* HITBENCH_STAT=1: as a file that is not watched (NFS, a symlink). */
+    if (getenv("HITBENCH_STAT"))
+        fprintf(stderr, "hitbench: not watched: lookups stat() the file\n");
+    else if (!authn_hmac_userfile_watch(uf))
+        fprintf(stderr, "hitbench: %s is not watched: lookups stat() it\n",
+                path);
+    return 0;
+}
+
+/* The engine, and every user's credential in the cache (each lookup a
+ * hit). */
+static void set_up_engine(apr_time_t now)
+{
+    char name[16];
+    long i;
+
+    engine.mac = mac;
+    engine.table = table;
+    engine.verify = no_bcrypt;
+    /* NB: the throttle on, as the module's defaults have it (no ban: the
+     * hit path reads one word). */
+    engine.throttle.max_failures = 10;
+    engine.throttle.max_client_failures = 30;
+    engine.throttle.window = apr_time_from_sec(600);
+    engine.throttle.ban = apr_time_from_sec(600);
+    for (i = 0; i < USERS; i++) {
+        unsigned char k[AUTHN_HMAC_KEY_LEN], u[AUTHN_HMAC_KEY_LEN];
+
+        user_name(name, i);
+        mac_compute(name, strlen(name), k);
+        authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name), u);
+        authn_hmac_table_store(table, k, u, now, now, apr_time_from_sec(300));
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const char *names[] = {"credential MAC", "MAC, id, not kept",
                                   "shm lookup", "htpasswd check+id",
                                   "whole hit path"};
     char path[] = "/tmp/hitbench.XXXXXX";
-    FILE *f;
-    int fd;
     authn_hmac_secret_t *pepper = NULL;
     apr_pool_t *p;
     size_t size = authn_hmac_table_size(4u << 20);
     void *base;
     apr_time_t now;
-    char name[16];
     const char *only = NULL;
     int w;
     long i;
@@ -229,56 +313,14 @@ int main(int argc, char **argv)
     table = authn_hmac_table_attach(base, NULL, p);
     for (i = 0; i < USERS; i++)
         user_name(names_[i], i);
-    /* The users' file, as the module reads it. */
-    if ((fd = mkstemp(path)) < 0 || !(f = fdopen(fd, "w")))
+    if (write_users(path) != 0)
         return 1;
-    for (i = 0; i < USERS; i++)
-        fprintf(f, "%s:%s\n", names_[i], hash);
-    fclose(f);
     /* NB: as a file in use is, not one changed within the last second,
      * whose index is checked with stat() until that second is over. */
     sleep(2);
-    uf = authn_hmac_userfile_make(path, p);
-    /* HITBENCH_SHARED=<dir>: the index shared as a server's children share
-     * it, its versions in <dir> (best on tmpfs). */
-    if (getenv("HITBENCH_SHARED")) {
-        authn_hmac_share_t *sh;
-        const char *why = "";
-
-        if (authn_hmac_share_create(&sh, getenv("HITBENCH_SHARED"), 1,
-                                    (uid_t)-1, 0, &why, p) != APR_SUCCESS) {
-            fprintf(stderr, "hitbench: %s %s\n", getenv("HITBENCH_SHARED"),
-                    why);
-            return 1;
-        }
-        authn_hmac_userfile_share(uf, sh, 0, mac, NULL, NULL, NULL);
-        fprintf(stderr, "hitbench: the index is shared\n");
-    }
-    if (authn_hmac_userfile_child_init(uf, p) != APR_SUCCESS)
+    if (open_view(path, p) != 0)
         return 1;
-    /* HITBENCH_STAT=1: as a file that is not watched (NFS, a symlink). */
-    if (getenv("HITBENCH_STAT"))
-        fprintf(stderr, "hitbench: not watched: lookups stat() the file\n");
-    else if (!authn_hmac_userfile_watch(uf))
-        fprintf(stderr, "hitbench: %s is not watched: lookups stat() it\n",
-                path);
-    engine.mac = mac;
-    engine.table = table;
-    engine.verify = no_bcrypt;
-    /* NB: the throttle on, as the module's defaults have it (no ban: the
-     * hit path reads one word). */
-    engine.throttle.max_failures = 10;
-    engine.throttle.max_client_failures = 30;
-    engine.throttle.window = apr_time_from_sec(600);
-    engine.throttle.ban = apr_time_from_sec(600);
-    for (i = 0; i < USERS; i++) {
-        unsigned char k[AUTHN_HMAC_KEY_LEN], u[AUTHN_HMAC_KEY_LEN];
-
-        user_name(name, i);
-        mac_compute(name, strlen(name), k);
-        authn_hmac_user_id(mac, scope, strlen(scope), name, strlen(name), u);
-        authn_hmac_table_store(table, k, u, now, now, apr_time_from_sec(300));
-    }
+    set_up_engine(now);
     printf("%-20s %12s %12s\n", "ns per hit", "1 thread", "2 threads");
     for (w = MAC; w <= PATH; w++)
         if (!only || strcmp(only, names[w]) == 0)

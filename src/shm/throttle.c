@@ -312,25 +312,48 @@ static void may_refuse(const authn_hmac_table_parts_t *s, apr_time_t until)
         __atomic_store_n(s->throttle_until, until, __ATOMIC_RELEASE);
 }
 
+/* The ids of the pair and of its client, and the lock taken; 0, holding
+ * nothing, if the throttle is off or the lock failed. */
+static int lock_ids(const authn_hmac_table_parts_t *s,
+                    const authn_hmac_throttle_conf_t *conf,
+                    const authn_hmac_throttle_ids_t *ids, uint64_t pid[2],
+                    uint64_t cid[2])
+{
+    if (!authn_hmac_throttle_on(conf))
+        return 0;
+    id_of(ids->pair, pid);
+    id_of(ids->client, cid);
+    return lock(s);
+}
+
+/* The records of the pair and of its client (either NULL where there is
+ * no room), under the lock; 0, as lock_ids. */
+static int lock_records(const authn_hmac_table_parts_t *s,
+                        const authn_hmac_throttle_conf_t *conf,
+                        const authn_hmac_throttle_ids_t *ids, apr_time_t now,
+                        slot_t **pair, slot_t **client)
+{
+    uint64_t pid[2], cid[2];
+
+    if (!lock_ids(s, conf, ids, pid, cid))
+        return 0;
+    *pair = find(s, pid, KIND_PAIR, conf, now, NULL);
+    *client = find(s, cid, KIND_CLIENT, conf, now, *pair);
+    return 1;
+}
+
 int authn_hmac_throttle_enter(authn_hmac_table_t *t,
                               const authn_hmac_throttle_conf_t *conf,
                               const authn_hmac_throttle_ids_t *ids,
                               apr_time_t now, int *entered)
 {
     const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
-    uint64_t pid[2], cid[2];
     slot_t *pair, *client;
     int refused = 0;
 
     *entered = 0;
-    if (!authn_hmac_throttle_on(conf))
+    if (!lock_records(s, conf, ids, now, &pair, &client))
         return 0;
-    id_of(ids->pair, pid);
-    id_of(ids->client, cid);
-    if (!lock(s))
-        return 0;
-    pair = find(s, pid, KIND_PAIR, conf, now, NULL);
-    client = find(s, cid, KIND_CLIENT, conf, now, pair);
     if (pair && full(pair, conf->max_failures, conf, now))
         refused |= AUTHN_HMAC_BAN_PAIR;
     if (client && full(client, conf->max_client_failures, conf, now))
@@ -431,19 +454,12 @@ static int end_guess(authn_hmac_table_t *t,
                      int failed, int leave, apr_time_t now, int *fresh)
 {
     const authn_hmac_table_parts_t *s = authn_hmac_table_parts(t);
-    uint64_t pid[2], cid[2];
     slot_t *pair, *client;
     int started = 0;
 
     *fresh = 0;
-    if (!authn_hmac_throttle_on(conf))
+    if (!lock_records(s, conf, ids, now, &pair, &client))
         return 0;
-    id_of(ids->pair, pid);
-    id_of(ids->client, cid);
-    if (!lock(s))
-        return 0;
-    pair = find(s, pid, KIND_PAIR, conf, now, NULL);
-    client = find(s, cid, KIND_CLIENT, conf, now, pair);
     if (leave) {
         leave_one(pair, now);
         leave_one(client, now);
@@ -481,11 +497,7 @@ int authn_hmac_throttle_refused(authn_hmac_table_t *t,
     uint32_t f = fp32(fp);
     int started = 0, i;
 
-    if (!authn_hmac_throttle_on(conf))
-        return 0;
-    id_of(ids->pair, pid);
-    id_of(ids->client, cid);
-    if (!lock(s))
+    if (!lock_ids(s, conf, ids, pid, cid))
         return 0;
     /* NB: a record for a new pair only where one is free or idle: the
      * refusals of a banned client cost no verification, and must not push

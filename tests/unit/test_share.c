@@ -81,18 +81,31 @@ static int hash_is(authn_hmac_userfile_t *uf, const char *user,
     return rv == APR_SUCCESS && strcmp(hash, want) == 0;
 }
 
-/* The version files in the directory. */
-static int versions(void)
+/* The version files in the directory: how many (n), and the path of the
+ * last one read (in p's memory; NULL without p). */
+static char *scan_versions(apr_pool_t *p, int *n)
 {
     DIR *d = opendir(idx_dir);
     struct dirent *de;
-    int n = 0;
+    char *last = NULL;
 
+    *n = 0;
     while (d && (de = readdir(d)) != NULL)
-        if (de->d_name[0] != '.' && !strstr(de->d_name, ".new"))
-            n++;
+        if (de->d_name[0] != '.' && !strstr(de->d_name, ".new")) {
+            ++*n;
+            if (p)
+                last = apr_pstrcat(p, idx_dir, "/", de->d_name, NULL);
+        }
     if (d)
         closedir(d);
+    return last;
+}
+
+static int versions(void)
+{
+    int n;
+
+    scan_versions(NULL, &n);
     return n;
 }
 
@@ -240,16 +253,9 @@ static void tamper(const char *file, const char *from, const char *to)
 
 static char *version_file(apr_pool_t *p)
 {
-    DIR *d = opendir(idx_dir);
-    struct dirent *de;
-    char *found = NULL;
+    int n;
 
-    while (d && (de = readdir(d)) != NULL)
-        if (de->d_name[0] != '.' && !strstr(de->d_name, ".new"))
-            found = apr_pstrcat(p, idx_dir, "/", de->d_name, NULL);
-    if (d)
-        closedir(d);
-    return found;
+    return scan_versions(p, &n);
 }
 
 static void test_altered_version_is_refused(apr_pool_t *p)

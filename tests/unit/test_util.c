@@ -2,6 +2,7 @@
 #include "core/util.h"
 #include "unit.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static void test_sizes(apr_pool_t *p)
@@ -43,34 +44,39 @@ static void test_seconds(apr_pool_t *p)
  * unit, where one holds it. */
 static void test_fractions(apr_pool_t *p)
 {
+    static const struct {
+        int size; /* parse_size's, else parse_seconds' */
+        const char *in, *says;
+    } cases[] = {
+        {0, "0.25D", "write 6h"},
+        {0, "2.5m", "write 150s"},
+        {0, "1.0h", "write 1h"},
+        {0, "300.5", "not accepted; no smaller unit makes it whole"},
+        {1, "1.5M", "write 1536K"},
+        {1, "0.5k", "write 512"},
+        {1, "1.5", "round it"},
+        {1, "99999999999999999.5G", "round it"},
+    };
     uint64_t v = 7;
     const char *err;
+    size_t i;
 
     err = authn_hmac_parse_seconds("1.5h", &v, p);
     CHECK(err && !strcmp(err, "a fraction, which is not accepted: write 90m"));
-    err = authn_hmac_parse_seconds("0.25D", &v, p);
-    CHECK(err && strstr(err, "write 6h"));
-    err = authn_hmac_parse_seconds("2.5m", &v, p);
-    CHECK(err && strstr(err, "write 150s"));
-    err = authn_hmac_parse_seconds("1.0h", &v, p);
-    CHECK(err && strstr(err, "write 1h"));
-    err = authn_hmac_parse_seconds("300.5", &v, p);
-    CHECK(err && strstr(err, "not accepted; no smaller unit makes it whole"));
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        err = cases[i].size ? authn_hmac_parse_size(cases[i].in, &v, p)
+                            : authn_hmac_parse_seconds(cases[i].in, &v, p);
+        if (!err || !strstr(err, cases[i].says))
+            fprintf(stderr, "%s: %s\n", cases[i].in, err ? err : "accepted");
+        CHECK(err && strstr(err, cases[i].says));
+    }
     err = authn_hmac_parse_seconds("300.5", &v, NULL);
     CHECK(err && !strcmp(err, "a fraction, which is not accepted"));
-    err = authn_hmac_parse_size("1.5M", &v, p);
-    CHECK(err && strstr(err, "write 1536K"));
-    err = authn_hmac_parse_size("0.5k", &v, p);
-    CHECK(err && strstr(err, "write 512"));
-    err = authn_hmac_parse_size("1.5", &v, p);
-    CHECK(err && strstr(err, "round it"));
     CHECK(authn_hmac_parse_size("1.5x", &v, p) &&
           !strcmp(authn_hmac_parse_size("1.5x", &v, p),
                   "not a number with a known unit"));
     err = authn_hmac_parse_size("1.12345678901G", &v, p);
     CHECK(err && !strstr(err, "write"));
-    err = authn_hmac_parse_size("99999999999999999.5G", &v, p);
-    CHECK(err && strstr(err, "round it"));
     err = authn_hmac_parse_uint("2.5", 10, &v);
     CHECK(err && !strcmp(err, "a fraction, which is not accepted"));
     CHECK(v == 7);
@@ -92,24 +98,36 @@ static void test_uint(apr_pool_t *p)
 
 static void test_json_query(apr_pool_t *p)
 {
+    static const struct {
+        const char *query;
+        authn_hmac_format_t fmt;
+    } cases[] = {
+        {"json", AUTHN_HMAC_FMT_JSON},
+        {"json=1", AUTHN_HMAC_FMT_JSON},
+        {"a=b&json", AUTHN_HMAC_FMT_JSON},
+        {"a;json=yes", AUTHN_HMAC_FMT_JSON},
+        {"prometheus", AUTHN_HMAC_FMT_PROMETHEUS},
+        {"x&prometheus=1", AUTHN_HMAC_FMT_PROMETHEUS},
+        {NULL, AUTHN_HMAC_FMT_TEXT},
+        {"", AUTHN_HMAC_FMT_TEXT},
+        {"jsonx", AUTHN_HMAC_FMT_TEXT},
+        {"prometheusx", AUTHN_HMAC_FMT_TEXT},
+        {"x=json", AUTHN_HMAC_FMT_TEXT},
+        {"&&=", AUTHN_HMAC_FMT_TEXT},
+        {"prometheus&json", AUTHN_HMAC_FMT_PROMETHEUS},
+        {"prometheus&check", AUTHN_HMAC_FMT_PROMETHEUS},
+    };
+    size_t i;
+
     (void)p;
-    CHECK(authn_hmac_status_query("json") == AUTHN_HMAC_FMT_JSON);
-    CHECK(authn_hmac_status_query("json=1") == AUTHN_HMAC_FMT_JSON);
-    CHECK(authn_hmac_status_query("a=b&json") == AUTHN_HMAC_FMT_JSON);
-    CHECK(authn_hmac_status_query("a;json=yes") == AUTHN_HMAC_FMT_JSON);
-    CHECK(authn_hmac_status_query("prometheus") == AUTHN_HMAC_FMT_PROMETHEUS);
-    CHECK(authn_hmac_status_query("x&prometheus=1") ==
-          AUTHN_HMAC_FMT_PROMETHEUS);
-    CHECK(authn_hmac_status_query(NULL) == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("") == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("jsonx") == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("prometheusx") == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("x=json") == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("&&=") == AUTHN_HMAC_FMT_TEXT);
-    CHECK(authn_hmac_status_query("prometheus&json") ==
-          AUTHN_HMAC_FMT_PROMETHEUS);
-    CHECK(authn_hmac_status_query("prometheus&check") ==
-          AUTHN_HMAC_FMT_PROMETHEUS);
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        authn_hmac_format_t fmt = authn_hmac_status_query(cases[i].query);
+
+        if (fmt != cases[i].fmt)
+            fprintf(stderr, "%s: format %d\n",
+                    cases[i].query ? cases[i].query : "(none)", (int)fmt);
+        CHECK(fmt == cases[i].fmt);
+    }
     CHECK(authn_hmac_status_check("prometheus&check"));
     CHECK(authn_hmac_status_check("check=1;json"));
     CHECK(!authn_hmac_status_check("checks"));
@@ -117,28 +135,47 @@ static void test_json_query(apr_pool_t *p)
     CHECK(!authn_hmac_status_check(NULL));
 }
 
+/* The page of s in each format (NULL: not wanted). */
+static void format_pages(const authn_hmac_stats_t *s, const char **txt,
+                         const char **json, const char **prom, const char **aut,
+                         const char **html, apr_pool_t *p)
+{
+    if (txt)
+        *txt = authn_hmac_status_format(s, AUTHN_HMAC_FMT_TEXT, p);
+    if (json)
+        *json = authn_hmac_status_format(s, AUTHN_HMAC_FMT_JSON, p);
+    if (prom)
+        *prom = authn_hmac_status_format(s, AUTHN_HMAC_FMT_PROMETHEUS, p);
+    if (aut)
+        *aut = authn_hmac_status_format(s, AUTHN_HMAC_FMT_AUTO, p);
+    if (html)
+        *html = authn_hmac_status_format(s, AUTHN_HMAC_FMT_HTML, p);
+}
+
+/* The counters and histograms the status pages below show. */
+static void example_stats(authn_hmac_stats_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->counter[AUTHN_HMAC_C_HITS] = 12;
+    s->counter[AUTHN_HMAC_C_VERIFICATIONS] = 2;
+    s->counter[AUTHN_HMAC_C_VERIFY_USEC] = 500000;
+    s->counter[AUTHN_HMAC_C_VERIFYING_MAX] = 2;
+    s->entries = 1;
+    s->started = apr_time_from_sec(1764000000);
+    /* 1 ms and 2 ms (cost-5 bcrypt), a 12 s one beyond the last bound. */
+    s->hist[AUTHN_HMAC_H_VERIFY].bucket[0] = 1;
+    s->hist[AUTHN_HMAC_H_VERIFY].bucket[1] = 1;
+    s->hist[AUTHN_HMAC_H_VERIFY].bucket[AUTHN_HMAC_BUCKETS - 1] = 1;
+    s->hist[AUTHN_HMAC_H_VERIFY].sum_usec = 12003000;
+}
+
 static void test_status_format(apr_pool_t *p)
 {
     authn_hmac_stats_t s;
     const char *txt, *json, *prom, *aut, *html;
 
-    memset(&s, 0, sizeof(s));
-    s.counter[AUTHN_HMAC_C_HITS] = 12;
-    s.counter[AUTHN_HMAC_C_VERIFICATIONS] = 2;
-    s.counter[AUTHN_HMAC_C_VERIFY_USEC] = 500000;
-    s.counter[AUTHN_HMAC_C_VERIFYING_MAX] = 2;
-    s.entries = 1;
-    s.started = apr_time_from_sec(1764000000);
-    /* 1 ms and 2 ms (cost-5 bcrypt), a 12 s one beyond the last bound. */
-    s.hist[AUTHN_HMAC_H_VERIFY].bucket[0] = 1;
-    s.hist[AUTHN_HMAC_H_VERIFY].bucket[1] = 1;
-    s.hist[AUTHN_HMAC_H_VERIFY].bucket[AUTHN_HMAC_BUCKETS - 1] = 1;
-    s.hist[AUTHN_HMAC_H_VERIFY].sum_usec = 12003000;
-    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, p);
-    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
-    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, p);
-    aut = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_AUTO, p);
-    html = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_HTML, p);
+    example_stats(&s);
+    format_pages(&s, &txt, &json, &prom, &aut, &html, p);
     CHECK(strstr(txt, "hits: 12\n"));
     CHECK(strstr(txt, "verify_seconds: 0.5\n"));
     CHECK(!strstr(txt, "avg") && !strstr(txt, "usec"));
@@ -194,18 +231,21 @@ static void test_status_format(apr_pool_t *p)
           !strstr(html, "_bucket"));
     CHECK(strstr(html, "<tr><td>hits</td><td>12</td>"));
     CHECK(strstr(html, "</table>\n"));
+}
 
-    /* The Redis tier's words, escaped for each: a reason is Redis's text. */
+/* The Redis tier's words, escaped for each: a reason is Redis's text. */
+static void test_status_redis(apr_pool_t *p)
+{
+    authn_hmac_stats_t s;
+    const char *txt, *json, *prom, *aut, *html;
+
+    example_stats(&s);
     s.redis = 1;
     s.redis_up = 0;
     s.sentinel_switches = 3;
     strcpy(s.redis_primary, "[fd00::1]:6379");
     strcpy(s.redis_reason, "AUTH refused: \"x\\y\"\n<b>");
-    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, p);
-    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
-    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, p);
-    aut = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_AUTO, p);
-    html = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_HTML, p);
+    format_pages(&s, &txt, &json, &prom, &aut, &html, p);
     CHECK(strstr(txt, "redis_up: 0\n"));
     CHECK(strstr(txt, "redis_primary: [fd00::1]:6379\n"));
     CHECK(strstr(txt, "redis_breaker_reason: AUTH refused: \"x\\y\"?<b>\n"));
@@ -255,9 +295,7 @@ static void test_status_bans(apr_pool_t *p)
     strcpy(s.bans[1].client, "2001:db8::1");
     s.bans[1].until = s.now + apr_time_from_sec(12);
     strcpy(s.bans[1].key, "b:0a0b");
-    txt = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_TEXT, p);
-    json = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_JSON, p);
-    prom = authn_hmac_status_format(&s, AUTHN_HMAC_FMT_PROMETHEUS, p);
+    format_pages(&s, &txt, &json, &prom, NULL, NULL, p);
     CHECK(strstr(txt, "bans_active: 2\n"));
     CHECK(strstr(txt, "ban: 192.0.2.7 user \"zq9\"?<x>\" 600 s left (Redis "
                       "key b:00ff)\n"));
@@ -292,6 +330,7 @@ int main(void)
     RUN(test_uint, p);
     RUN(test_json_query, p);
     RUN(test_status_format, p);
+    RUN(test_status_redis, p);
     RUN(test_status_bans, p);
     RUN(test_fingerprint, p);
     return unit_end();

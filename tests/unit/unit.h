@@ -22,13 +22,48 @@ static int unit_failures;
         }                                                                      \
     } while (0)
 
+/* After a test: its line, and its pool cleared. */
+static inline void unit_ran(const char *name, int before, apr_pool_t *pool)
+{
+    printf("%s %s\n", unit_failures == before ? "ok  " : "FAIL", name);
+    apr_pool_clear(pool);
+}
+
 #define RUN(fn, pool)                                                          \
     do {                                                                       \
         int before_ = unit_failures;                                           \
         fn(pool);                                                              \
-        printf("%s %s\n", unit_failures == before_ ? "ok  " : "FAIL", #fn);    \
-        apr_pool_clear(pool);                                                  \
+        unit_ran(#fn, before_, pool);                                          \
     } while (0)
+
+/* One case of a test of several: fn(pool, arg), told as fn(arg). */
+#define RUN_WITH(fn, arg, pool)                                                \
+    do {                                                                       \
+        int before_ = unit_failures;                                           \
+        fn(pool, arg);                                                         \
+        unit_ran(#fn "(" #arg ")", before_, pool);                             \
+    } while (0)
+
+/* A child whose checks count apart: fork() with stdout flushed (the child
+ * would print the parent's pending lines again), the child's failures
+ * from 0. The child ends with _exit(unit_failures ? 1 : 0). */
+static inline pid_t unit_fork(void)
+{
+    pid_t pid;
+
+    fflush(stdout);
+    if ((pid = fork()) == 0)
+        unit_failures = 0;
+    return pid;
+}
+
+/* Waits for a child of unit_fork(): whether every check of its passed. */
+static inline int unit_child_passed(pid_t pid)
+{
+    int status = -1;
+
+    return pid > 0 && waitpid(pid, &status, 0) == pid && status == 0;
+}
 
 /* A process running `sleep 5` under pid, which a process that has died
  * had: the pid is handed on through /proc/sys/kernel/ns_last_pid, which
