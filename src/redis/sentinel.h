@@ -55,8 +55,8 @@ int authn_hmac_sentinel_role_reply(const struct redisReply *r);
 
 /* The Redis primary as the server's processes share it. One process asks
  * the Sentinels at a time (the claim); the others read the address without
- * a lock (seq: odd while it is being written). Lives in the shared segment
- * (authn_hmac_table_sentinel). */
+ * a lock (seq: odd while it is being written). Lives in the shared segment's
+ * annex (request/annex.h: authn_hmac_annex_sentinel). */
 typedef struct authn_hmac_sentinel_shared {
     uint64_t seq;
     uint64_t gen;                            /* addresses published */
