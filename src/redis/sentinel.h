@@ -1,5 +1,7 @@
 /* redis/sentinel.h: finding the Redis primary through Redis
- * Sentinel (src/redis/sentinel.c), above the connection (it talks to the
+ * Sentinel (src/redis/sentinel.c, the discovery; sentinel_shared.c, the
+ * primary the processes share; sentinel_proto.c, the directives, commands
+ * and replies), above the connection (it talks to the
  * Sentinels over conn.c's connections) and below the pool (to which it is
  * an address source). */
 #ifndef AUTHN_HMAC_SENTINEL_H
