@@ -123,84 +123,100 @@ pool_of(int size, source_t *src, authn_hmac_redis_health_t *h, apr_pool_t *p)
     return rp;
 }
 
-static authn_hmac_redis_rc take(authn_hmac_redis_pool_t *rp,
-                                authn_hmac_redis_conn_t **c, const char **why,
-                                apr_pool_t *p)
+/* A connection from rp before a second from now: its outcome, *why. */
+static authn_hmac_redis_rc acquire(authn_hmac_redis_pool_t *rp,
+                                   authn_hmac_redis_conn_t **c,
+                                   const char **why, apr_pool_t *p)
 {
     *why = "";
     return authn_hmac_redis_pool_acquire(
         rp, c, authn_hmac_monotonic() + apr_time_from_sec(1), why, p);
 }
 
+/* A test's world: the shared health, the source, the server, the pool. */
+typedef struct {
+    authn_hmac_redis_health_t h;
+    source_t src;
+    server_t sv;
+    authn_hmac_redis_pool_t *rp;
+} world_t;
+
+static world_t *world(int size, apr_pool_t *p)
+{
+    static world_t w;
+
+    memset(&w, 0, sizeof(w));
+    server_start(&w.sv, &w.src);
+    w.rp = pool_of(size, &w.src, &w.h, p);
+    return &w;
+}
+
+/* Takes n connections into c; each must be had. */
+static void take(world_t *w, authn_hmac_redis_conn_t **c, int n, apr_pool_t *p)
+{
+    const char *why;
+    int i;
+
+    for (i = 0; i < n; i++)
+        CHECK(acquire(w->rp, &c[i], &why, p) == AUTHN_HMAC_REDIS_OK && c[i]);
+}
+
+/* Gives n connections of c back, whole. */
+static void give(world_t *w, authn_hmac_redis_conn_t **c, int n)
+{
+    int i;
+
+    for (i = 0; i < n; i++)
+        authn_hmac_redis_pool_release(w->rp, c[i], 0);
+}
+
 /* A pool of 2: three taken at once are three connections; given back, two
  * are kept and the third closed; taken again, the two kept are used. */
 static void test_more_than_its_size(apr_pool_t *p)
 {
-    static authn_hmac_redis_health_t h;
+    world_t *w = world(2, p);
     authn_hmac_redis_conn_t *c[3], *again[3];
-    const char *why;
-    source_t src;
-    server_t sv;
-    authn_hmac_redis_pool_t *rp;
-    int i;
 
-    memset(&h, 0, sizeof(h));
-    server_start(&sv, &src);
-    rp = pool_of(2, &src, &h, p);
-    for (i = 0; i < 3; i++)
-        CHECK(take(rp, &c[i], &why, p) == AUTHN_HMAC_REDIS_OK && c[i]);
-    CHECK(server_accept(&sv) == 3);
-    CHECK(h.conns == 3);
-    for (i = 0; i < 3; i++)
-        authn_hmac_redis_pool_release(rp, c[i], 0);
-    CHECK(h.conns == 2);
-    for (i = 0; i < 2; i++)
-        CHECK(take(rp, &again[i], &why, p) == AUTHN_HMAC_REDIS_OK);
+    take(w, c, 3, p);
+    CHECK(server_accept(&w->sv) == 3);
+    CHECK(w->h.conns == 3);
+    give(w, c, 3);
+    CHECK(w->h.conns == 2);
+    take(w, again, 2, p);
     /* The two kept (the third was closed). */
     CHECK(again[0] != again[1] && (again[0] == c[0] || again[0] == c[1]) &&
           (again[1] == c[0] || again[1] == c[1]));
-    CHECK(server_accept(&sv) == 0 && h.conns == 2);
+    CHECK(server_accept(&w->sv) == 0 && w->h.conns == 2);
     /* One more than those kept: a new one. */
-    CHECK(take(rp, &again[2], &why, p) == AUTHN_HMAC_REDIS_OK);
-    CHECK(server_accept(&sv) == 1 && h.conns == 3);
-    for (i = 0; i < 3; i++)
-        authn_hmac_redis_pool_release(rp, again[i], 0);
-    CHECK(h.conns == 2 && src.suspects == 0);
+    take(w, again + 2, 1, p);
+    CHECK(server_accept(&w->sv) == 1 && w->h.conns == 3);
+    give(w, again, 3);
+    CHECK(w->h.conns == 2 && w->src.suspects == 0);
     /* The pool's own pool cleared: every connection closed, and counted. */
     apr_pool_clear(p);
-    CHECK(h.conns == 0);
-    server_stop(&sv);
+    CHECK(w->h.conns == 0);
+    server_stop(&w->sv);
 }
 
 /* A broken connection is closed, and so are the idle ones (the server went
  * away, most likely), and the source is told. */
 static void test_a_broken_one(apr_pool_t *p)
 {
-    static authn_hmac_redis_health_t h;
+    world_t *w = world(4, p);
     authn_hmac_redis_conn_t *c[3];
-    const char *why;
-    source_t src;
-    server_t sv;
-    authn_hmac_redis_pool_t *rp;
-    int i;
 
-    memset(&h, 0, sizeof(h));
-    server_start(&sv, &src);
-    rp = pool_of(4, &src, &h, p);
-    for (i = 0; i < 3; i++)
-        CHECK(take(rp, &c[i], &why, p) == AUTHN_HMAC_REDIS_OK);
-    authn_hmac_redis_pool_release(rp, c[0], 0);
-    authn_hmac_redis_pool_release(rp, c[1], 0);
-    CHECK(h.conns == 3);
-    authn_hmac_redis_pool_release(rp, c[2], 1);
-    CHECK(h.conns == 0 && src.suspects == 1);
-    CHECK(server_accept(&sv) == 3);
+    take(w, c, 3, p);
+    give(w, c, 2);
+    CHECK(w->h.conns == 3);
+    authn_hmac_redis_pool_release(w->rp, c[2], 1);
+    CHECK(w->h.conns == 0 && w->src.suspects == 1);
+    CHECK(server_accept(&w->sv) == 3);
     /* Nothing idle is left: the next one is new. */
-    CHECK(take(rp, &c[0], &why, p) == AUTHN_HMAC_REDIS_OK);
-    CHECK(server_accept(&sv) == 1 && h.conns == 1);
-    authn_hmac_redis_pool_release(rp, c[0], 0);
+    take(w, c, 1, p);
+    CHECK(server_accept(&w->sv) == 1 && w->h.conns == 1);
+    give(w, c, 1);
     apr_pool_clear(p);
-    server_stop(&sv);
+    server_stop(&w->sv);
 }
 
 /* The server closed the idle connections (a restart): none is handed out;
@@ -208,31 +224,22 @@ static void test_a_broken_one(apr_pool_t *p)
  * told to the source, and nothing counted. */
 static void test_the_server_went_away(apr_pool_t *p)
 {
-    static authn_hmac_redis_health_t h;
+    world_t *w = world(2, p);
     authn_hmac_redis_conn_t *c[2];
     const char *why;
-    source_t src;
-    server_t sv;
-    authn_hmac_redis_pool_t *rp;
-    int i;
 
-    memset(&h, 0, sizeof(h));
-    server_start(&sv, &src);
-    rp = pool_of(2, &src, &h, p);
-    for (i = 0; i < 2; i++)
-        CHECK(take(rp, &c[i], &why, p) == AUTHN_HMAC_REDIS_OK);
-    for (i = 0; i < 2; i++)
-        authn_hmac_redis_pool_release(rp, c[i], 0);
-    CHECK(server_accept(&sv) == 2);
-    while (sv.nends > 0)
-        close(sv.ends[--sv.nends]);
-    CHECK(take(rp, &c[0], &why, p) == AUTHN_HMAC_REDIS_OK);
-    CHECK(server_accept(&sv) == 1 && h.conns == 1);
-    authn_hmac_redis_pool_release(rp, c[0], 0);
-    server_stop(&sv);
+    take(w, c, 2, p);
+    give(w, c, 2);
+    CHECK(server_accept(&w->sv) == 2);
+    while (w->sv.nends > 0)
+        close(w->sv.ends[--w->sv.nends]);
+    take(w, c, 1, p);
+    CHECK(server_accept(&w->sv) == 1 && w->h.conns == 1);
+    give(w, c, 1);
+    server_stop(&w->sv);
     c[0] = NULL;
-    CHECK(take(rp, &c[0], &why, p) == AUTHN_HMAC_REDIS_ERROR);
-    CHECK(c[0] == NULL && *why && h.conns == 0 && src.suspects == 1);
+    CHECK(acquire(w->rp, &c[0], &why, p) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(c[0] == NULL && *why && w->h.conns == 0 && w->src.suspects == 1);
     apr_pool_clear(p);
 }
 
@@ -241,36 +248,29 @@ static void test_the_server_went_away(apr_pool_t *p)
  * and a connection to the old one given back is not kept. */
 static void test_stale_ones(apr_pool_t *p)
 {
-    static authn_hmac_redis_health_t h;
+    world_t *w = world(2, p);
     authn_hmac_redis_conn_t *c[2];
-    const char *why;
-    source_t src;
-    server_t sv;
-    authn_hmac_redis_pool_t *rp;
 
-    memset(&h, 0, sizeof(h));
-    server_start(&sv, &src);
-    rp = pool_of(2, &src, &h, p);
-    CHECK(take(rp, &c[0], &why, p) == AUTHN_HMAC_REDIS_OK);
-    authn_hmac_redis_pool_release(rp, c[0], 0);
-    h.epoch++;
-    CHECK(take(rp, &c[1], &why, p) == AUTHN_HMAC_REDIS_OK);
-    CHECK(server_accept(&sv) == 2 && h.conns == 1);
-    authn_hmac_redis_pool_release(rp, c[1], 0);
+    take(w, c, 1, p);
+    give(w, c, 1);
+    w->h.epoch++;
+    take(w, c + 1, 1, p);
+    CHECK(server_accept(&w->sv) == 2 && w->h.conns == 1);
+    give(w, c + 1, 1);
     /* A new generation: the idle one is dropped when the pool looks. */
-    src.gen = 2;
-    CHECK(take(rp, &c[0], &why, p) == AUTHN_HMAC_REDIS_OK);
-    CHECK(server_accept(&sv) == 1 && h.conns == 1);
+    w->src.gen = 2;
+    take(w, c, 1, p);
+    CHECK(server_accept(&w->sv) == 1 && w->h.conns == 1);
     /* Taken before a third: given back after, it is closed. */
-    src.gen = 3;
-    CHECK(take(rp, &c[1], &why, p) == AUTHN_HMAC_REDIS_OK);
-    CHECK(server_accept(&sv) == 1 && h.conns == 2);
-    authn_hmac_redis_pool_release(rp, c[0], 0);
-    CHECK(h.conns == 1);
-    authn_hmac_redis_pool_release(rp, c[1], 0);
-    CHECK(h.conns == 1 && src.suspects == 0);
+    w->src.gen = 3;
+    take(w, c + 1, 1, p);
+    CHECK(server_accept(&w->sv) == 1 && w->h.conns == 2);
+    give(w, c, 1);
+    CHECK(w->h.conns == 1);
+    give(w, c + 1, 1);
+    CHECK(w->h.conns == 1 && w->src.suspects == 0);
     apr_pool_clear(p);
-    server_stop(&sv);
+    server_stop(&w->sv);
 }
 
 /* No address known: no connection, the source's reason, the failure told;
@@ -286,12 +286,12 @@ static void test_no_address(apr_pool_t *p)
 
     memset(&h, 0, sizeof(h));
     rp = pool_of(2, &src, &h, p);
-    CHECK(take(rp, &c, &why, p) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(acquire(rp, &c, &why, p) == AUTHN_HMAC_REDIS_ERROR);
     CHECK(!c && !strcmp(why, "the test's source knows none"));
     CHECK(src.suspects == 1 && h.conns == 0);
     memset(&conf, 0, sizeof(conf));
     CHECK(authn_hmac_redis_pool_create(&rp, &conf, 2, &h, p) == APR_SUCCESS);
-    CHECK(take(rp, &c, &why, p) == AUTHN_HMAC_REDIS_ERROR);
+    CHECK(acquire(rp, &c, &why, p) == AUTHN_HMAC_REDIS_ERROR);
     CHECK(!c && !strcmp(why, "no Redis server set"));
 }
 
