@@ -46,6 +46,15 @@ size_t authn_hmac_value_seal(const authn_hmac_mac_t *mac,
     return (size_t)(o - out);
 }
 
+authn_hmac_redis_rc authn_hmac_redis_unexpected(const char *cmd,
+                                                const redisReply *r,
+                                                const char **why, apr_pool_t *p)
+{
+    *why = apr_psprintf(p, "%s: unexpected answer (%s)", cmd,
+                        authn_hmac_redis_reply_error(r, p));
+    return AUTHN_HMAC_REDIS_ERROR;
+}
+
 int authn_hmac_value_sealed(const authn_hmac_mac_t *mac,
                             const unsigned char *id, const char *buf,
                             size_t body)
@@ -248,8 +257,7 @@ authn_hmac_redis_rc authn_hmac_redis_get(
         return rc;
     rc = authn_hmac_redis_interpret(get, mac, uid, es, st);
     if (rc != AUTHN_HMAC_REDIS_OK)
-        *why = apr_psprintf(p, "GET: unexpected answer (%s)",
-                            authn_hmac_redis_reply_error(get, p));
+        (void)authn_hmac_redis_unexpected("GET", get, why, p);
     freeReplyObject(get);
     return rc;
 }
@@ -493,11 +501,8 @@ authn_hmac_redis_rc authn_hmac_redis_flight_poll(
         return rc;
     if (r->type == REDIS_REPLY_STRING)
         *st = authn_hmac_flight_interpret(mac, key, r->str, r->len, now);
-    else if (r->type != REDIS_REPLY_NIL) {
-        *why = apr_psprintf(p, "GET: unexpected answer (%s)",
-                            authn_hmac_redis_reply_error(r, p));
-        rc = AUTHN_HMAC_REDIS_ERROR;
-    }
+    else if (r->type != REDIS_REPLY_NIL)
+        rc = authn_hmac_redis_unexpected("GET", r, why, p);
     freeReplyObject(r);
     return rc;
 }

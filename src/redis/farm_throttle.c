@@ -70,11 +70,8 @@ authn_hmac_redis_rc authn_hmac_redis_throttle_banned(
     rc = authn_hmac_redis_command(c, 3, argv, lens, deadline, &r, why, p);
     if (rc != AUTHN_HMAC_REDIS_OK)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-        *why = apr_psprintf(p, "MGET: unexpected answer (%s)",
-                            authn_hmac_redis_reply_error(r, p));
-        rc = AUTHN_HMAC_REDIS_ERROR;
-    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        rc = authn_hmac_redis_unexpected("MGET", r, why, p);
     /* NB: a value is a ban only if its tag verifies for this key: else
      * anything that can write the prefix could refuse any client (its
      * logged-in users too). One that does not is ignored and counted. */
@@ -287,10 +284,9 @@ static authn_hmac_redis_rc guess_read(authn_hmac_redis_conn_t *c, guess_t *g,
         return rc;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-        *why = apr_psprintf(p, "EVAL: unexpected answer (%s)",
-                            authn_hmac_redis_reply_error(r, p));
+        rc = authn_hmac_redis_unexpected("EVAL", r, why, p);
         freeReplyObject(r);
-        return AUTHN_HMAC_REDIS_ERROR;
+        return rc;
     }
     for (i = 0; i < 2; i++) {
         const redisReply *v = r->element[i];
@@ -372,11 +368,8 @@ static authn_hmac_redis_rc guess_write(authn_hmac_redis_conn_t *c, guess_t *g,
      * says which it kept: one in force there already). */
     if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && r->integer <= 3)
         *started = (g->wargv[11][0] ? 1 : 0) | (g->wargv[12][0] ? 2 : 0);
-    else {
-        *why = apr_psprintf(p, "EVAL: unexpected answer (%s)",
-                            authn_hmac_redis_reply_error(r, p));
-        rc = AUTHN_HMAC_REDIS_ERROR;
-    }
+    else
+        rc = authn_hmac_redis_unexpected("EVAL", r, why, p);
     freeReplyObject(r);
     return rc;
 }

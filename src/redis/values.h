@@ -90,4 +90,11 @@ int authn_hmac_value_sealed(const authn_hmac_mac_t *mac,
                             const unsigned char *id, const char *buf,
                             size_t body);
 
+/* The answer r was not one that cmd gives: AUTHN_HMAC_REDIS_ERROR, with
+ * *why saying so and giving r's text (r stays the caller's to free). */
+authn_hmac_redis_rc authn_hmac_redis_unexpected(const char *cmd,
+                                                const struct redisReply *r,
+                                                const char **why,
+                                                apr_pool_t *p);
+
 #endif /* AUTHN_HMAC_REDIS_VALUES_H */
