@@ -42,6 +42,7 @@
 #include "core/secret.h"
 #include "redis/sentinel.h"
 #include "shm/share.h"
+#include "request/annex.h"
 #include "shm/table.h"
 
 #include "mod_authn_hmac.h"
@@ -381,8 +382,8 @@ static void redis_restart(retained_t *rd, apr_pool_t *ptemp, server_rec *s)
     redis_settings(ptemp, rd->settings_key, now);
     if (memcmp(now, rd->redis_settings, sizeof(now)) != 0) {
         authn_hmac_redis_health_restart(
-            authn_hmac_table_redis_health(hmac_conf.table));
-        authn_hmac_sentinel_restart(authn_hmac_table_sentinel(hmac_conf.table),
+            authn_hmac_annex_redis_health(hmac_conf.table));
+        authn_hmac_sentinel_restart(authn_hmac_annex_sentinel(hmac_conf.table),
                                     authn_hmac_monotonic());
         memcpy(rd->redis_settings, now, sizeof(now));
         ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, s,
@@ -530,13 +531,13 @@ static void start_redis(apr_pool_t *pchild, server_rec *s)
     ap_mpm_query(AP_MPMQ_MAX_THREADS, &threads);
     rv = authn_hmac_redis_pool_create(
         &hmac_child.redis_pool, &hmac_conf.redis, threads > 0 ? threads : 1,
-        authn_hmac_table_redis_health(hmac_conf.table), pchild);
+        authn_hmac_annex_redis_health(hmac_conf.table), pchild);
     /* NB: without its thread, the pool has no primary: no Redis. */
     if (rv == APR_SUCCESS && hmac_conf.sentinel.n) {
         rv = authn_hmac_sentinel_start(
             &hmac_child.sentinel, &hmac_conf.sentinel, &hmac_conf.redis,
-            authn_hmac_table_sentinel(hmac_conf.table),
-            authn_hmac_table_redis_health(hmac_conf.table), sentinel_log, s,
+            authn_hmac_annex_sentinel(hmac_conf.table),
+            authn_hmac_annex_redis_health(hmac_conf.table), sentinel_log, s,
             pchild);
         authn_hmac_redis_pool_use(
             hmac_child.redis_pool,

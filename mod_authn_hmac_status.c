@@ -13,6 +13,7 @@
 
 #include <apr_strings.h>
 
+#include "request/annex.h"
 #include "shm/table.h"
 #include "shm/throttle.h"
 #include "core/util.h"
@@ -34,7 +35,7 @@ typedef char reason_fits[sizeof(((authn_hmac_stats_t *)0)->redis_reason) ==
 static void redis_state(authn_hmac_stats_t *st)
 {
     const authn_hmac_sentinel_shared_t *sh =
-        authn_hmac_table_sentinel(hmac_conf.table);
+        authn_hmac_annex_sentinel(hmac_conf.table);
     char ip[AUTHN_HMAC_SENTINEL_IP_MAX], host[AUTHN_HMAC_SENTINEL_HOST_MAX];
     int port = 0;
 
@@ -42,7 +43,7 @@ static void redis_state(authn_hmac_stats_t *st)
     if (!st->redis)
         return;
     st->redis_up = (uint64_t)authn_hmac_redis_health_read(
-        authn_hmac_table_redis_health(hmac_conf.table), &st->redis_up_since,
+        authn_hmac_annex_redis_health(hmac_conf.table), &st->redis_up_since,
         st->redis_reason);
     st->sentinel = hmac_conf.sentinel.n > 0;
     if (!st->sentinel) {
@@ -75,6 +76,7 @@ static const char *status_text(authn_hmac_format_t f, request_rec *r, int check)
         answered = authn_hmac_redis_check(&hmac_child.engine, r, &why, r->pool);
     now = apr_time_now();
     authn_hmac_table_stats(hmac_conf.table, now, &st);
+    authn_hmac_annex_stats(hmac_conf.table, &st);
     st.checked = check;
     st.redis_check = (uint64_t)answered;
     apr_cpystrn(st.redis_check_reason, why, sizeof(st.redis_check_reason));

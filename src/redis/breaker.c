@@ -129,6 +129,17 @@ int authn_hmac_redis_health_read(const authn_hmac_redis_health_t *h,
            __atomic_load_n(&h->down_since, __ATOMIC_RELAXED) == 0;
 }
 
+void authn_hmac_redis_health_stats(const authn_hmac_redis_health_t *h,
+                                   authn_hmac_stats_t *out)
+{
+    out->redis_breaker =
+        __atomic_load_n(&h->breaker_until, __ATOMIC_RELAXED) != 0;
+    out->redis_conns = (uint64_t)__atomic_load_n(&h->conns, __ATOMIC_RELAXED);
+    out->redis_tls_handshakes =
+        __atomic_load_n(&h->tls_handshakes, __ATOMIC_RELAXED);
+    out->redis_tls_resumed = __atomic_load_n(&h->tls_resumed, __ATOMIC_RELAXED);
+}
+
 int authn_hmac_redis_failed(authn_hmac_redis_health_t *h, apr_time_t started,
                             apr_time_t now, int probe, const char *why)
 {

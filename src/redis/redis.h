@@ -10,6 +10,7 @@
 
 #include "core/cred.h"
 #include "core/secret.h"
+#include "core/util.h"
 
 #include <sys/socket.h>
 
@@ -189,8 +190,8 @@ authn_hmac_redis_server(const authn_hmac_redis_conf_t *conf, apr_pool_t *p);
 #define AUTHN_HMAC_REDIS_REASON_MAX 160
 
 /* Redis health shared by every process, so that an outage is logged once
- * and the breaker holds for all (breaker.c). Lives in the shared segment
- * (authn_hmac_table_redis_health). */
+ * and the breaker holds for all (breaker.c). Lives in the shared segment's
+ * annex (request/annex.h: authn_hmac_annex_redis_health). */
 typedef struct authn_hmac_redis_health {
     uint64_t failures;       /* within the window that began at window */
     int64_t window;          /* monotonic */
@@ -217,6 +218,12 @@ typedef struct authn_hmac_redis_health {
 int authn_hmac_redis_health_read(const authn_hmac_redis_health_t *h,
                                  apr_time_t *up_since,
                                  char reason[AUTHN_HMAC_REDIS_REASON_MAX]);
+
+/* The tier's counts in the status record: whether the breaker is open,
+ * the connections open and the TLS handshakes (the rest of out, the
+ * table's, is left alone). Read without a lock. */
+void authn_hmac_redis_health_stats(const authn_hmac_redis_health_t *h,
+                                   authn_hmac_stats_t *out);
 
 /* ---------------------------------------------------------------- the pool */
 

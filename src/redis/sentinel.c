@@ -1,4 +1,5 @@
-/* sentinel.c: the Redis primary, found through Redis Sentinel.
+/* sentinel.c: the Redis primary, found through Redis Sentinel: the
+ * discovery and its thread.
  *
  * The Sentinels are asked, in order, each under a deadline of the Redis
  * timeout, for the primary's address (SENTINEL get-master-addr-by-name),
@@ -19,6 +20,10 @@
  * there is no primary to use, they fail over to shared memory and bcrypt
  * as for any Redis failure.
  *
+ * What the processes share of it (the published primary, the claim, and
+ * the pool's source that reads them) is in sentinel_shared.c; the
+ * directives, the commands and the replies in sentinel_proto.c.
+ *
  * NB: the Sentinels are trusted to name where the primary is, not what it
  * holds: every value still needs its tag (made with the pepper), so a
  * rogue Sentinel that names a rogue Redis can deny service, never grant. */
@@ -31,267 +36,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <apr_lib.h>
 #include <apr_strings.h>
-#include <bsd/string.h>
 #include <hiredis/hiredis.h>
 
-#define SENTINEL_PORT 26379
-#define POLL_MS       100
-#define MIN_GAP       apr_time_from_msec(500) /* between two discoveries */
-#define PERIOD        apr_time_from_sec(5)    /* a look while all is well */
-#define MAX_RESOLVED  4
-
-/* ------------------------------------------------------- configuration */
-
-const char *authn_hmac_sentinel_parse(const char *arg,
-                                      authn_hmac_sentinel_conf_t *sc,
-                                      apr_pool_t *p)
-{
-    authn_hmac_redis_conf_t c;
-    const char *err, *colon;
-
-    memset(&c, 0, sizeof(c));
-    if (*arg == '/')
-        return "a Sentinel is host:port, not a socket";
-    /* NB: before the address's own checks, which would read a:1,b:2 as an
-     * IPv6 address without brackets. */
-    if (strchr(arg, ','))
-        return "separate Sentinels with spaces, not commas";
-    if ((err = authn_hmac_redis_parse_server(arg, &c, p)) != NULL)
-        return err;
-    if (sc->n >= AUTHN_HMAC_SENTINEL_MAX)
-        return "too many Sentinels (at most 8)";
-    /* NB: a port left out is Sentinel's, not Redis's. */
-    colon = *arg == '[' ? strstr(arg, "]:") : strchr(arg, ':');
-    sc->host[sc->n] = c.host;
-    sc->port[sc->n] = colon ? c.port : SENTINEL_PORT;
-    sc->n++;
-    return NULL;
-}
-
-const char *authn_hmac_sentinel_check_master(const char *name)
-{
-    const char *c;
-
-    if (!*name || strlen(name) > 64)
-        return "empty or too long";
-    for (c = name; *c; c++)
-        if (!apr_isalnum(*c) && !strchr(".-_", *c))
-            return "bad character";
-    return NULL;
-}
-
-/* ---------------------------------------------------------- the replies */
-
-static int is_string(const redisReply *r)
-{
-    return r &&
-           (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
-           r->str;
-}
-
-int authn_hmac_sentinel_addr_reply(const redisReply *r,
-                                   char host[AUTHN_HMAC_SENTINEL_HOST_MAX],
-                                   int *port)
-{
-    const redisReply *h, *pt;
-    size_t i;
-    long v = 0;
-
-    if (r && r->type == REDIS_REPLY_NIL)
-        return 0;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-        return -1;
-    h = r->element[0];
-    pt = r->element[1];
-    if (!is_string(h) || !is_string(pt) || h->len == 0 ||
-        h->len >= AUTHN_HMAC_SENTINEL_HOST_MAX || pt->len == 0 || pt->len > 5)
-        return -1;
-    /* NB: the name goes into logs and DNS: the characters of a host name
-     * or an address only. */
-    for (i = 0; i < h->len; i++)
-        if (!apr_isalnum(h->str[i]) && !strchr(".-_:", h->str[i]))
-            return -1;
-    for (i = 0; i < pt->len; i++) {
-        if (!apr_isdigit(pt->str[i]))
-            return -1;
-        v = v * 10 + (pt->str[i] - '0');
-    }
-    if (v < 1 || v > 65535)
-        return -1;
-    memcpy(host, h->str, h->len);
-    host[h->len] = '\0';
-    *port = (int)v;
-    return 1;
-}
-
-int authn_hmac_sentinel_role_reply(const redisReply *r)
-{
-    const redisReply *e;
-
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1)
-        return -1;
-    e = r->element[0];
-    if (!is_string(e))
-        return -1;
-    if (e->len == 6 && memcmp(e->str, "master", 6) == 0)
-        return 1;
-    if ((e->len == 5 && memcmp(e->str, "slave", 5) == 0) ||
-        (e->len == 7 && memcmp(e->str, "replica", 7) == 0) ||
-        (e->len == 8 && memcmp(e->str, "sentinel", 8) == 0))
-        return 0;
-    return -1;
-}
-
-/* ------------------------------------------------------ the shared part */
-
-uint64_t authn_hmac_sentinel_read(const authn_hmac_sentinel_shared_t *sh,
-                                  char ip[AUTHN_HMAC_SENTINEL_IP_MAX],
-                                  char host[AUTHN_HMAC_SENTINEL_HOST_MAX],
-                                  int *port)
-{
-    int tries;
-
-    for (tries = 0; tries < 1000; tries++) {
-        uint64_t s1 = __atomic_load_n(&sh->seq, __ATOMIC_ACQUIRE), s2, gen;
-        uint64_t pub;
-
-        if (s1 & 1)
-            continue; /* being written */
-        gen = __atomic_load_n(&sh->gen, __ATOMIC_RELAXED);
-        pub = __atomic_load_n(&sh->pub_epoch, __ATOMIC_RELAXED);
-        memcpy(ip, sh->ip, AUTHN_HMAC_SENTINEL_IP_MAX);
-        memcpy(host, sh->host, AUTHN_HMAC_SENTINEL_HOST_MAX);
-        *port = (int)__atomic_load_n(&sh->port, __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        s2 = __atomic_load_n(&sh->seq, __ATOMIC_RELAXED);
-        if (s1 != s2)
-            continue;
-        ip[AUTHN_HMAC_SENTINEL_IP_MAX - 1] = '\0';
-        host[AUTHN_HMAC_SENTINEL_HOST_MAX - 1] = '\0';
-        /* NB: learnt under settings a restart changed since: none. */
-        if (pub != __atomic_load_n(&sh->epoch, __ATOMIC_ACQUIRE))
-            return 0;
-        return gen;
-    }
-    return 0; /* a writer that died mid-way: the next one repairs it */
-}
-
-int authn_hmac_sentinel_due(const authn_hmac_sentinel_shared_t *sh,
-                            apr_time_t now, apr_interval_time_t min_gap,
-                            apr_interval_time_t period)
-{
-    int64_t checked = __atomic_load_n(&sh->checked, __ATOMIC_RELAXED);
-
-    if (checked && now - checked < min_gap)
-        return 0;
-    if (!__atomic_load_n(&sh->gen, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&sh->failing, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&sh->pub_epoch, __ATOMIC_RELAXED) !=
-            __atomic_load_n(&sh->epoch, __ATOMIC_RELAXED))
-        return 1;
-    /* NB: a failure seen after the last look, even of a command sent to
-     * the old primary before it: one look too many, bounded by min_gap. */
-    if (__atomic_load_n(&sh->suspect, __ATOMIC_RELAXED) > checked)
-        return 1;
-    return now - checked >= period;
-}
-
-int64_t authn_hmac_sentinel_claim(authn_hmac_sentinel_shared_t *sh,
-                                  apr_time_t now, apr_interval_time_t hold)
-{
-    int64_t c = __atomic_load_n(&sh->claim, __ATOMIC_ACQUIRE);
-
-    /* NB: a claim past its end is a process that died asking (or hung):
-     * taken over. */
-    if (c != 0 && c > now)
-        return 0;
-    return __atomic_compare_exchange_n(&sh->claim, &c, now + hold, 0,
-                                       __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)
-               ? now + hold
-               : 0;
-}
-
-int authn_hmac_sentinel_finish(authn_hmac_sentinel_shared_t *sh, int64_t claim,
-                               const char *ip, const char *host, int port,
-                               apr_time_t now)
-{
-    int changed = 0, switched;
-
-    /* NB: only the claim's holder writes. Its deadlines keep a discovery
-     * well within the claim, but a name slow to resolve may not: one that
-     * outlived its claim, taken over since, writes nothing. The claim is
-     * renewed for the write, so that it is not taken over in the middle
-     * of it. */
-    if (!__atomic_compare_exchange_n(&sh->claim, &claim,
-                                     now + apr_time_from_sec(1), 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-        return -1;
-    /* NB: an odd count is a writer that died within its write (killed
-     * after the fields, before closing it): rewritten, even if the same,
-     * else no process could read the primary again. */
-    if (ip && ((__atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & 1) ||
-               !__atomic_load_n(&sh->gen, __ATOMIC_RELAXED) ||
-               __atomic_load_n(&sh->pub_epoch, __ATOMIC_RELAXED) !=
-                   __atomic_load_n(&sh->epoch, __ATOMIC_RELAXED) ||
-               strcmp(sh->ip, ip) != 0 || strcmp(sh->host, host) != 0 ||
-               sh->port != port)) {
-        uint64_t s = __atomic_load_n(&sh->seq, __ATOMIC_RELAXED) & ~1ULL;
-
-        /* NB: another server than the last one known (of any epoch). */
-        switched = sh->ip[0] && (strcmp(sh->ip, ip) != 0 || sh->port != port);
-        if (switched)
-            __atomic_add_fetch(&sh->switches, 1, __ATOMIC_RELAXED);
-        if (switched || !__atomic_load_n(&sh->since, __ATOMIC_RELAXED))
-            __atomic_store_n(&sh->since, apr_time_now(), __ATOMIC_RELAXED);
-        __atomic_store_n(&sh->seq, s + 1, __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_RELEASE);
-        strlcpy(sh->ip, ip, sizeof(sh->ip));
-        strlcpy(sh->host, host, sizeof(sh->host));
-        __atomic_store_n(&sh->port, port, __ATOMIC_RELAXED);
-        __atomic_store_n(&sh->pub_epoch,
-                         __atomic_load_n(&sh->epoch, __ATOMIC_ACQUIRE),
-                         __ATOMIC_RELAXED);
-        __atomic_add_fetch(&sh->gen, 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&sh->seq, s + 2, __ATOMIC_RELEASE);
-        changed = 1;
-    }
-    __atomic_add_fetch(&sh->discoveries, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->failing, ip ? 0 : 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->checked, now, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->claim, 0, __ATOMIC_RELEASE);
-    return changed;
-}
-
-void authn_hmac_sentinel_suspect(authn_hmac_sentinel_shared_t *sh,
-                                 apr_time_t now)
-{
-    __atomic_store_n(&sh->suspect, now, __ATOMIC_RELAXED);
-}
-
-void authn_hmac_sentinel_restart(authn_hmac_sentinel_shared_t *sh,
-                                 apr_time_t now)
-{
-    /* NB: the primary learnt under the old settings is forgotten (found by
-     * review: new children used it, with the new password, until a
-     * discovery under the new ones found another): a new epoch, and a new
-     * generation so that readers look again and find it of the old one.
-     * Nothing is written under the readers' count: an old child's thread
-     * may be writing there (a review of this: two writers tore it). */
-    __atomic_add_fetch(&sh->epoch, 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&sh->gen, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&sh->failing, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->checked, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->suspect, now, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->claim, 0, __ATOMIC_RELEASE);
-}
+#define POLL_MS      100
+#define MIN_GAP      apr_time_from_msec(500) /* between two discoveries */
+#define PERIOD       apr_time_from_sec(5)    /* a look while all is well */
+#define MAX_RESOLVED 4
 
 /* ------------------------------------------------------- the discovery */
 
@@ -329,35 +85,6 @@ static int printable(const char *str)
     while (n < 80 && str[n] >= ' ' && str[n] <= '~')
         n++;
     return n;
-}
-
-/* Runs one command on a new connection to addrs, closed after. */
-static authn_hmac_redis_rc ask(const authn_hmac_redis_conf_t *conf,
-                               const authn_hmac_redis_addr_t *addrs, int n,
-                               const char *peer, int argc, const char **argv,
-                               redisReply **reply, const char **why,
-                               apr_pool_t *p)
-{
-    apr_time_t deadline =
-        authn_hmac_monotonic() + apr_time_from_msec(conf->timeout_ms);
-    authn_hmac_redis_conn_t *c = NULL;
-    size_t lens[4];
-    int i, resumed;
-    authn_hmac_redis_rc rc;
-
-    for (i = 0; i < argc; i++)
-        lens[i] = strlen(argv[i]);
-    rc = authn_hmac_redis_connect(conf, addrs, n, peer, deadline, &c, &resumed,
-                                  why, p);
-    if (rc != AUTHN_HMAC_REDIS_OK)
-        return rc;
-    /* NB: a primary's ROLE lists its replicas: longer than the replies the
-     * requests read, still bounded. */
-    if (strcmp(argv[0], "ROLE") == 0)
-        authn_hmac_redis_conn_long_replies(c);
-    rc = authn_hmac_redis_command(c, argc, argv, lens, deadline, reply, why, p);
-    authn_hmac_redis_close(c);
-    return rc;
 }
 
 /* An address as 16 bytes (IPv4 as IPv4-mapped IPv6) and its port; 0 for
@@ -413,13 +140,6 @@ static int same_addr(const authn_hmac_redis_addr_t *a,
     return memcmp(x, y, 16) == 0 || (is_local(x) && is_local(y));
 }
 
-/* Whether a may be the address of one of the configured Sentinels: NULL
- * if not, else why the Redis password is not sent there. NB: the primary
- * is sent AUTH with the Redis password; a Sentinel that names itself (or
- * another Sentinel) as the primary must not get it (found by review: with
- * TLS and a private CA, a Sentinel holds a certificate the primary's
- * checks accept). A Sentinel whose name does not resolve now may be that
- * address: the password is not sent either (it failed open). */
 /* Every address of each Sentinel (a name may stand for many: a service
  * of all the Sentinels, IPv4 and IPv6), and the last ones each name
  * resolved to in this process, for a name that does not resolve now. NB:
@@ -433,15 +153,6 @@ typedef struct {
 
 static known_t *known;
 
-/* Whether a may be the address of one of the configured Sentinels: NULL
- * if not, else why the Redis password is not sent there. NB: the primary
- * is sent AUTH with the Redis password; a Sentinel that names itself (or
- * another Sentinel) as the primary must not get it (found by review: with
- * TLS and a private CA, a Sentinel holds a certificate the primary's
- * checks accept). A Sentinel whose name does not resolve now is taken at
- * the addresses it last resolved to in this process (each name is
- * resolved when the discovery thread starts); one that never resolved may
- * be that address: the password is not sent (it failed open). */
 /* Every address of Sentinel i, now, or else the last ones its name
  * resolved to in this process: their number, or 0 (and *why). */
 static int sentinel_addrs(const authn_hmac_sentinel_conf_t *sc, int i,
@@ -465,6 +176,15 @@ static int sentinel_addrs(const authn_hmac_sentinel_conf_t *sc, int i,
     return n;
 }
 
+/* Whether a may be the address of one of the configured Sentinels: NULL
+ * if not, else why the Redis password is not sent there. NB: the primary
+ * is sent AUTH with the Redis password; a Sentinel that names itself (or
+ * another Sentinel) as the primary must not get it (found by review: with
+ * TLS and a private CA, a Sentinel holds a certificate the primary's
+ * checks accept). A Sentinel whose name does not resolve now is taken at
+ * the addresses it last resolved to in this process (each name is
+ * resolved when the discovery thread starts); one that never resolved may
+ * be that address: the password is not sent (it failed open). */
 static const char *is_a_sentinel(const authn_hmac_sentinel_conf_t *sc,
                                  const authn_hmac_redis_addr_t *a,
                                  apr_pool_t *p)
@@ -507,7 +227,8 @@ static int confirm(const authn_hmac_sentinel_conf_t *sc,
         *why = sentinel;
         n = 0;
     }
-    if (n <= 0 || ask(redis, addrs, 1,
+    if (n <= 0 || authn_hmac_sentinel_ask(
+                      redis, addrs, 1,
                       redis->tls && sc->primary_name ? sc->primary_name : host,
                       1, role, &r, why, p) != AUTHN_HMAC_REDIS_OK) {
         *why = apr_psprintf(p, "it named %s:%d: %s", host, port, *why);
@@ -555,8 +276,9 @@ authn_hmac_sentinel_discover(const authn_hmac_sentinel_conf_t *sc,
         int n, ok;
 
         n = resolve(sc, sc->host[i], sc->port[i], addrs, &w, p);
-        if (n && ask(&sc->conn, addrs, n, sc->host[i], 3, get, &r, &w, p) ==
-                     AUTHN_HMAC_REDIS_OK) {
+        if (n &&
+            authn_hmac_sentinel_ask(&sc->conn, addrs, n, sc->host[i], 3, get,
+                                    &r, &w, p) == AUTHN_HMAC_REDIS_OK) {
             ok = authn_hmac_sentinel_addr_reply(r, host, port);
             if (ok == 0)
                 w = apr_psprintf(p, "it knows no master '%s'", sc->master);
@@ -767,77 +489,4 @@ apr_status_t authn_hmac_sentinel_start(authn_hmac_sentinel_t **out,
     s->started = 1;
     apr_pool_cleanup_register(p, s, stop, apr_pool_cleanup_null);
     return APR_SUCCESS;
-}
-
-int authn_hmac_sentinel_addr(authn_hmac_sentinel_t *s, uint64_t *gen,
-                             authn_hmac_redis_addr_t *addr,
-                             char peer[AUTHN_HMAC_SENTINEL_HOST_MAX])
-{
-    char ip[AUTHN_HMAC_SENTINEL_IP_MAX], host[AUTHN_HMAC_SENTINEL_HOST_MAX];
-    uint64_t g = __atomic_load_n(&s->sh->gen, __ATOMIC_RELAXED);
-    int port = 0;
-
-    if (g == *gen)
-        return g ? 0 : -1;
-    if (!(g = authn_hmac_sentinel_read(s->sh, ip, host, &port)))
-        return -1;
-    memset(addr, 0, sizeof(*addr));
-    /* NB: an address as text, parsed without DNS: never on a request's
-     * time. */
-    if (strchr(ip, ':')) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&addr->sa;
-
-        if (inet_pton(AF_INET6, ip, &a->sin6_addr) != 1)
-            return -1;
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port);
-        addr->len = sizeof(*a);
-    }
-    else {
-        struct sockaddr_in *a = (struct sockaddr_in *)&addr->sa;
-
-        if (inet_pton(AF_INET, ip, &a->sin_addr) != 1)
-            return -1;
-        a->sin_family = AF_INET;
-        a->sin_port = htons((uint16_t)port);
-        addr->len = sizeof(*a);
-    }
-    strlcpy(peer,
-            s->redis->tls && s->sc->primary_name ? s->sc->primary_name : host,
-            AUTHN_HMAC_SENTINEL_HOST_MAX);
-    *gen = g;
-    return 1;
-}
-
-/* ------------------------------------------------ as the pool's source */
-
-static int source_addr(void *baton, uint64_t *gen,
-                       authn_hmac_redis_addr_t *addrs, int *naddr,
-                       char peer[AUTHN_HMAC_REDIS_HOST_MAX], const char **why)
-{
-    int r = authn_hmac_sentinel_addr(baton, gen, &addrs[0], peer);
-
-    if (r == 1)
-        *naddr = 1;
-    else if (r < 0)
-        *why = "no primary known yet (none that the Sentinels named has "
-               "been confirmed by its ROLE: the discovery's warning says why)";
-    return r;
-}
-
-/* A failure of the primary (no connection, a timeout, a refusal such as
- * READONLY or LOADING) asks for a new look. */
-static void source_suspect(void *baton)
-{
-    authn_hmac_sentinel_t *s = baton;
-
-    authn_hmac_sentinel_suspect(s->sh, authn_hmac_monotonic());
-}
-
-authn_hmac_redis_source_t authn_hmac_sentinel_source(authn_hmac_sentinel_t *s)
-{
-    authn_hmac_redis_source_t src = {source_addr, source_suspect, NULL};
-
-    src.baton = s;
-    return src;
 }

@@ -1,5 +1,7 @@
 /* redis/sentinel.h: finding the Redis primary through Redis
- * Sentinel (src/redis/sentinel.c), above the connection (it talks to the
+ * Sentinel (src/redis/sentinel.c, the discovery; sentinel_shared.c, the
+ * primary the processes share; sentinel_proto.c, the directives, commands
+ * and replies), above the connection (it talks to the
  * Sentinels over conn.c's connections) and below the pool (to which it is
  * an address source). */
 #ifndef AUTHN_HMAC_SENTINEL_H
@@ -55,8 +57,8 @@ int authn_hmac_sentinel_role_reply(const struct redisReply *r);
 
 /* The Redis primary as the server's processes share it. One process asks
  * the Sentinels at a time (the claim); the others read the address without
- * a lock (seq: odd while it is being written). Lives in the shared segment
- * (authn_hmac_table_sentinel). */
+ * a lock (seq: odd while it is being written). Lives in the shared segment's
+ * annex (request/annex.h: authn_hmac_annex_sentinel). */
 typedef struct authn_hmac_sentinel_shared {
     uint64_t seq;
     uint64_t gen;                            /* addresses published */

@@ -8,6 +8,7 @@
  * clearing its farm marker). Rests on the Redis client (redis/redis.h)
  * and the shared segment's health and counters (shm/table.h). */
 #include "engine_int.h"
+#include "annex.h"
 #include "core/util.h"
 
 #include <string.h>
@@ -42,7 +43,7 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
                       authn_hmac_redis_rc rc, const char *why)
 {
     const authn_hmac_engine_t *e = rq->e;
-    authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(e->table);
+    authn_hmac_redis_health_t *h = authn_hmac_annex_redis_health(e->table);
     apr_time_t now = authn_hmac_monotonic();
     apr_interval_time_t outage = 0;
 
@@ -93,7 +94,7 @@ static void redis_end(redis_req *rq, authn_hmac_redis_conn_t *conn,
 static authn_hmac_redis_conn_t *redis_begin(redis_req *rq, apr_time_t *deadline)
 {
     const authn_hmac_engine_t *e = rq->e;
-    authn_hmac_redis_health_t *h = authn_hmac_table_redis_health(e->table);
+    authn_hmac_redis_health_t *h = authn_hmac_annex_redis_health(e->table);
     authn_hmac_redis_conn_t *conn = NULL;
     apr_interval_time_t timeout;
     const char *why = "";
@@ -152,7 +153,7 @@ int authn_hmac_session_lookup(redis_req *rq, const authn_hmac_mac_t *mac,
         authn_hmac_logf(
             e->log, rq->baton,
             authn_hmac_redis_forged_first(
-                authn_hmac_table_redis_health(e->table))
+                authn_hmac_annex_redis_health(e->table))
                 ? AUTHN_HMAC_LOG_WARNING
                 : AUTHN_HMAC_LOG_DEBUG,
             "AHMAC0006: Redis returned an entry that does not verify "
@@ -309,7 +310,7 @@ static void throttle_forged(redis_req *rq)
     count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
     authn_hmac_logf(
         e->log, rq->baton,
-        authn_hmac_redis_forged_first(authn_hmac_table_redis_health(e->table))
+        authn_hmac_redis_forged_first(authn_hmac_annex_redis_health(e->table))
             ? AUTHN_HMAC_LOG_WARNING
             : AUTHN_HMAC_LOG_DEBUG,
         "AHMAC0038: Redis returned a ban or a count of the throttle that "
@@ -444,7 +445,7 @@ int authn_hmac_redis_check(const authn_hmac_engine_t *e, void *baton,
         *why = "no Redis client in this process";
         return 0;
     }
-    h = authn_hmac_table_redis_health(e->table);
+    h = authn_hmac_annex_redis_health(e->table);
     authn_hmac_session_begin(&rq, e, baton, p, 0);
     timeout = apr_time_from_msec(e->redis_conf->timeout_ms);
     rq.started = authn_hmac_monotonic();

@@ -26,10 +26,11 @@
  */
 #include "shm/table.h"
 #include "core/cred.h"
-#include "redis/redis.h"    /* the health's record, kept here */
-#include "redis/sentinel.h" /* the primary's record, kept here */
 #include "core/util.h"
 #include "table_int.h"
+#ifdef AUTHN_HMAC_TESTING
+#include "shm/table_testing.h"
+#endif
 
 #include <string.h>
 
@@ -46,7 +47,8 @@
  * the throttle's records; 14 to 16: the Redis health, the Sentinel state
  * and the previous pepper; 17: the farm's late and timed-out waits; 18: the
  * throttle's records of 128 bytes, a slot's client mark) makes a kept segment
- * start afresh, across a graceful restart after an upgrade too. */
+ * start afresh, across a graceful restart after an upgrade too. What the
+ * layers above keep in the annex is part of the layout (table.h). */
 #define TABLE_MAGIC 0x61686d6163740012ULL
 
 #define WAYS        8 /* slots per set */
@@ -75,8 +77,10 @@ typedef struct {
 
 /* The segment, in one place:
  *   header           magic, size, start time, where each region is and how
- *                    full, the queue's words, the Redis health, the
- *                    counters (HEADER_SIZE)
+ *                    full, the queue's words, the annex (the Redis
+ *                    health and the Sentinel's primary, laid out by
+ *                    the layers above: table.h), the counters
+ *                    (HEADER_SIZE)
  *   flights          AUTHN_HMAC_FLIGHTS verifications in flight, so that
  *                    concurrent misses of one credential wait for one
  *                    bcrypt (flight.c)
@@ -112,10 +116,7 @@ typedef struct {
     uint64_t throttle_slots;  /* how many */
     int64_t throttle_until;   /* apr_time_t: no ban lasts past it */
     char pad0[64 - (120 + REGIONS * sizeof(region_hdr_t)) % 64];
-    authn_hmac_redis_health_t redis;
-    char pad2[64 - sizeof(authn_hmac_redis_health_t) % 64];
-    authn_hmac_sentinel_shared_t sentinel; /* the primary, with Sentinel */
-    char pad3[64 - sizeof(authn_hmac_sentinel_shared_t) % 64];
+    unsigned char annex[AUTHN_HMAC_TABLE_ANNEX_BYTES]; /* table.h */
     uint64_t counter[AUTHN_HMAC_C_COUNT];
     char pad1[64 - (AUTHN_HMAC_C_COUNT * 8) % 64];
     /* NB: hits, the counter every hit adds to, by CPU, a line for each: a
@@ -145,6 +146,10 @@ typedef char slot_is_64_bytes[sizeof(slot_t) == 64 ? 1 : -1];
 typedef char
     queue_words_are_56_bytes[sizeof(authn_hmac_queue_hdr_t) == 56 ? 1 : -1];
 typedef char hits_on_lines[offsetof(header_t, hits) % 64 == 0 ? 1 : -1];
+typedef char annex_on_lines[offsetof(header_t, annex) % 64 == 0 &&
+                                    AUTHN_HMAC_TABLE_ANNEX_BYTES % 64 == 0
+                                ? 1
+                                : -1];
 typedef char set_is_9_lines[sizeof(set_t) == (size_t)9 * 64 ? 1 : -1];
 
 /* NB: the flights and the queue, both fixed, after the header; then the
@@ -479,9 +484,7 @@ int authn_hmac_table_lookup(authn_hmac_table_t *t,
                           verified, used);
 
 #ifdef AUTHN_HMAC_TESTING
-    /* A test's pause on a miss (testing/testing.h). */
-    void authn_hmac_test_pause(int n);
-
+    /* A test's pause on a miss (shm/table_testing.h). */
     if (!found)
         authn_hmac_test_pause(6);
 #endif
@@ -640,9 +643,7 @@ authn_hmac_negative_store(authn_hmac_table_t *t,
 }
 
 #ifdef AUTHN_HMAC_TESTING
-/* A seam for tests (see testing/testing.h): not in the shipped library. */
-#include "testing/testing.h"
-
+/* A seam for tests (shm/table_testing.h): not in the shipped library. */
 void authn_hmac_table_tear(authn_hmac_table_t *t,
                            const unsigned char key[AUTHN_HMAC_KEY_LEN],
                            const unsigned char uid[AUTHN_HMAC_KEY_LEN])
@@ -717,14 +718,9 @@ void authn_hmac_table_observe(authn_hmac_table_t *t,
     __atomic_fetch_add(&hist->sum_usec, usec, __ATOMIC_RELAXED);
 }
 
-authn_hmac_redis_health_t *authn_hmac_table_redis_health(authn_hmac_table_t *t)
+void *authn_hmac_table_annex(authn_hmac_table_t *t)
 {
-    return &t->hdr->redis;
-}
-
-authn_hmac_sentinel_shared_t *authn_hmac_table_sentinel(authn_hmac_table_t *t)
-{
-    return &t->hdr->sentinel;
+    return t->hdr->annex;
 }
 
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
@@ -753,14 +749,6 @@ void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
         __atomic_load_n(&t->hdr->q.places[PLACE_RUNNING], __ATOMIC_RELAXED);
     out->waiting =
         __atomic_load_n(&t->hdr->q.places[PLACE_WAITING], __ATOMIC_RELAXED);
-    out->redis_breaker =
-        __atomic_load_n(&t->hdr->redis.breaker_until, __ATOMIC_RELAXED) != 0;
-    out->redis_conns =
-        (uint64_t)__atomic_load_n(&t->hdr->redis.conns, __ATOMIC_RELAXED);
-    out->redis_tls_handshakes =
-        __atomic_load_n(&t->hdr->redis.tls_handshakes, __ATOMIC_RELAXED);
-    out->redis_tls_resumed =
-        __atomic_load_n(&t->hdr->redis.tls_resumed, __ATOMIC_RELAXED);
     out->slots = n;
     out->bytes = t->hdr->size;
     out->started = t->hdr->started;

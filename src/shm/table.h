@@ -1,7 +1,8 @@
 /* shm/table.h: the shared-memory table: the cache of credentials,
- * the negative cache, the counters and the Redis health, in one segment
- * shared by every process, which also holds single flight (flight.h) and
- * the verification queue (queue.h). */
+ * the negative cache and the counters, in one segment shared by every
+ * process, which also holds single flight (flight.h), the verification
+ * queue (queue.h) and an annex that the layers above lay out (the Redis
+ * health and the Sentinel's primary: request/annex.h). */
 #ifndef AUTHN_HMAC_TABLE_H
 #define AUTHN_HMAC_TABLE_H
 
@@ -116,16 +117,19 @@ void authn_hmac_table_gauge(authn_hmac_table_t *t, enum authn_hmac_counter c,
 void authn_hmac_table_observe(authn_hmac_table_t *t,
                               enum authn_hmac_histogram h, uint64_t usec);
 
-/* The Redis tier's records in the shared segment: its health
- * (redis/redis.h) and, with Sentinel, the primary
- * (redis/sentinel.h). */
-struct authn_hmac_redis_health *
-authn_hmac_table_redis_health(authn_hmac_table_t *t);
+/* The annex: AUTHN_HMAC_TABLE_ANNEX_BYTES of the segment's header,
+ * starting on a cache line, zero in a fresh segment, kept across a graceful
+ * restart like the rest; the table never reads it. The layers above lay
+ * it out (request/annex.c, which checks that its layout fits). NB: the
+ * annex's contents are part of the segment's layout: a change to them
+ * must change TABLE_MAGIC (shm/table.c), as a change to the table's own
+ * does. */
+#define AUTHN_HMAC_TABLE_ANNEX_BYTES ((size_t)640)
 
-struct authn_hmac_sentinel_shared *
-authn_hmac_table_sentinel(authn_hmac_table_t *t);
+void *authn_hmac_table_annex(authn_hmac_table_t *t);
 
-/* Counters and sizes, in O(1). */
+/* Counters and sizes, in O(1); the Redis tier's are not the table's
+ * (authn_hmac_annex_stats fills them). */
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,
                             authn_hmac_stats_t *out);
 

@@ -371,8 +371,8 @@ int authn_hmac_watch_live(uint64_t id)
 }
 
 #ifdef AUTHN_HMAC_TESTING
-/* Seams for tests (see testing/testing.h): not in the shipped library. */
-#include "testing/testing.h"
+/* Seams for tests (sources/watch_testing.h): not in the shipped library. */
+#include "sources/watch_testing.h"
 
 void authn_hmac_test_set_writing(int wd, int on)
 {

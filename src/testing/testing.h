@@ -2,14 +2,17 @@
  * and the shipped library does not have: these functions are in
  * libauthnhmac_test.la (the user-file layer and the cache, src/shm/table.c,
  * built with AUTHN_HMAC_TESTING, and src/testing/), which only tests and
- * fuzzers link, never the module. */
+ * fuzzers link, never the module. Each seam is declared beside what it
+ * seams (shm/table_testing.h, sources/watch_testing.h); this header
+ * gathers them. */
 #ifndef AUTHN_HMAC_TESTING_H
 #define AUTHN_HMAC_TESTING_H
 
 #include "core/cred.h"
 #include "sources/htpasswd.h"
 #include "sources/index.h"
-#include "shm/table.h"
+#include "sources/watch_testing.h" /* the watcher's seams */
+#include "shm/table_testing.h"     /* the cache's: authn_hmac_table_tear */
 
 /* --------------------------------------------------- a credential's keys */
 
@@ -28,15 +31,6 @@ void authn_hmac_negative_key(const authn_hmac_mac_t *mac, const char *scope,
                              size_t password_len, const char *hash,
                              size_t hash_len,
                              unsigned char nkey[AUTHN_HMAC_KEY_LEN]);
-
-/* ---------------------------------------------------------- the cache */
-
-/* Leaves key's slot as a writer that died halfway through writing it would
- * (its sequence odd, its contents torn). In src/shm/table.c, built with
- * AUTHN_HMAC_TESTING. */
-void authn_hmac_table_tear(authn_hmac_table_t *t,
-                           const unsigned char key[AUTHN_HMAC_KEY_LEN],
-                           const unsigned char uid[AUTHN_HMAC_KEY_LEN]);
 
 /* ------------------------------------------ the whole-buffer parser */
 
@@ -105,30 +99,9 @@ void authn_hmac_reap(authn_hmac_userfile_t *uf);
 /* Where a thread of the user-file layer stops (PAUSE_POINT(n), n 1 to 5:
  * a lookup that read the epoch; that holds a generation; a build that has
  * begun a shared version; that read the file; the reaper that holds a
- * generation), or a lookup in the cache that missed (6): calls the hook,
- * if a test set one. */
+ * generation), or a lookup in the cache that missed (6):
+ * authn_hmac_test_pause (shm/table_testing.h) calls the hook, if a test
+ * set one. */
 extern void (*authn_hmac_test_pause_hook)(int n);
-void authn_hmac_test_pause(int n);
-
-/* --------------------------------------------------------- the watcher */
-
-/* A writer seen at work on wd, or done, as a drain would take it in. */
-void authn_hmac_test_set_writing(int wd, int on);
-
-/* A drain by hand: begun (the count moved on, under the watcher's lock),
- * the queue taken (as often as wanted), ended (the count moved on). */
-void authn_hmac_test_drain_begin(void);
-void authn_hmac_test_drain_take(void);
-void authn_hmac_test_drain_end(void);
-
-/* The epoll instances: how many (max_too: how many there can be), each
- * one's fd and busy flag; held busy, closed, or all of them dropped. */
-int authn_hmac_test_polls(int max_too);
-int authn_hmac_test_poll_fd(int i);
-int authn_hmac_test_poll_busy(int i);
-#define AUTHN_HMAC_TEST_POLL_HOLD  1
-#define AUTHN_HMAC_TEST_POLL_CLOSE 2
-#define AUTHN_HMAC_TEST_POLLS_OFF  3
-void authn_hmac_test_poll_set(int i, int how);
 
 #endif /* AUTHN_HMAC_TESTING_H */

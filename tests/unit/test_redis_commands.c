@@ -467,6 +467,26 @@ static void count_value(const authn_hmac_mac_t *m, const unsigned char *id,
         sprintf(v + strlen(v), "%02x", tag[i]);
 }
 
+/* One wrong guess (fingerprint fp) of the pair (its id all 1s) and the
+ * client (all 2s) through throttle_fail, on s's connection: limits max
+ * (the pair's) and max_client, a window and a ban of 10 minutes, at now. */
+static authn_hmac_redis_rc guess(one_server *s, const authn_hmac_mac_t *m,
+                                 uint64_t fp, int max, int max_client,
+                                 apr_time_t now, int *started, int *forged,
+                                 const char **why, apr_pool_t *p)
+{
+    authn_hmac_redis_conf_t conf;
+    unsigned char pair[32], client[32];
+
+    memset(&conf, 0, sizeof(conf));
+    conf.prefix = "authn_hmac:";
+    memset(pair, 1, sizeof(pair));
+    memset(client, 2, sizeof(client));
+    return authn_hmac_redis_throttle_fail(
+        s->c, &conf, m, pair, client, fp, max, max_client, SEC(600), SEC(600),
+        now, authn_hmac_monotonic() + SEC(5), started, forged, why, p);
+}
+
 /* The counts are written compare-and-set: the write carries the values
  * read ("" for none), and one that Redis answers -1 (another server
  * counted a guess of the pair or the client since) is read again, without
@@ -477,7 +497,6 @@ static void count_value(const authn_hmac_mac_t *m, const unsigned char *id,
 static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
 {
     authn_hmac_mac_t *m = test_mac(p, 1);
-    authn_hmac_redis_conf_t conf;
     unsigned char pair[32], client[32];
     apr_time_t now = SEC(1700000000), begun = now - SEC(60), start;
     char v[128];
@@ -487,8 +506,6 @@ static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
     uint64_t fp;
     int started = -1, forged = -1, got, i;
 
-    memset(&conf, 0, sizeof(conf));
-    conf.prefix = "authn_hmac:";
     memset(pair, 1, sizeof(pair));
     memset(client, 2, sizeof(client));
     count_value(m, pair, begun, 3, 7, v); /* another server's count */
@@ -498,10 +515,8 @@ static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
         p, "*2\r\n$%" APR_SIZE_T_FMT "\r\n%s\r\n$0\r\n\r\n", strlen(v), v);
     replies[3] = ":0\r\n";
     seq_start(&s, replies, 4);
-    CHECK(authn_hmac_redis_throttle_fail(
-              s.c, &conf, m, pair, client, 42, 10, 30, SEC(600), SEC(600), now,
-              authn_hmac_monotonic() + SEC(5), &started, &forged, &why,
-              p) == AUTHN_HMAC_REDIS_OK);
+    CHECK(guess(&s, m, 42, 10, 30, now, &started, &forged, &why, p) ==
+          AUTHN_HMAC_REDIS_OK);
     CHECK(started == 0 && forged == 0 && !*why);
     got = seq_end(&s, p, a, 9);
     CHECK(got == 4);
@@ -526,18 +541,31 @@ static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
     CHECK(authn_hmac_count_decode(m, client, a[3][9], strlen(a[3][9]), &start,
                                   &n, &fp) == 1 &&
           start == now && n == 1);
+}
 
-    /* A window another server started after this one took its now (it
-     * counted at the same moment): its count is raised, not restarted. */
+/* A window another server started after this one took its now (it
+ * counted at the same moment): its count is raised, not restarted. And
+ * the tries end: a count changed under each is not counted in the farm. */
+static void test_a_count_ahead_is_raised_and_the_tries_end(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 1);
+    unsigned char pair[32];
+    apr_time_t now = SEC(1700000000), start;
+    char v[128];
+    const char *replies[8], **a[9], *why = "";
+    one_server s;
+    uint32_t n;
+    uint64_t fp;
+    int started = -1, forged = -1, got, i;
+
+    memset(pair, 1, sizeof(pair));
     count_value(m, pair, now + 2000, 3, 7, v);
     replies[0] = apr_psprintf(
         p, "*2\r\n$%" APR_SIZE_T_FMT "\r\n%s\r\n$0\r\n\r\n", strlen(v), v);
     replies[1] = ":0\r\n";
     seq_start(&s, replies, 2);
-    CHECK(authn_hmac_redis_throttle_fail(
-              s.c, &conf, m, pair, client, 43, 10, 30, SEC(600), SEC(600), now,
-              authn_hmac_monotonic() + SEC(5), &started, &forged, &why,
-              p) == AUTHN_HMAC_REDIS_OK);
+    CHECK(guess(&s, m, 43, 10, 30, now, &started, &forged, &why, p) ==
+          AUTHN_HMAC_REDIS_OK);
     got = seq_end(&s, p, a, 9);
     CHECK(got == 2 && !strcmp(a[1][14], v) &&
           authn_hmac_count_decode(m, pair, a[1][7], strlen(a[1][7]), &start, &n,
@@ -550,10 +578,8 @@ static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
         replies[i] = i % 2 ? ":-1\r\n" : "*2\r\n$0\r\n\r\n$0\r\n\r\n";
     why = "";
     seq_start(&s, replies, 8);
-    CHECK(authn_hmac_redis_throttle_fail(
-              s.c, &conf, m, pair, client, 42, 1, 1, SEC(600), SEC(600), now,
-              authn_hmac_monotonic() + SEC(5), &started, &forged, &why,
-              p) == AUTHN_HMAC_REDIS_OK);
+    CHECK(guess(&s, m, 42, 1, 1, now, &started, &forged, &why, p) ==
+          AUTHN_HMAC_REDIS_OK);
     CHECK(started == 0 && strstr(why, "not counted") != NULL);
     CHECK(seq_end(&s, p, a, 9) == 8);
 }
@@ -566,7 +592,6 @@ static void test_a_count_that_changed_is_read_again(apr_pool_t *p)
 static void test_a_redis_cannot_count_one_guess_twice(apr_pool_t *p)
 {
     authn_hmac_mac_t *m = test_mac(p, 1);
-    authn_hmac_redis_conf_t conf;
     unsigned char pair[32], client[32];
     apr_time_t now = SEC(1700000000);
     const char *replies[8], **a[9], *why = "";
@@ -574,8 +599,6 @@ static void test_a_redis_cannot_count_one_guess_twice(apr_pool_t *p)
     one_server s;
     int started = -1, forged = -1, got;
 
-    memset(&conf, 0, sizeof(conf));
-    conf.prefix = "authn_hmac:";
     memset(pair, 1, sizeof(pair));
     memset(client, 2, sizeof(client));
     /* What the first write of the guess carried (a fingerprint past
@@ -590,10 +613,8 @@ static void test_a_redis_cannot_count_one_guess_twice(apr_pool_t *p)
         strlen(pv), pv, strlen(cv), cv);
     replies[3] = ":-1\r\n";
     seq_start(&s, replies, 4);
-    CHECK(authn_hmac_redis_throttle_fail(
-              s.c, &conf, m, pair, client, 0xfedcba9876543210ULL, 2, 2,
-              SEC(600), SEC(600), now, authn_hmac_monotonic() + SEC(5),
-              &started, &forged, &why, p) == AUTHN_HMAC_REDIS_OK);
+    CHECK(guess(&s, m, 0xfedcba9876543210ULL, 2, 2, now, &started, &forged,
+                &why, p) == AUTHN_HMAC_REDIS_OK);
     got = seq_end(&s, p, a, 9);
     /* One write only (the first try's), with a count of 1: the second read
      * found it, and nothing more was sent. */
@@ -603,10 +624,8 @@ static void test_a_redis_cannot_count_one_guess_twice(apr_pool_t *p)
      * (its g: mark lost) is not raised. */
     replies[0] = replies[2];
     seq_start(&s, replies, 1);
-    CHECK(authn_hmac_redis_throttle_fail(
-              s.c, &conf, m, pair, client, 0xfedcba9876543210ULL, 2, 2,
-              SEC(600), SEC(600), now, authn_hmac_monotonic() + SEC(5),
-              &started, &forged, &why, p) == AUTHN_HMAC_REDIS_OK);
+    CHECK(guess(&s, m, 0xfedcba9876543210ULL, 2, 2, now, &started, &forged,
+                &why, p) == AUTHN_HMAC_REDIS_OK);
     CHECK(seq_end(&s, p, a, 9) == 1 && started == 0);
 }
 
@@ -622,5 +641,6 @@ int main(void)
     RUN(test_a_redis_cannot_start_a_ban, p);
     RUN(test_a_redis_cannot_count_one_guess_twice, p);
     RUN(test_a_count_that_changed_is_read_again, p);
+    RUN(test_a_count_ahead_is_raised_and_the_tries_end, p);
     return unit_end();
 }

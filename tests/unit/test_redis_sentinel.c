@@ -149,6 +149,17 @@ static void test_role_reply(apr_pool_t *p)
     CHECK(authn_hmac_sentinel_role_reply(NULL) == -1);
 }
 
+/* One look, as the discovery thread takes it: claimed at `at`, finished
+ * at `done` with ip, host and port (NULL: none found): finish's answer,
+ * or -2 if the claim was refused. */
+static int one_look(authn_hmac_sentinel_shared_t *sh, apr_time_t at,
+                    apr_time_t done, const char *ip, const char *host, int port)
+{
+    int64_t c = authn_hmac_sentinel_claim(sh, at, MS(3000));
+
+    return c ? authn_hmac_sentinel_finish(sh, c, ip, host, port, done) : -2;
+}
+
 static void test_shared(apr_pool_t *p)
 {
     static authn_hmac_sentinel_shared_t sh;
@@ -188,29 +199,25 @@ static void test_shared(apr_pool_t *p)
     CHECK(!authn_hmac_sentinel_due(&sh, t + MS(300), MS(500), MS(5000)));
     CHECK(authn_hmac_sentinel_due(&sh, t + MS(500), MS(500), MS(5000)));
     /* The same answer is no new generation. */
-    CHECK((c = authn_hmac_sentinel_claim(&sh, t + MS(500), MS(3000))) != 0);
+    CHECK(one_look(&sh, t + MS(500), t + MS(600), "127.0.0.1", "127.0.0.1",
+                   6380) == 0);
     t += MS(600);
-    CHECK(authn_hmac_sentinel_finish(&sh, c, "127.0.0.1", "127.0.0.1", 6380,
-                                     t) == 0);
     CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 1);
     CHECK(!authn_hmac_sentinel_due(&sh, t + MS(600), MS(500), MS(5000)));
     /* No answer: the last address stays, and it is asked again soon. */
-    CHECK((c = authn_hmac_sentinel_claim(&sh, t + MS(5000), MS(3000))) != 0);
+    CHECK(one_look(&sh, t + MS(5000), t + MS(5100), NULL, NULL, 0) == 0);
     t += MS(5100);
-    CHECK(authn_hmac_sentinel_finish(&sh, c, NULL, NULL, 0, t) == 0);
     CHECK(sh.failing && sh.claim == 0);
     CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 1 && port == 6380);
     CHECK(authn_hmac_sentinel_due(&sh, t + MS(500), MS(500), MS(5000)));
     /* A new primary: a new generation. */
-    CHECK((c = authn_hmac_sentinel_claim(&sh, t + MS(500), MS(3000))) != 0);
+    CHECK(one_look(&sh, t + MS(500), t + MS(600), "127.0.0.1", "127.0.0.1",
+                   6381) == 1);
     t += MS(600);
-    CHECK(authn_hmac_sentinel_finish(&sh, c, "127.0.0.1", "127.0.0.1", 6381,
-                                     t) == 1);
     CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 2 && port == 6381);
     CHECK(!sh.failing);
-    CHECK((c = authn_hmac_sentinel_claim(&sh, t + MS(600), MS(3000))) != 0);
-    CHECK(authn_hmac_sentinel_finish(&sh, c, "::1", "redis-2.internal", 6379,
-                                     t + MS(700)) == 1);
+    CHECK(one_look(&sh, t + MS(600), t + MS(700), "::1", "redis-2.internal",
+                   6379) == 1);
     CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 3 &&
           !strcmp(ip, "::1") && !strcmp(host, "redis-2.internal"));
     /* A writer killed within its write, after the fields but before the
@@ -218,9 +225,8 @@ static void test_shared(apr_pool_t *p)
      * The next look repairs it, even with the same answer. */
     __atomic_add_fetch(&sh.seq, 1, __ATOMIC_RELAXED);
     CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 0);
-    CHECK((c = authn_hmac_sentinel_claim(&sh, t + MS(1300), MS(3000))) != 0);
-    CHECK(authn_hmac_sentinel_finish(&sh, c, "::1", "redis-2.internal", 6379,
-                                     t + MS(1400)) == 1);
+    CHECK(one_look(&sh, t + MS(1300), t + MS(1400), "::1", "redis-2.internal",
+                   6379) == 1);
     CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 4 &&
           !strcmp(ip, "::1") && port == 6379);
     /* A restart that changed the settings: the primary learnt under the
@@ -229,9 +235,8 @@ static void test_shared(apr_pool_t *p)
     authn_hmac_sentinel_restart(&sh, t + MS(1500));
     CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 0);
     CHECK(authn_hmac_sentinel_due(&sh, t + MS(1500), MS(500), MS(5000)));
-    CHECK((c = authn_hmac_sentinel_claim(&sh, t + MS(1500), MS(3000))) != 0);
-    CHECK(authn_hmac_sentinel_finish(&sh, c, "::1", "redis-2.internal", 6379,
-                                     t + MS(1600)) == 1);
+    CHECK(one_look(&sh, t + MS(1500), t + MS(1600), "::1", "redis-2.internal",
+                   6379) == 1);
     CHECK(authn_hmac_sentinel_read(&sh, ip, host, &port) == 6 &&
           !strcmp(ip, "::1") && port == 6379);
 }

@@ -1,0 +1,21 @@
+/* request/annex.h: what the Redis tier keeps in the shared segment, in
+ * the annex the table sets aside for the layers above it (shm/table.h):
+ * the Redis health (redis/redis.h) and, with Sentinel, the primary
+ * (redis/sentinel.h). The table names no Redis type; this lays them out
+ * (src/request/annex.c). */
+#ifndef AUTHN_HMAC_ANNEX_H
+#define AUTHN_HMAC_ANNEX_H
+
+#include "redis/redis.h"
+#include "redis/sentinel.h"
+#include "shm/table.h"
+
+authn_hmac_redis_health_t *authn_hmac_annex_redis_health(authn_hmac_table_t *t);
+
+authn_hmac_sentinel_shared_t *authn_hmac_annex_sentinel(authn_hmac_table_t *t);
+
+/* The Redis tier's counts in the status record, after the table's
+ * (authn_hmac_table_stats, which leaves them 0). */
+void authn_hmac_annex_stats(authn_hmac_table_t *t, authn_hmac_stats_t *out);
+
+#endif /* AUTHN_HMAC_ANNEX_H */
