@@ -42,6 +42,12 @@
 #define MAX_TTL              604800  /* 7 days */
 #define DEFAULT_MAX_AGE      28800   /* 8 hours */
 #define MAX_MAX_AGE          2592000 /* 30 days */
+#define MAX_RECHECK          86400   /* a day */
+/* A source's outage serves for an hour the credentials it confirmed in the
+ * hour before: a directory's restart, upgrade or failover logs no one out,
+ * and a leaver whose removal an outage hid keeps access an hour at most. */
+#define DEFAULT_OFFLINE_GRACE 3600
+#define MAX_OFFLINE_GRACE     2592000 /* 30 days */
 
 #define DEFAULT_REDIS_TIMEOUT_MS 50
 #define MAX_REDIS_TIMEOUT_MS     10000
@@ -83,6 +89,7 @@ void *hmac_create_dir_conf(apr_pool_t *p, char *dir)
     c->ttl = apr_time_from_sec(DEFAULT_TTL);
     c->negative_ttl = apr_time_from_sec(DEFAULT_NEGATIVE_TTL);
     c->max_age = apr_time_from_sec(DEFAULT_MAX_AGE);
+    c->offline_grace = apr_time_from_sec(DEFAULT_OFFLINE_GRACE);
     c->hide_unknown = -1;
     return c;
 }
@@ -110,6 +117,11 @@ void *hmac_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
         add->negative_ttl_set ? add->negative_ttl : base->negative_ttl;
     c->max_age_set = add->max_age_set || base->max_age_set;
     c->max_age = add->max_age_set ? add->max_age : base->max_age;
+    c->recheck_set = add->recheck_set || base->recheck_set;
+    c->recheck = add->recheck_set ? add->recheck : base->recheck;
+    c->offline_grace_set = add->offline_grace_set || base->offline_grace_set;
+    c->offline_grace =
+        add->offline_grace_set ? add->offline_grace : base->offline_grace;
     c->hide_unknown =
         add->hide_unknown >= 0 ? add->hide_unknown : base->hide_unknown;
     return c;
@@ -276,6 +288,13 @@ static ttl_spec ttl_spec_negative = {
 static ttl_spec ttl_spec_max_age = {APR_OFFSETOF(hmac_dir_conf, max_age),
                                     APR_OFFSETOF(hmac_dir_conf, max_age_set),
                                     NULL, MAX_MAX_AGE};
+static ttl_spec ttl_spec_recheck = {APR_OFFSETOF(hmac_dir_conf, recheck),
+                                    APR_OFFSETOF(hmac_dir_conf, recheck_set),
+                                    "waiting between asks", MAX_RECHECK};
+static ttl_spec ttl_spec_grace = {
+    APR_OFFSETOF(hmac_dir_conf, offline_grace),
+    APR_OFFSETOF(hmac_dir_conf, offline_grace_set), "serving through outages",
+    MAX_OFFLINE_GRACE};
 
 /* A directive's value refused: err says what it is, accepts what would
  * do. */
@@ -695,6 +714,14 @@ const command_rec hmac_cmds[] = {
                   "how long a verified credential may stay cached however "
                   "often it is used, from its verification: " DURATION
                   " (default 8h, at most 30d)"),
+    AP_INIT_TAKE1(D_RECHECK, set_ttl, &ttl_spec_recheck,
+                  RSRC_CONF | ACCESS_CONF,
+                  "how often a grant is confirmed with its source (SQL, a "
+                  "wrapped provider) for the whole farm: " DURATION
+                  " (default 1 for SQL, 60 for a wrapped provider)"),
+    AP_INIT_TAKE1(D_GRACE, set_ttl, &ttl_spec_grace, RSRC_CONF | ACCESS_CONF,
+                  "while the source fails, how long credentials it confirmed "
+                  "are still served: " DURATION " (default 1h)"),
     AP_INIT_TAKE1(D_NEGTTL, set_ttl, &ttl_spec_negative,
                   RSRC_CONF | ACCESS_CONF,
                   "how long a refused credential is refused again without "

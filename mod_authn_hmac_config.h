@@ -47,6 +47,8 @@
 #define D_MAXCFAIL "AuthHMACMaxClientFailures"
 #define D_FWINDOW  "AuthHMACFailureWindow"
 #define D_BANTIME  "AuthHMACBanTime"
+#define D_RECHECK  "AuthHMACRecheck"
+#define D_GRACE    "AuthHMACOfflineGrace"
 
 /* Where a section's users are. */
 typedef enum {
@@ -77,12 +79,24 @@ typedef struct {
     int negative_ttl_set;
     apr_interval_time_t max_age;
     int max_age_set;
+    apr_interval_time_t recheck; /* unset: the source's (see below) */
+    int recheck_set;
+    apr_interval_time_t offline_grace;
+    int offline_grace_set;
     int hide_unknown; /* -1: not set (on) */
 } hmac_dir_conf;
 
 /* A wrapped provider's max age unless its section sets one, in seconds
  * (util_ldap's cache keeps a bind 600 s). */
 #define WRAPPED_MAX_AGE 600
+
+/* How often a grant is confirmed with a source the module does not own,
+ * unless the section sets it, in seconds: SQL, whose query is cheap, every
+ * second (a hit between two asks no query; a page of 40 images makes one);
+ * a wrapped provider, whose check is a bind, every minute (a leaver, a
+ * locked or a changed password is refused within it). */
+#define DEFAULT_RECHECK_SQL     1
+#define DEFAULT_RECHECK_WRAPPED 60
 
 extern const command_rec hmac_cmds[];
 void *hmac_create_dir_conf(apr_pool_t *p, char *dir);

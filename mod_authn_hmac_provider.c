@@ -92,6 +92,7 @@ static authn_status status_of(authn_hmac_outcome o)
     case AUTHN_HMAC_REDIS_HIT:
     case AUTHN_HMAC_VERIFIED:
     case AUTHN_HMAC_COALESCED:
+    case AUTHN_HMAC_OFFLINE_HIT:
         return AUTH_GRANTED;
     case AUTHN_HMAC_DENIED:
     case AUTHN_HMAC_NEGATIVE_HIT:
@@ -167,6 +168,11 @@ static void policy_of(const hmac_dir_conf *c, authn_hmac_policy_t *pol)
     pol->max_age = max_age;
     pol->negative_ttl = c->negative_ttl;
     pol->hide_unknown = c->hide_unknown != 0;
+    pol->recheck = c->recheck_set ? c->recheck
+                   : c->source == HMAC_SOURCE_PROVIDER
+                       ? apr_time_from_sec(DEFAULT_RECHECK_WRAPPED)
+                       : apr_time_from_sec(DEFAULT_RECHECK_SQL);
+    pol->offline_grace = c->offline_grace;
 }
 
 /* ------------------------------------------------ SQL, through mod_dbd */

@@ -154,8 +154,12 @@ static void *run(void *arg)
     long i;
     int hits = 0;
     apr_pool_t *p;
-    authn_hmac_policy_t pol = {apr_time_from_sec(300), apr_time_from_sec(28800),
-                               apr_time_from_sec(30), 1};
+    authn_hmac_policy_t pol = {apr_time_from_sec(300),
+                               apr_time_from_sec(28800),
+                               apr_time_from_sec(30),
+                               1,
+                               0,
+                               0};
 
     apr_pool_create(&p, NULL);
     keep(&kept);

@@ -110,7 +110,16 @@ const char *authn_hmac_parse_uint(const char *arg, uint64_t max, uint64_t *out);
       "second file) and stored again under the current one")                   \
     X(INDEX_PRIVATE, C, "index_private",                                       \
       "times a process could not share an htpasswd file's index and kept "     \
-      "its own")
+      "its own")                                                               \
+    X(RECHECKS, C, "rechecks",                                                 \
+      "grants confirmed again with their source (an SQL query, a wrapped "     \
+      "provider) once AuthHMACRecheck had passed")                             \
+    X(OFFLINE_HITS, C, "offline_hits",                                         \
+      "grants served while their source failed, to credentials it had "        \
+      "confirmed within AuthHMACOfflineGrace")                                 \
+    X(OFFLINE_SINCE, G, "offline_since_seconds",                               \
+      "when the outage of a source that grants are served through began, in "  \
+      "seconds since the Unix epoch; 0: none")
 
 enum authn_hmac_counter {
 #define AUTHN_HMAC_COUNTER_ENUM(id, kind, name, help) AUTHN_HMAC_C_##id,

@@ -69,8 +69,9 @@
 const char *authn_hmac_outcome_name(authn_hmac_outcome o)
 {
     static const char *const names[] = {
-        "hit",          "redis-hit", "verified", "denied",    "negative-hit",
-        "unknown-user", "busy",      "error",    "coalesced", "throttled"};
+        "hit",          "redis-hit",    "verified",   "denied",
+        "negative-hit", "unknown-user", "busy",       "error",
+        "coalesced",    "throttled",    "offline-hit"};
 
     return (unsigned)o < sizeof(names) / sizeof(names[0]) ? names[o] : "error";
 }

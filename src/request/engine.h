@@ -21,12 +21,14 @@ typedef enum {
     AUTHN_HMAC_UNKNOWN_USER, /* not in the htpasswd file */
     AUTHN_HMAC_BUSY,         /* too many verifications waiting */
     AUTHN_HMAC_ERROR,
-    AUTHN_HMAC_COALESCED, /* granted by a concurrent request's verification */
-    AUTHN_HMAC_THROTTLED  /* refused unverified: the client guessed too much */
+    AUTHN_HMAC_COALESCED,  /* granted by a concurrent request's verification */
+    AUTHN_HMAC_THROTTLED,  /* refused unverified: the client guessed too much */
+    AUTHN_HMAC_OFFLINE_HIT /* granted while the source failed: a credential it
+                              confirmed within the offline grace */
 } authn_hmac_outcome;
 
 /* "hit", "redis-hit", "verified", "denied", "negative-hit", "unknown-user",
- * "busy", "error", "coalesced", "throttled". */
+ * "busy", "error", "coalesced", "throttled", "offline-hit". */
 const char *authn_hmac_outcome_name(authn_hmac_outcome o);
 
 /* Checks password against hash (C strings): APR_SUCCESS if it matches.
@@ -57,6 +59,12 @@ typedef struct {
     apr_interval_time_t max_age;      /* life from verification; > 0 */
     apr_interval_time_t negative_ttl; /* 0: no negative cache */
     int hide_unknown; /* unknown users cost a verification, as known ones */
+    /* A source the module does not own (SQL, a wrapped provider): a grant
+     * is confirmed with it at most once per recheck for the whole farm (0:
+     * at every request), and while it fails, a credential it confirmed
+     * less than offline_grace ago is still served (0: not). */
+    apr_interval_time_t recheck;
+    apr_interval_time_t offline_grace;
 } authn_hmac_policy_t;
 
 /* One credential, with the user's stored hash from the htpasswd file
@@ -161,6 +169,16 @@ authn_hmac_outcome authn_hmac_check_user(const authn_hmac_engine_t *e,
  * with *why (as logged: never a secret). baton goes to the log callback. */
 int authn_hmac_redis_check(const authn_hmac_engine_t *e, void *baton,
                            const char **why, apr_pool_t *p);
+
+/* A source's outage, for the server (src/request/offline.c). served: a
+ * grant was served while the source failed (why: its error, as logged:
+ * never a secret): counted (offline_hits), and the outage's start logged
+ * once (offline_since_seconds). answered: the source answered (a grant, a
+ * refusal, a row or none): ends an outage in progress, logged once with
+ * its length; one atomic read when there is none. */
+void authn_hmac_offline_served(const authn_hmac_engine_t *e, const char *why,
+                               void *baton);
+void authn_hmac_offline_answered(const authn_hmac_engine_t *e, void *baton);
 
 /* Seconds a refused (busy) client should wait before it tries again. */
 int authn_hmac_retry_after(const authn_hmac_engine_t *e);

@@ -46,10 +46,11 @@
  * health's TLS handshake counts; 12: the Sentinel's shared primary; 13:
  * the throttle's records; 14 to 16: the Redis health, the Sentinel state
  * and the previous pepper; 17: the farm's late and timed-out waits; 18: the
- * throttle's records of 128 bytes, a slot's client mark) makes a kept segment
+ * throttle's records of 128 bytes, a slot's client mark; 19: the counters
+ * of rechecks and outages) makes a kept segment
  * start afresh, across a graceful restart after an upgrade too. What the
  * layers above keep in the annex is part of the layout (table.h). */
-#define TABLE_MAGIC 0x61686d6163740012ULL
+#define TABLE_MAGIC 0x61686d6163740013ULL
 
 #define WAYS        8 /* slots per set */
 #define HIT_STRIPES 8
@@ -684,6 +685,14 @@ void authn_hmac_table_gauge(authn_hmac_table_t *t, enum authn_hmac_counter c,
                             uint64_t value)
 {
     __atomic_store_n(&t->hdr->counter[c], value, __ATOMIC_RELAXED);
+}
+
+int authn_hmac_table_gauge_swap(authn_hmac_table_t *t,
+                                enum authn_hmac_counter c, uint64_t old,
+                                uint64_t value)
+{
+    return __atomic_compare_exchange_n(&t->hdr->counter[c], &old, value, 0,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
 uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,

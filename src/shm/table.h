@@ -112,6 +112,11 @@ uint64_t authn_hmac_table_counter(authn_hmac_table_t *t,
 /* Sets a gauge kept among the counters (a time). */
 void authn_hmac_table_gauge(authn_hmac_table_t *t, enum authn_hmac_counter c,
                             uint64_t value);
+/* Sets gauge c to value if it holds old: 1 if it did (of concurrent
+ * callers, one does). */
+int authn_hmac_table_gauge_swap(authn_hmac_table_t *t,
+                                enum authn_hmac_counter c, uint64_t old,
+                                uint64_t value);
 
 /* Adds a duration of usec microseconds to histogram h. Takes no lock. */
 void authn_hmac_table_observe(authn_hmac_table_t *t,

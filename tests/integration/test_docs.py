@@ -53,6 +53,7 @@ DEFAULT_MACROS = {
     "AuthHMACMaxClientFailures": "DEFAULT_MAX_CLIENT_FAILURES",
     "AuthHMACFailureWindow": "DEFAULT_FAILURE_WINDOW",
     "AuthHMACBanTime": "DEFAULT_BAN_TIME",
+    "AuthHMACOfflineGrace": "DEFAULT_OFFLINE_GRACE",
 }
 # A default the code gives where the value is used (a NULL setting's
 # stand-in): the regular expression's group is the value.
@@ -64,9 +65,7 @@ DEFAULT_CODE = {
 def code_text():
     src = "".join(read(d, f) for d, _, files in sorted(os.walk(os.path.join(TOP, "src")))
                   for f in sorted(files) if f.endswith((".c", ".h")))
-    inc = "".join(read(d, f) for d, _, files in sorted(os.walk(os.path.join(TOP, "include")))
-                  for f in sorted(files) if f.endswith(".h"))
-    return read_glue(".h") + read_glue(".c") + inc + src
+    return read_glue(".h") + read_glue(".c") + src
 
 
 def macro(code, name):
@@ -91,7 +90,7 @@ def command_table():
     rows = re.findall(r"AP_INIT_(\w+)\(\s*(D_\w+),\s*(\w+),.*?,\s*((?:(?:RSRC_CONF|ACCESS_CONF|OR_\w+)"
                       r"(?:\s*\|\s*)?)+),\s*((?:\"(?:[^\"\\\\]|\\\\.)*\"|\s|D_\w+|DURATION)+)\)",
                       table, re.S)
-    assert len(rows) == len(names) == 31, (rows, names)
+    assert len(rows) == len(names) == 33, (rows, names)
     out = []
     for kind, d, handler, flags, help_ in rows:
         help_ = re.sub(r"\bD_\w+\b", lambda g: '"%s"' % names[g.group(0)], help_)
@@ -217,6 +216,13 @@ def test_every_default_is_the_codes():
                   entries["AuthHMACCacheMaxAge"][0]["Default"])
     assert m and doc_value(m.group(1), "duration") == wrapped, \
         entries["AuthHMACCacheMaxAge"][0]["Default"]
+    # AuthHMACRecheck's, by source (the provider's policy_of picks one).
+    said = entries["AuthHMACRecheck"][0]["Default"]
+    for source, name in (("AuthHMACDBDUserPWQuery", "DEFAULT_RECHECK_SQL"),
+                         ("AuthHMACProvider", "DEFAULT_RECHECK_WRAPPED")):
+        m = re.search(r"`(?:AuthHMACRecheck )?(\d+[smhd]?)` with \[%s\]" % source, said)
+        assert m and doc_value(m.group(1), "duration") == macro(code, name), (said, name)
+        assert re.search(r"apr_time_from_sec\(%s\)" % name, code), name
 
 
 def test_summary_table_matches_the_entries():
