@@ -316,6 +316,30 @@ authn_hmac_redis_rc authn_hmac_redis_set(
     return rc;
 }
 
+authn_hmac_redis_rc
+authn_hmac_redis_del(authn_hmac_redis_conn_t *c,
+                     const authn_hmac_redis_conf_t *conf,
+                     const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                     apr_time_t deadline, const char **why, apr_pool_t *p)
+{
+    const char *k = authn_hmac_redis_key(conf, "", uid, p);
+    const char *argv[2] = {"DEL", k};
+    size_t lens[2] = {3, strlen(k)};
+    redisReply *r = NULL;
+    authn_hmac_redis_rc rc;
+
+    rc = authn_hmac_redis_command(c, 2, argv, lens, deadline, &r, why, p);
+    if (rc != AUTHN_HMAC_REDIS_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_INTEGER) {
+        *why = apr_psprintf(p, "DEL refused: %s",
+                            authn_hmac_redis_reply_error(r, p));
+        rc = AUTHN_HMAC_REDIS_ERROR;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
 authn_hmac_redis_rc authn_hmac_redis_probe(authn_hmac_redis_conn_t *c,
                                            const authn_hmac_redis_conf_t *conf,
                                            apr_time_t deadline,

@@ -305,6 +305,13 @@ authn_hmac_redis_rc authn_hmac_redis_set(
     const authn_hmac_entries_t *es, apr_time_t now, apr_interval_time_t max_age,
     apr_time_t deadline, const char **why, apr_pool_t *p);
 
+/* DEL of uid's entry (a credential its source refused, the user's last). */
+authn_hmac_redis_rc
+authn_hmac_redis_del(authn_hmac_redis_conn_t *c,
+                     const authn_hmac_redis_conf_t *conf,
+                     const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                     apr_time_t deadline, const char **why, apr_pool_t *p);
+
 /* The status page's check of the server (authn_hmac_redis_check): a GET
  * of the prefix's "check" key, which nothing writes, answered as the
  * requests' GETs must be (a Redis still loading refuses it, as it refuses

@@ -125,6 +125,54 @@ static void prev_keys(req_t *q)
     q->pkeys = 1;
 }
 
+static apr_interval_time_t wider(apr_interval_time_t a, apr_interval_time_t b)
+{
+    return a > b ? a : b;
+}
+
+/* A wrapped provider's entry that is no hit (verified at v, last used at
+ * u): past its recheck (an ask is then a recheck), and whether the source
+ * confirmed it within the offline grace, in use as long (an error of the
+ * source then grants it). */
+static void judge(req_t *q, apr_time_t v, apr_time_t u)
+{
+    const authn_hmac_policy_t *sec = q->sec;
+
+    if (!q->c->ask || q->never || v > q->t0)
+        return;
+    if (q->t0 - v < sec->max_age && q->t0 - u < sec->ttl)
+        q->stale = 1;
+    if (q->t0 - v < sec->offline_grace && q->t0 - u < sec->offline_grace)
+        q->offline = 1;
+}
+
+/* A wrapped provider's answer, at the exit: an error (its directory
+ * down) grants a credential it confirmed within the offline grace
+ * (offline-hit), and nothing else; an answer ends an outage, and a
+ * refusal takes the credential's entry out (here and in the farm's
+ * Redis): it is no longer one the source confirmed. */
+static void offline(req_t *q)
+{
+    const authn_hmac_engine_t *e = q->e;
+
+    if (!q->c->ask || q->never)
+        return;
+    if (q->ran && q->o == AUTHN_HMAC_ERROR) {
+        if (!q->offline)
+            return;
+        q->o = AUTHN_HMAC_OFFLINE_HIT;
+        authn_hmac_offline_served(e, "AuthHMACProvider's check failed",
+                                  q->baton);
+        return;
+    }
+    if (q->ran)
+        authn_hmac_offline_answered(e, q->baton);
+    if (q->result == 0 && q->cache && (q->stale || q->offline)) {
+        authn_hmac_table_forget(e->table, q->key, q->uid);
+        authn_hmac_session_forget(&q->rq, q->key, q->uid, q->t0, q->keep);
+    }
+}
+
 /* 1b. Shared memory under the previous pepper: an entry found there is
  * a hit, stored again under the current pepper (here, and in Redis), with
  * the time of its verification. NB: an unknown user looks too. */
@@ -145,7 +193,7 @@ static int from_previous(req_t *q)
     authn_hmac_req_mark(q);
     if (e->redis)
         authn_hmac_session_refresh(e, q->baton, q->p, q->key, q->uid, q->t0,
-                                   verified, pol->max_age);
+                                   verified, q->keep);
     count(e, AUTHN_HMAC_C_HITS, 1);
     count(e, AUTHN_HMAC_C_PREVIOUS_HITS, 1);
     q->o = AUTHN_HMAC_HIT;
@@ -179,7 +227,7 @@ static int from_shm(req_t *q)
                 if (e->redis)
                     authn_hmac_session_refresh(e, q->baton, q->p, q->key,
                                                q->uid, q->t0, verified,
-                                               pol->max_age);
+                                               q->keep);
             }
             count(e, AUTHN_HMAC_C_HITS, 1);
             q->o = AUTHN_HMAC_HIT;
@@ -187,6 +235,12 @@ static int from_shm(req_t *q)
         }
         if (!q->client_ban && from_previous(q))
             return 1;
+        if (q->c->ask && authn_hmac_table_lookup(
+                             e->table, q->key, q->uid, q->t0,
+                             wider(pol->ttl, q->sec->offline_grace),
+                             wider(q->sec->max_age, q->sec->offline_grace),
+                             &verified, &used))
+            judge(q, verified, used);
     }
     if (q->client_ban)
         return authn_hmac_req_client_banned(q);
@@ -225,6 +279,8 @@ static int from_redis(req_t *q, int again)
     apr_time_t verified = 0, used = 0;
     authn_hmac_entries_t prev;
 
+    int asked = !q->rq.off;
+
     if (!q->cache)
         return 0;
     if (authn_hmac_session_lookup(
@@ -235,6 +291,18 @@ static int from_redis(req_t *q, int again)
         authn_hmac_req_mark(q);
         q->o = AUTHN_HMAC_REDIS_HIT;
         return 1;
+    }
+    /* NB: where Redis answered, the farm's entry says what the source
+     * confirmed: one that a server took out at a refusal is no candidate
+     * for the offline grace, whatever this server's memory holds. */
+    if (!again && asked && !q->rq.off && q->c->ask) {
+        q->offline = 0;
+        if (authn_hmac_entries_find(
+                &q->rq.es, q->key, q->t0,
+                wider(q->sec->ttl, q->sec->offline_grace),
+                wider(q->sec->max_age, q->sec->offline_grace), &verified,
+                &used))
+            judge(q, verified, used);
     }
     /* NB: the previous pepper's entry, for every first look that missed
      * (an unknown user's too: the same GETs on the wire); found, it is
@@ -250,8 +318,7 @@ static int from_redis(req_t *q, int again)
     authn_hmac_table_store(e->table, q->key, q->uid, verified, q->t0,
                            q->pol->ttl);
     authn_hmac_req_mark(q);
-    authn_hmac_session_store(&q->rq, q->key, q->uid, verified, q->t0,
-                             q->pol->max_age);
+    authn_hmac_session_store(&q->rq, q->key, q->uid, verified, q->t0, q->keep);
     count(e, AUTHN_HMAC_C_PREVIOUS_HITS, 1);
     q->o = AUTHN_HMAC_REDIS_HIT;
     return 1;
@@ -365,6 +432,8 @@ static int from_verifier(req_t *q)
      * once and the throttle, not a lower priority: in the idle class, a
      * login beside busy pages of its own server took 18 s (stock
      * mod_authn_file: 0.5 s). */
+    if (q->stale)
+        count(e, AUTHN_HMAC_C_RECHECKS, 1);
     m0 = authn_hmac_monotonic();
     rv = q->c->ask ? q->c->ask(q->c->ask_ctx, q->c->password)
                    : e->verify(q->c->password, q->hash);
@@ -418,8 +487,10 @@ static int from_verifier(req_t *q)
 static authn_hmac_outcome finish(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
-    int verified = q->o == AUTHN_HMAC_VERIFIED && q->result > 0 && q->cache;
+    int verified;
 
+    offline(q);
+    verified = q->o == AUTHN_HMAC_VERIFIED && q->result > 0 && q->cache;
     if (q->cache && q->learned) {
         if (q->result > 0) {
             authn_hmac_table_store(e->table, q->key, q->uid, q->learned,
@@ -435,7 +506,7 @@ static authn_hmac_outcome finish(req_t *q)
                               authn_hmac_monotonic());
     if (verified)
         authn_hmac_session_store(&q->rq, q->key, q->uid, q->learned, q->learned,
-                                 q->pol->max_age);
+                                 q->keep);
     /* NB: the farm's waiters take a refusal only where this section keeps
      * refusals; else they verify by themselves. */
     if (q->farm == 1)
@@ -488,6 +559,19 @@ void authn_hmac_req_begin(req_t *q, const authn_hmac_engine_t *e,
     q->entered = 0;
     q->client_ban = 0;
     q->o = AUTHN_HMAC_ERROR;
+    /* NB: a wrapped provider's grant is a hit until its recheck; Redis
+     * keeps it for the offline grace if that is longer. */
+    q->sec = pol;
+    q->hit = *pol;
+    q->keep = pol->max_age;
+    if (c->ask) {
+        if (pol->recheck < pol->max_age)
+            q->hit.max_age = pol->recheck;
+        q->keep = wider(pol->max_age, pol->offline_grace);
+    }
+    q->pol = &q->hit;
+    q->stale = 0;
+    q->offline = 0;
 }
 
 /* The tiers in order, each answering or passing on, then the one exit. */

@@ -62,6 +62,13 @@ void authn_hmac_session_store(redis_req *rq, const unsigned char *key,
                               const unsigned char *uid, apr_time_t verified,
                               apr_time_t now, apr_interval_time_t max_age);
 
+/* The credential's entry taken out of the user's entries that GET found
+ * (es), in Redis: the rest SET again, or the key deleted if none is left.
+ * Only if es held it. */
+void authn_hmac_session_forget(redis_req *rq, const unsigned char *key,
+                               const unsigned char *uid, apr_time_t now,
+                               apr_interval_time_t max_age);
+
 /* A hit's new last use, written in Redis too (a session of its own). */
 void authn_hmac_session_refresh(const authn_hmac_engine_t *e, void *baton,
                                 apr_pool_t *p, const unsigned char *key,
@@ -150,6 +157,17 @@ typedef struct {
     int client_ban; /* its client is banned for all users */
     authn_hmac_throttle_ids_t ids;
     authn_hmac_outcome o;
+    /* A wrapped provider (c->ask): the section's policy is sec; pol
+     * points at hit, the same but for a max age bounded by the recheck (a
+     * grant confirmed longer ago is not a hit). keep: how long Redis keeps
+     * an entry (the max age, or the offline grace if longer). stale: an
+     * entry past its recheck was found (an ask is a recheck); offline: one
+     * the source confirmed within the offline grace (an error of the
+     * source grants it: offline-hit). */
+    const authn_hmac_policy_t *sec;
+    authn_hmac_policy_t hit;
+    apr_interval_time_t keep;
+    int stale, offline;
 } req_t;
 
 /* A request at the top of the tiers: nothing taken on yet. */

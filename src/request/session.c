@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/crypto.h>
+
 void authn_hmac_session_begin(redis_req *rq, const authn_hmac_engine_t *e,
                               void *baton, apr_pool_t *p, int off)
 {
@@ -389,6 +391,31 @@ int authn_hmac_session_guessed(redis_req *rq,
     if (forged)
         throttle_forged(rq);
     return rc == AUTHN_HMAC_REDIS_OK ? started : 0;
+}
+
+void authn_hmac_session_forget(redis_req *rq, const unsigned char *key,
+                               const unsigned char *uid, apr_time_t now,
+                               apr_interval_time_t max_age)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    authn_hmac_entries_t *es = &rq->es;
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn;
+    const char *why = "";
+    authn_hmac_redis_rc rc;
+    int i, j, n = es->n;
+
+    for (i = j = 0; i < n; i++)
+        if (CRYPTO_memcmp(es->e[i].mac, key, AUTHN_HMAC_KEY_LEN) != 0)
+            es->e[j++] = es->e[i];
+    es->n = j;
+    if (j == n || !(conn = redis_begin(rq, &deadline)))
+        return;
+    rc = j ? authn_hmac_redis_set(conn, e->redis_conf, e->mac, uid, es, now,
+                                  max_age, deadline, &why, rq->p)
+           : authn_hmac_redis_del(conn, e->redis_conf, uid, deadline, &why,
+                                  rq->p);
+    redis_end(rq, conn, rc, why);
 }
 
 /* A hit that wrote the entry's last use in shared memory writes it in

@@ -546,6 +546,33 @@ apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
     return store_in(t, &t->region[POSITIVE], key, uid, verified, used, ttl);
 }
 
+void authn_hmac_table_forget(authn_hmac_table_t *t,
+                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                             const unsigned char uid[AUTHN_HMAC_KEY_LEN])
+{
+    static const unsigned char none[AUTHN_HMAC_KEY_LEN];
+    region_t *r = &t->region[POSITIVE];
+    set_t *st;
+    int i;
+
+    if (r->nsets == 0 ||
+        (t->mutex && apr_global_mutex_lock(t->mutex) != APR_SUCCESS))
+        return;
+    st = set_for(r, user_word(uid));
+    for (i = 0; i < WAYS; i++) {
+        slot_t *s = &st->slot[i];
+
+        if (slot_torn(s) || !s->verified ||
+            CRYPTO_memcmp(s->key, key, AUTHN_HMAC_KEY_LEN) != 0)
+            continue;
+        slot_write(s, none, 0, 0, 0);
+        __atomic_store_n(&st->user[i], 0, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(r->used, 1, __ATOMIC_RELAXED);
+    }
+    if (t->mutex)
+        apr_global_mutex_unlock(t->mutex);
+}
+
 /* The credential's slot in its user's set, read consistently into copy;
  * NULL if it is not there. */
 static slot_t *slot_of(authn_hmac_table_t *t, const unsigned char *key,

@@ -70,6 +70,12 @@ apr_status_t authn_hmac_table_store(authn_hmac_table_t *t,
                                     apr_time_t verified, apr_time_t used,
                                     apr_interval_time_t ttl);
 
+/* Takes key of the user uid out of shared memory (a credential its source
+ * refused: no longer one it confirmed, for the offline grace). */
+void authn_hmac_table_forget(authn_hmac_table_t *t,
+                             const unsigned char key[AUTHN_HMAC_KEY_LEN],
+                             const unsigned char uid[AUTHN_HMAC_KEY_LEN]);
+
 /* A client's mark on the credential's entry (a word of the throttle's
  * client id, never 0): the client it was last stored or refreshed for. A
  * client banned for all users is still served the entries marked for it

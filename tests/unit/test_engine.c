@@ -63,8 +63,10 @@ static apr_status_t ask(void *ctx, const char *password)
 static void test_wrapped_provider(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
-    authn_hmac_policy_t pol = {
-        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 0, 0, 0};
+    /* The shipped recheck (60 s), no offline grace: errors are errors. */
+    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us,
+                               apr_time_from_sec(30),  0,
+                               apr_time_from_sec(60),  0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap");
 
     c.ask = ask;
@@ -93,8 +95,9 @@ static void test_wrapped_provider(apr_pool_t *p)
 static void test_wrapped_provider_rotation(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20), rot = e;
-    authn_hmac_policy_t pol = {
-        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 0, 0, 0};
+    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us,
+                               apr_time_from_sec(30),  0,
+                               apr_time_from_sec(60),  0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap");
     authn_hmac_secret_t *pb = NULL;
     authn_hmac_mac_t *mb = NULL;
@@ -127,6 +130,126 @@ static void test_wrapped_provider_rotation(apr_pool_t *p)
     rot.mac_prev = e.mac;
     CHECK(authn_hmac_check(&rot, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
     CHECK(asked == 2);
+}
+
+/* Rewrites wendy's entry (a wrapped provider's, scope "ldap") as if
+ * confirmed `age` ago and last used `idle` ago. */
+static void age_wrapped(const authn_hmac_engine_t *e, const char *password,
+                        apr_interval_time_t age, apr_interval_time_t idle)
+{
+    authn_hmac_cred_t c = cred("wendy", password, "ldap");
+    unsigned char key[AUTHN_HMAC_KEY_LEN], uid[AUTHN_HMAC_KEY_LEN];
+    apr_time_t now = apr_time_now();
+
+    authn_hmac_mac_compute(e->mac, c.scope, c.scope_len, c.user, c.user_len,
+                           c.password, c.password_len, c.hash, c.hash_len, key);
+    authn_hmac_user_id(e->mac, c.scope, c.scope_len, c.user, c.user_len, uid);
+    authn_hmac_table_tear(e->table, key, uid);
+    CHECK(authn_hmac_table_store(e->table, key, uid, now - age, now - idle,
+                                 apr_time_from_sec(300)) == APR_SUCCESS);
+}
+
+/* A wrapped provider's grant is a hit until its recheck (60 s here), not
+ * its max age: then the provider is asked again (a recheck, counted), and
+ * its refusal ends the grant at once; recheck 0 asks at every request.
+ * Within the max age, an entry past the recheck is asked once. */
+static void test_wrapped_recheck(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    authn_hmac_policy_t pol = {apr_time_from_sec(300), apr_time_from_sec(600),
+                               apr_time_from_sec(30),  0,
+                               apr_time_from_sec(60),  0};
+    authn_hmac_cred_t c = cred("wendy", "right", "ldap");
+
+    c.ask = ask;
+    answer = APR_SUCCESS;
+    asked = 0;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_HIT);
+    CHECK(asked == 1);
+    CHECK(counted(&e, AUTHN_HMAC_C_RECHECKS) == 0);
+    /* Confirmed 59 s ago: a hit. 61 s: asked, counted as a recheck. */
+    age_wrapped(&e, "right", apr_time_from_sec(59), apr_time_from_sec(1));
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_HIT);
+    age_wrapped(&e, "right", apr_time_from_sec(61), apr_time_from_sec(1));
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    CHECK(asked == 2);
+    CHECK(counted(&e, AUTHN_HMAC_C_RECHECKS) == 1);
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_HIT);
+    CHECK(asked == 2);
+    /* The user removed: refused at the recheck, and from then on. */
+    age_wrapped(&e, "right", apr_time_from_sec(61), apr_time_from_sec(1));
+    answer = APR_EMISMATCH;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_DENIED);
+    CHECK(counted(&e, AUTHN_HMAC_C_RECHECKS) == 2);
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_NEGATIVE_HIT);
+    CHECK(asked == 3);
+    /* Recheck 0: every request asks (the negative cache off here). */
+    pol.recheck = 0;
+    pol.negative_ttl = 0;
+    answer = APR_SUCCESS;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    CHECK(asked == 5);
+    /* The max age still bounds a recheck longer than it. */
+    pol.recheck = apr_time_from_sec(3600);
+    age_wrapped(&e, "right", apr_time_from_sec(601), apr_time_from_sec(1));
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    CHECK(asked == 6);
+}
+
+/* The offline grace: the provider's error (its directory down) at a
+ * recheck grants a credential it confirmed within the grace (offline-hit,
+ * counted, the outage's start told), and nothing else: one confirmed
+ * before the grace, one it refused, an unknown credential (a new login, a
+ * changed password) get the error, and a refusal is a refusal. An answer
+ * ends the outage. */
+static void test_wrapped_offline(apr_pool_t *p)
+{
+    authn_hmac_engine_t e = engine(p, 1 << 20);
+    authn_hmac_policy_t pol = {
+        apr_time_from_sec(300), apr_time_from_sec(600), 0, 0,
+        apr_time_from_sec(60),  apr_time_from_sec(3600)};
+    authn_hmac_cred_t c = cred("wendy", "right", "ldap"),
+                      other = cred("wendy", "new", "ldap");
+
+    c.ask = ask;
+    other.ask = ask;
+    answer = APR_SUCCESS;
+    asked = 0;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    /* Confirmed 30 min ago, idle 20 min (past the idle timeout): within
+     * the grace. The directory down: served, counted, the outage set. */
+    age_wrapped(&e, "right", apr_time_from_sec(1800), apr_time_from_sec(1200));
+    answer = APR_EGENERAL;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_OFFLINE_HIT);
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_OFFLINE_HIT);
+    CHECK(asked == 3); /* each asked the provider: none waits for another */
+    CHECK(counted(&e, AUTHN_HMAC_C_OFFLINE_HITS) == 2);
+    CHECK(counted(&e, AUTHN_HMAC_C_OFFLINE_SINCE) != 0);
+    /* A credential the provider never confirmed: today's error. */
+    CHECK(authn_hmac_check(&e, &pol, &other, NULL, p) == AUTHN_HMAC_ERROR);
+    /* Confirmed before the grace: today's error. */
+    age_wrapped(&e, "right", apr_time_from_sec(3601), apr_time_from_sec(1));
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_ERROR);
+    CHECK(counted(&e, AUTHN_HMAC_C_OFFLINE_HITS) == 2);
+    /* An answer ends the outage; a refusal takes the entry out: when the
+     * directory fails after it, nothing is served. */
+    age_wrapped(&e, "right", apr_time_from_sec(120), apr_time_from_sec(1));
+    answer = APR_EMISMATCH;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_DENIED);
+    CHECK(counted(&e, AUTHN_HMAC_C_OFFLINE_SINCE) == 0);
+    answer = APR_EGENERAL;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_ERROR);
+    CHECK(counted(&e, AUTHN_HMAC_C_OFFLINE_HITS) == 2);
+    /* A grace of 0: today's error, whatever the entry. */
+    answer = APR_SUCCESS;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
+    age_wrapped(&e, "right", apr_time_from_sec(61), apr_time_from_sec(1));
+    pol.offline_grace = 0;
+    answer = APR_EGENERAL;
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_ERROR);
+    CHECK(counted(&e, AUTHN_HMAC_C_OFFLINE_HITS) == 2);
 }
 
 /* A pepper rotation: an entry made under the pepper that is now the
@@ -519,6 +642,8 @@ int main(void)
     RUN(test_wrapped_provider, p);
     RUN(test_previous_pepper, p);
     RUN(test_wrapped_provider_rotation, p);
+    RUN(test_wrapped_recheck, p);
+    RUN(test_wrapped_offline, p);
     RUN(test_forked_processes, p);
     RUN(test_negative_cache, p);
     RUN(test_idle_timeout_and_max_age, p);
