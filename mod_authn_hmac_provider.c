@@ -382,18 +382,35 @@ static void name_sections(apr_pool_t *p, module *m, apr_array_header_t *secs,
     }
 }
 
+/* The directives that only place a server on its host: where it listens
+ * and keeps its own files (and the module's Redis secret, and the pepper
+ * files: no provider answers by them, and each step of a rotation changes
+ * the pepper's; its grants, kept under the previous pepper, are hits after
+ * the step). The servers of a farm differ there and nowhere else: they
+ * share the grants of a wrapped provider through Redis. */
+static int host_only(const char *directive)
+{
+    static const char *const names[] = {
+        D_PEPPER,    "AuthHMACRedisAuthFile", "Listen",         "ServerRoot",
+        "PidFile",   "DefaultRuntimeDir",     "Mutex",          "ErrorLog",
+        "CustomLog", "TransferLog",           "ScoreBoardFile", "DocumentRoot"};
+    size_t i;
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcasecmp(directive, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
 /* A digest of the configuration's directives and arguments, in order and
  * nesting (not their files and lines: the servers of a farm may keep them
- * elsewhere). But the pepper files: no provider answers by them, and each
- * step of a rotation changes them (its grants, kept under the previous
- * pepper, are hits after the step; the review found them all asked
- * again). */
+ * elsewhere), but those that only place the server on its host. */
 static void digest_tree(apr_sha1_ctx_t *ctx, const ap_directive_t *d, int depth)
 {
     for (; d; d = d->next) {
         char level[16];
 
-        if (strcasecmp(d->directive, D_PEPPER) == 0)
+        if (host_only(d->directive))
             continue;
         apr_snprintf(level, sizeof(level), "%d\n", depth);
         apr_sha1_update(ctx, level, (unsigned)strlen(level));

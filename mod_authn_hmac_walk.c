@@ -54,7 +54,7 @@ typedef struct {
     int userfile;                  /* AuthHMACUserFile here or above */
     int basic;                     /* AuthType Basic here or above */
     const ap_directive_t *authuserfile; /* AuthUserFile here or above */
-    const ap_directive_t *max_age;      /* AuthHMACCacheMaxAge here or above */
+    const ap_directive_t *recheck;      /* AuthHMACRecheck here or above */
 } check_scope;
 
 typedef struct {
@@ -252,8 +252,8 @@ static const ap_directive_t *scan_level(const check_state *st,
             sc->userfile = 1;
         if (is(d, D_PROVIDER) && has_word(d->args, "ldap", st->p))
             *ldap = d;
-        else if (is(d, D_MAXAGE))
-            sc->max_age = d;
+        else if (is(d, D_RECHECK))
+            sc->recheck = d;
         else if (is(d, "AuthUserFile"))
             sc->authuserfile = d;
         else if (is(d, "AuthType"))
@@ -329,33 +329,57 @@ static ldap_caches ldap_caches_of(server_rec *s)
     return c;
 }
 
-/* Logs an AuthHMACProvider ldap whose section's max age mod_ldap's own
- * caches outlast: they answer a miss of the module's, which comes at the
- * max age at the latest, from what they learned up to their TTL before. */
+/* A section's duration directive d (NULL: unset) in seconds, else
+ * dflt; 0 if its value is refused (httpd says so already). */
+static int seconds_of(check_state *st, const ap_directive_t *d, uint64_t dflt,
+                      uint64_t *out)
+{
+    const char *args = d ? d->args : NULL;
+
+    *out = dflt;
+    return !args ||
+           !authn_hmac_parse_seconds(ap_getword_conf(st->p, &args), out, st->p);
+}
+
+/* An AuthHMACProvider ldap where mod_ldap's search cache (LDAPCacheTTL)
+ * could answer: it answers a bind with the password it saw from memory,
+ * and would answer the module's recheck, so that a user removed, locked or
+ * whose password changed would be let in for its TTL: the start is
+ * refused. Its compare cache (LDAPOpCacheTTL, for Require ldap-*) outliving
+ * the recheck is a warning (with warn). */
 static void report_ldap(check_state *st, const check_scope *sc,
                         const ap_directive_t *wrap)
 {
     ldap_caches c = ldap_caches_of(st->s);
-    long longest = c.bind > c.compare ? c.bind : c.compare;
-    uint64_t age = WRAPPED_MAX_AGE;
-    const char *args = sc->max_age ? sc->max_age->args : NULL;
+    uint64_t recheck;
 
-    if (args &&
-        authn_hmac_parse_seconds(ap_getword_conf(st->p, &args), &age, st->p))
-        return; /* refused already */
-    if ((uint64_t)longest <= age)
+    if (c.bind > 0) {
+        st->refused = 1;
+        ap_log_error(
+            APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, st->s,
+            "AHMAC0040: " D_PROVIDER " ldap in %s (%s:%d): mod_ldap's "
+            "search cache (LDAPCacheTTL %ld s) would answer the module's "
+            "recheck of a password from memory, letting a user removed, "
+            "locked or whose password changed in the directory in for that "
+            "long: set LDAPCacheTTL 0 in the server configuration (or "
+            "LDAPCacheEntries 0); the module's own cache replaces it",
+            section_name(sc->section, st->p), wrap->filename, wrap->line_num,
+            c.bind);
         return;
-    ap_log_error(
-        APLOG_MARK, APLOG_WARNING, 0, st->s,
-        "AHMAC0040: " D_PROVIDER " ldap in %s (%s:%d): mod_ldap's "
-        "own caches (LDAPCacheTTL %ld s, LDAPOpCacheTTL %ld s; 0: "
-        "off) outlast the section's " D_MAXAGE " (%" APR_UINT64_T_FMT
-        " s): a user removed from the directory, or a password "
-        "changed there, may still be let in for up to %" APR_UINT64_T_FMT
-        " s; set both to at most %" APR_UINT64_T_FMT
-        ", or to 0 (the module caches already)",
-        section_name(sc->section, st->p), wrap->filename, wrap->line_num,
-        c.bind, c.compare, age, age + (uint64_t)longest, age);
+    }
+    if (!st->warn ||
+        !seconds_of(st, sc->recheck, DEFAULT_RECHECK_WRAPPED, &recheck) ||
+        (uint64_t)c.compare <= recheck)
+        return;
+    ap_log_error(APLOG_MARK, APLOG_WARNING, 0, st->s,
+                 "AHMAC0040: " D_PROVIDER " ldap in %s (%s:%d): mod_ldap's "
+                 "compare cache (LDAPOpCacheTTL %ld s), which answers "
+                 "Require ldap-group and ldap-attribute, outlasts the "
+                 "section's " D_RECHECK " (%" APR_UINT64_T_FMT " s): a "
+                 "change of a group or an attribute may take that long; "
+                 "set LDAPOpCacheTTL to at most %" APR_UINT64_T_FMT ", or 0",
+                 section_name(sc->section, st->p), wrap->filename,
+                 wrap->line_num, c.compare, recheck, recheck);
 }
 
 /* Checks the sections of one level (first: its first directive), then
@@ -368,7 +392,7 @@ static void check_level(check_state *st, const ap_directive_t *first,
 
     if (provider && !sc->userfile)
         report_provider(st, sc, provider);
-    if (ldap && st->warn)
+    if (ldap)
         report_ldap(st, sc, ldap);
     for (d = first; d; d = d->next) {
         check_scope below = *sc;

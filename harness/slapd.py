@@ -1,7 +1,10 @@
 """A private OpenLDAP slapd (Debian's 2.5), on a loopback port, with a
 temporary slapd.conf and an mdb database: users under ou=people and
 groups under ou=groups of dc=example,dc=com, added with ldapadd. Its stats
-log (-d 256) counts the binds each DN made."""
+log (-d 256) counts the binds each DN made. With ppolicy, the password
+policy overlay (OpenLDAP 2.5's, its schema built in) under a default
+policy: lock() locks an account (pwdAccountLockedTime), and a bind to it
+fails as a wrong password's does."""
 import os
 import re
 import shutil
@@ -14,6 +17,7 @@ from .env import free_port
 SUFFIX = "dc=example,dc=com"
 ADMIN = "cn=admin," + SUFFIX
 ADMIN_PW = "slapd admin secret"
+POLICY = "cn=default,ou=policies," + SUFFIX
 SLAPD = shutil.which("slapd") or "/usr/sbin/slapd"
 
 
@@ -26,7 +30,8 @@ def user_dn(user):
 
 
 class Slapd:
-    def __init__(self):
+    def __init__(self, ppolicy=False):
+        self.ppolicy = ppolicy
         self.dir = tempfile.mkdtemp(prefix="authn_hmac_slapd_")
         self.port = free_port()
         self.url = "ldap://127.0.0.1:%d" % self.port
@@ -43,9 +48,12 @@ class Slapd:
                     "access to attrs=userPassword by self write by anonymous auth "
                     "by * none\naccess to * by * read\n"
                     % (self.dir, SUFFIX, ADMIN, ADMIN_PW, self.dir))
+            if ppolicy:
+                f.write("moduleload ppolicy\noverlay ppolicy\n"
+                        "ppolicy_default \"%s\"\n" % POLICY)
 
     def start(self):
-        self.logf = open(self.log, "w")
+        self.logf = open(self.log, "a")
         self.proc = subprocess.Popen([SLAPD, "-f", os.path.join(self.dir, "slapd.conf"),
                                       "-h", self.url + "/", "-d", "256"],
                                      stdout=self.logf, stderr=subprocess.STDOUT)
@@ -56,11 +64,19 @@ class Slapd:
             if self.proc.poll() is not None:
                 raise RuntimeError("slapd did not start:\n" + open(self.log).read())
             time.sleep(0.05)
+        # NB: a restart (after stop()) keeps the database.
+        if getattr(self, "seeded", False):
+            return self
+        self.seeded = True
         self.ldapadd("dn: %s\nobjectClass: dcObject\nobjectClass: organization\n"
                      "dc: example\no: example\n\n"
                      "dn: ou=people,%s\nobjectClass: organizationalUnit\nou: people\n\n"
                      "dn: ou=groups,%s\nobjectClass: organizationalUnit\nou: groups\n"
                      % (SUFFIX, SUFFIX, SUFFIX))
+        if self.ppolicy:
+            self.ldapadd("dn: ou=policies,%s\nobjectClass: organizationalUnit\nou: policies\n\n"
+                         "dn: %s\nobjectClass: device\nobjectClass: pwdPolicy\ncn: default\n"
+                         "pwdAttribute: userPassword\npwdLockout: TRUE\n" % (SUFFIX, POLICY))
         return self
 
     def ldapadd(self, ldif):
@@ -80,6 +96,19 @@ class Slapd:
         """ldappasswd, as the admin."""
         subprocess.run(["ldappasswd", "-x", "-H", self.url, "-D", ADMIN, "-w", ADMIN_PW,
                         "-s", new, user_dn(user)], check=True, capture_output=True)
+
+    def ldapmodify(self, ldif):
+        subprocess.run(["ldapmodify", "-x", "-H", self.url, "-D", ADMIN, "-w", ADMIN_PW],
+                       input=ldif, text=True, check=True, capture_output=True)
+
+    def lock(self, user):
+        """Locks user's account for good (ppolicy: pwdAccountLockedTime)."""
+        self.ldapmodify("dn: %s\nchangetype: modify\nreplace: pwdAccountLockedTime\n"
+                        "pwdAccountLockedTime: 000001010000Z\n" % user_dn(user))
+
+    def delete(self, user):
+        subprocess.run(["ldapdelete", "-x", "-H", self.url, "-D", ADMIN, "-w", ADMIN_PW,
+                        user_dn(user)], check=True, capture_output=True)
 
     def binds(self, user):
         """How many binds as user's DN slapd has seen."""
