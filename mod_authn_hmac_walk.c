@@ -352,34 +352,38 @@ static void report_ldap(check_state *st, const check_scope *sc,
 {
     ldap_caches c = ldap_caches_of(st->s);
     uint64_t recheck;
+    const char *why;
+    int level = APLOG_WARNING;
 
     if (c.bind > 0) {
         st->refused = 1;
-        ap_log_error(
-            APLOG_MARK, APLOG_STARTUP | APLOG_EMERG, 0, st->s,
-            "AHMAC0040: " D_PROVIDER " ldap in %s (%s:%d): mod_ldap's "
+        level = APLOG_STARTUP | APLOG_EMERG;
+        why = apr_psprintf(
+            st->p,
             "search cache (LDAPCacheTTL %ld s) would answer the module's "
             "recheck of a password from memory, letting a user removed, "
             "locked or whose password changed in the directory in for that "
             "long: set LDAPCacheTTL 0 in the server configuration (or "
             "LDAPCacheEntries 0); the module's own cache replaces it",
-            section_name(sc->section, st->p), wrap->filename, wrap->line_num,
             c.bind);
-        return;
     }
-    if (!st->warn ||
-        !seconds_of(st, sc->recheck, DEFAULT_RECHECK_WRAPPED, &recheck) ||
-        (uint64_t)c.compare <= recheck)
+    else if (st->warn &&
+             seconds_of(st, sc->recheck, DEFAULT_RECHECK_WRAPPED, &recheck) &&
+             (uint64_t)c.compare > recheck)
+        why = apr_psprintf(
+            st->p,
+            "compare cache (LDAPOpCacheTTL %ld s), which answers Require "
+            "ldap-group and ldap-attribute, outlasts the section's " D_RECHECK
+            " (%" APR_UINT64_T_FMT " s): a change of a group or an attribute "
+            "may take that long; set LDAPOpCacheTTL to at most "
+            "%" APR_UINT64_T_FMT ", or 0",
+            c.compare, recheck, recheck);
+    else
         return;
-    ap_log_error(APLOG_MARK, APLOG_WARNING, 0, st->s,
-                 "AHMAC0040: " D_PROVIDER " ldap in %s (%s:%d): mod_ldap's "
-                 "compare cache (LDAPOpCacheTTL %ld s), which answers "
-                 "Require ldap-group and ldap-attribute, outlasts the "
-                 "section's " D_RECHECK " (%" APR_UINT64_T_FMT " s): a "
-                 "change of a group or an attribute may take that long; "
-                 "set LDAPOpCacheTTL to at most %" APR_UINT64_T_FMT ", or 0",
+    ap_log_error(APLOG_MARK, level, 0, st->s,
+                 "AHMAC0040: " D_PROVIDER " ldap in %s (%s:%d): mod_ldap's %s",
                  section_name(sc->section, st->p), wrap->filename,
-                 wrap->line_num, c.compare, recheck, recheck);
+                 wrap->line_num, why);
 }
 
 /* Checks the sections of one level (first: its first directive), then
