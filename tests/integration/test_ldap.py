@@ -38,7 +38,7 @@ def section(path, ldap, *lines, provider="hmac", require="valid-user"):
 @pytest.fixture(scope="module")
 def ldap_site():
     ldap = Slapd().start()
-    for user in ("alice", "bob", "carol", "dave", "erin"):
+    for user in ("alice", "bob", "carol", "dave", "erin", "frank"):
         ldap.add_user(user, "%s ldap pass" % user)
     for n in range(3):
         ldap.add_user("bursty%d" % n, "bursty ldap pass")
@@ -52,11 +52,12 @@ def ldap_site():
     srv.global_conf = "LDAPCacheEntries 0\nLDAPOpCacheEntries 0\n" + STATUS
     srv.body = (section("/w/", ldap)
                 + section("/short/", ldap, "AuthHMACRecheck 2")  # a 2 s recheck: a short test
+                + section("/every/", ldap, "AuthHMACRecheck 0")  # today's: ask every time
                 + section("/g/", ldap, require="ldap-group " + GROUP)
                 + section("/dn/", ldap, "AuthLDAPRemoteUserIsDN on")
                 + section("/stock/", ldap, provider="ldap", require="ldap-group " + GROUP))
     srv.write_config()
-    for sub in ("w", "short", "g", "stock", "dn"):
+    for sub in ("w", "short", "every", "g", "stock", "dn"):
         os.makedirs(srv.path("htdocs", sub), exist_ok=True)
         with open(srv.path("htdocs", sub, "index.html"), "w") as f:
             f.write("page\n")
@@ -115,6 +116,19 @@ def test_a_changed_password_stops_working_within_the_recheck(ldap_site):
     notes = srv.notes("carol")
     assert notes[-2:] == ["denied", "negative-hit"], notes
     assert set(notes[2:-2]) <= {"hit"}, notes
+
+
+def test_recheck_0_asks_the_directory_at_every_request(ldap_site):
+    """AuthHMACRecheck 0: every request binds, and a changed password is
+    refused at the next request."""
+    srv, ldap = ldap_site
+    before = ldap.binds("frank")
+    assert [srv.status_code("/every/", "frank", "frank ldap pass") for _ in range(3)] == [200] * 3
+    assert ldap.binds("frank") - before == 3
+    assert srv.notes("frank") == ["verified"] * 3
+    ldap.passwd("frank", "frank's new pass")
+    assert srv.status_code("/every/", "frank", "frank ldap pass") == 401
+    assert srv.notes("frank")[-1] == "denied"
 
 
 def test_a_provider_that_renames_the_user_is_not_cached(ldap_site):
