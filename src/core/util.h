@@ -2,7 +2,7 @@
  * parsers for directive values, the counters and histograms with their
  * status outputs.
  *
- * The core (src/, one header per layer in include/authn_hmac/) is free of
+ * The core (src/, a folder per layer, headers beside their code) is free of
  * httpd headers: the module (mod_authn_hmac.c), the unit tests and the
  * tools link it. It depends only on APR, OpenSSL, libbsd and hiredis. */
 #ifndef AUTHN_HMAC_UTIL_H
