@@ -146,11 +146,35 @@ static void judge(req_t *q, apr_time_t v, apr_time_t u)
         q->offline = 1;
 }
 
-/* A wrapped provider's answer, at the exit: an error (its directory
- * down) grants a credential it confirmed within the offline grace
- * (offline-hit), and nothing else; an answer ends an outage, and a
- * refusal takes the credential's entry out (here and in the farm's
- * Redis): it is no longer one the source confirmed. */
+/* 64 bits of a MAC of what names the user's id (uid_scope, else scope):
+ * the credential's source, for its outage record; of its user's id, if
+ * uid (the user's word for that record). Never 0. */
+static uint64_t source_word(const req_t *q, int uid)
+{
+    const authn_hmac_cred_t *c = q->c;
+    unsigned char id[AUTHN_HMAC_KEY_LEN];
+    uint64_t w;
+
+    if (uid)
+        user_id(q->e->mac, c, id);
+    else if (c->uid_scope)
+        authn_hmac_user_id(q->e->mac, c->uid_scope, c->uid_scope_len, "", 0,
+                           id);
+    else
+        authn_hmac_user_id(q->e->mac, c->scope, c->scope_len, "", 0, id);
+    memcpy(&w, id, sizeof(w));
+    explicit_bzero(id, sizeof(id));
+    return w ? w : 1;
+}
+
+/* A wrapped provider's answer, at the exit: an error grants a credential
+ * it confirmed within the offline grace (offline-hit), and nothing else,
+ * during an outage of the source: once it has failed for two distinct
+ * users with no answer since (one account's error, as a directory may
+ * refuse an inactivated account, is its answer, as without the cache: an
+ * error); an answer ends an outage, and a refusal takes the credential's
+ * entry out (here and in the farm's Redis): it is no longer one the
+ * source confirmed. */
 static void offline(req_t *q)
 {
     const authn_hmac_engine_t *e = q->e;
@@ -158,15 +182,19 @@ static void offline(req_t *q)
     if (!q->c->ask || q->never)
         return;
     if (q->ran && q->o == AUTHN_HMAC_ERROR) {
-        if (!q->offline)
+        if (!authn_hmac_outage_error(e, source_word(q, 0), source_word(q, 1),
+                                     q->t0) ||
+            !q->offline)
             return;
         q->o = AUTHN_HMAC_OFFLINE_HIT;
         authn_hmac_offline_served(e, "AuthHMACProvider's check failed",
                                   q->baton);
         return;
     }
-    if (q->ran)
+    if (q->ran) {
+        authn_hmac_outage_answer(e, source_word(q, 0));
         authn_hmac_offline_answered(e, q->baton);
+    }
     if (q->result == 0 && q->cache && (q->stale || q->offline)) {
         authn_hmac_table_forget(e->table, q->key, q->uid);
         authn_hmac_session_forget(&q->rq, q->key, q->uid, q->t0, q->keep);

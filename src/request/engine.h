@@ -180,6 +180,19 @@ void authn_hmac_offline_served(const authn_hmac_engine_t *e, const char *why,
                                void *baton);
 void authn_hmac_offline_answered(const authn_hmac_engine_t *e, void *baton);
 
+/* A source's errors since its last answer, by source (source: 64 bits of
+ * a MAC of its scope, never 0) in the shared segment (request/annex.h).
+ * error: records one for the user (64 bits of its id), and returns 1 if
+ * the source has now failed for at least two distinct users with no
+ * answer since its errors began: an outage of the source, not an error
+ * of one account (a directory that refuses an account with an error, as
+ * 389-ds answers an inactivated one): only then may a grant be served
+ * offline. answer: the source answered (a grant or a refusal): clears its
+ * record (one read of each record when it has none). */
+int authn_hmac_outage_error(const authn_hmac_engine_t *e, uint64_t source,
+                            uint64_t user, apr_time_t now);
+void authn_hmac_outage_answer(const authn_hmac_engine_t *e, uint64_t source);
+
 /* Seconds a refused (busy) client should wait before it tries again. */
 int authn_hmac_retry_after(const authn_hmac_engine_t *e);
 

@@ -50,7 +50,7 @@
  * of rechecks and outages) makes a kept segment
  * start afresh, across a graceful restart after an upgrade too. What the
  * layers above keep in the annex is part of the layout (table.h). */
-#define TABLE_MAGIC 0x61686d6163740013ULL
+#define TABLE_MAGIC 0x61686d6163740014ULL
 
 #define WAYS        8 /* slots per set */
 #define HIT_STRIPES 8
@@ -757,6 +757,17 @@ void authn_hmac_table_observe(authn_hmac_table_t *t,
 void *authn_hmac_table_annex(authn_hmac_table_t *t)
 {
     return t->hdr->annex;
+}
+
+int authn_hmac_table_lock(authn_hmac_table_t *t)
+{
+    return !t->mutex || apr_global_mutex_lock(t->mutex) == APR_SUCCESS;
+}
+
+void authn_hmac_table_unlock(authn_hmac_table_t *t)
+{
+    if (t->mutex)
+        apr_global_mutex_unlock(t->mutex);
 }
 
 void authn_hmac_table_stats(authn_hmac_table_t *t, apr_time_t now,

@@ -135,9 +135,15 @@ void authn_hmac_table_observe(authn_hmac_table_t *t,
  * annex's contents are part of the segment's layout: a change to them
  * must change TABLE_MAGIC (shm/table.c), as a change to the table's own
  * does. */
-#define AUTHN_HMAC_TABLE_ANNEX_BYTES ((size_t)640)
+#define AUTHN_HMAC_TABLE_ANNEX_BYTES ((size_t)896)
 
 void *authn_hmac_table_annex(authn_hmac_table_t *t);
+
+/* The writers' mutex, for a layer above that writes several words of the
+ * annex together (rarely: not on a hit's path). lock: 1 if taken (always
+ * without a mutex); unlock releases it. */
+int authn_hmac_table_lock(authn_hmac_table_t *t);
+void authn_hmac_table_unlock(authn_hmac_table_t *t);
 
 /* Counters and sizes, in O(1); the Redis tier's are not the table's
  * (authn_hmac_annex_stats fills them). */
