@@ -320,10 +320,13 @@ static int from_redis(req_t *q, int again)
         q->o = AUTHN_HMAC_REDIS_HIT;
         return 1;
     }
-    /* NB: where Redis answered, the farm's entry says what the source
-     * confirmed: one that a server took out at a refusal is no candidate
-     * for the offline grace, whatever this server's memory holds. */
+    /* NB: an offline grant rests on this server's own entry (from_shm);
+     * where Redis answered, the farm's entry may veto it (one that a
+     * server took out at a refusal is no candidate), never add one: a
+     * replayed value revives nothing. */
     if (!again && asked && !q->rq.off && q->c->ask) {
+        int mine = q->offline;
+
         q->offline = 0;
         if (authn_hmac_entries_find(
                 &q->rq.es, q->key, q->t0,
@@ -331,6 +334,7 @@ static int from_redis(req_t *q, int again)
                 wider(q->sec->max_age, q->sec->offline_grace), &verified,
                 &used))
             judge(q, verified, used);
+        q->offline = q->offline && mine;
     }
     /* NB: the previous pepper's entry, for every first look that missed
      * (an unknown user's too: the same GETs on the wire); found, it is
