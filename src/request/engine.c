@@ -546,9 +546,15 @@ static authn_hmac_outcome finish(req_t *q)
                                   q->result == 0 && !q->negative ? -1
                                                                  : q->result);
     /* NB: a wrong password this request verified is a guess (one that
-     * coalesced on another's verification is the same password). */
+     * coalesced on another's verification is the same password); so is
+     * a source's error not served offline where a grace could serve one
+     * (else, during an outage, wrong passwords uncounted beside a right
+     * one served offline: an oracle). */
     if (q->entered)
-        authn_hmac_req_guessed(q, q->ran && (q->result == 0 || q->unkept));
+        authn_hmac_req_guessed(
+            q, q->ran && (q->result == 0 || q->unkept ||
+                          (q->c->ask && q->o == AUTHN_HMAC_ERROR &&
+                           q->sec->offline_grace > 0)));
     explicit_bzero(q->key, sizeof(q->key));
     explicit_bzero(q->nkey, sizeof(q->nkey));
     explicit_bzero(q->pkey, sizeof(q->pkey));
