@@ -402,10 +402,39 @@ static int host_only(const char *directive)
     return 0;
 }
 
+/* A directive's arguments; the file one names first, for the directives
+ * that name a provider's file, as its server reads it (resolved under
+ * its ServerRoot, which the digest leaves out: a relative file is not one
+ * source across servers of other roots). */
+static void digest_args(apr_sha1_ctx_t *ctx, const ap_directive_t *d,
+                        apr_pool_t *p)
+{
+    static const char *const files[] = {"AuthUserFile",  "AuthDBMUserFile",
+                                        "AuthGroupFile", "AuthDBMGroupFile",
+                                        D_USERFILE,      D_DBMFILE};
+    const char *args = d->args, *word, *path;
+    size_t i;
+
+    for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (strcasecmp(d->directive, files[i]) != 0)
+            continue;
+        word = ap_getword_conf(p, &args);
+        path = *word ? ap_server_root_relative(p, word) : NULL;
+        if (!path)
+            break;
+        apr_sha1_update(ctx, path, (unsigned)strlen(path));
+        apr_sha1_update(ctx, " ", 1);
+        apr_sha1_update(ctx, args, (unsigned)strlen(args));
+        return;
+    }
+    apr_sha1_update(ctx, d->args, (unsigned)strlen(d->args));
+}
+
 /* A digest of the configuration's directives and arguments, in order and
  * nesting (not their files and lines: the servers of a farm may keep them
  * elsewhere), but those that only place the server on its host. */
-static void digest_tree(apr_sha1_ctx_t *ctx, const ap_directive_t *d, int depth)
+static void digest_tree(apr_sha1_ctx_t *ctx, const ap_directive_t *d, int depth,
+                        apr_pool_t *p)
 {
     for (; d; d = d->next) {
         char level[16];
@@ -417,9 +446,9 @@ static void digest_tree(apr_sha1_ctx_t *ctx, const ap_directive_t *d, int depth)
         apr_sha1_update(ctx, d->directive, (unsigned)strlen(d->directive));
         apr_sha1_update(ctx, "\n", 1);
         if (d->args)
-            apr_sha1_update(ctx, d->args, (unsigned)strlen(d->args));
+            digest_args(ctx, d, p);
         apr_sha1_update(ctx, "\n", 1);
-        digest_tree(ctx, d->first_child, depth + 1);
+        digest_tree(ctx, d->first_child, depth + 1, p);
     }
 }
 
@@ -433,7 +462,7 @@ void hmac_wrapped_sections(apr_pool_t *pconf, server_rec *s)
     size_t i;
 
     apr_sha1_init(&ctx);
-    digest_tree(&ctx, ap_conftree, 0);
+    digest_tree(&ctx, ap_conftree, 0, pconf);
     apr_sha1_final(sum, &ctx);
     tree = apr_pescape_hex(pconf, sum, sizeof(sum), 0);
     wrapped_sections = apr_hash_make(pconf);

@@ -551,10 +551,10 @@ static authn_hmac_outcome finish(req_t *q)
      * (else, during an outage, wrong passwords uncounted beside a right
      * one served offline: an oracle). */
     if (q->entered)
-        authn_hmac_req_guessed(
-            q, q->ran && (q->result == 0 || q->unkept ||
-                          (q->c->ask && q->o == AUTHN_HMAC_ERROR &&
-                           q->sec->offline_grace > 0)));
+        authn_hmac_req_guessed(q, q->ran &&
+                                      (q->result == 0 || q->unkept ||
+                                       (q->c->ask && q->o == AUTHN_HMAC_ERROR &&
+                                        q->sec->offline_grace > 0)));
     explicit_bzero(q->key, sizeof(q->key));
     explicit_bzero(q->nkey, sizeof(q->nkey));
     explicit_bzero(q->pkey, sizeof(q->pkey));
