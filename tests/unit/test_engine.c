@@ -198,8 +198,9 @@ static void test_wrapped_recheck(apr_pool_t *p)
     CHECK(asked == 6);
 }
 
-/* The offline grace: the provider's error (its directory down) at a
- * recheck grants a credential it confirmed within the grace (offline-hit,
+/* The offline grace: the provider's error (its directory down: two
+ * users' errors with no answer since) at a recheck grants a credential it
+ * confirmed within the grace (offline-hit,
  * counted, the outage's start told), and nothing else: one confirmed
  * before the grace, one it refused, an unknown credential (a new login, a
  * changed password) get the error, and a refusal is a refusal. An answer
@@ -211,10 +212,12 @@ static void test_wrapped_offline(apr_pool_t *p)
         apr_time_from_sec(300), apr_time_from_sec(600), 0, 0,
         apr_time_from_sec(60),  apr_time_from_sec(3600)};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap"),
-                      other = cred("wendy", "new", "ldap");
+                      other = cred("wendy", "new", "ldap"),
+                      xavier = cred("xavier", "his", "ldap");
 
     c.ask = ask;
     other.ask = ask;
+    xavier.ask = ask;
     answer = APR_SUCCESS;
     asked = 0;
     CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_VERIFIED);
@@ -222,9 +225,15 @@ static void test_wrapped_offline(apr_pool_t *p)
      * the grace. The directory down: served, counted, the outage set. */
     age_wrapped(&e, "right", apr_time_from_sec(1800), apr_time_from_sec(1200));
     answer = APR_EGENERAL;
+    /* One user's errors are no outage of the source (a directory may
+     * refuse one account with an error): today's error, until another
+     * user's error with no answer between. */
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_ERROR);
+    CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_ERROR);
+    CHECK(authn_hmac_check(&e, &pol, &xavier, NULL, p) == AUTHN_HMAC_ERROR);
     CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_OFFLINE_HIT);
     CHECK(authn_hmac_check(&e, &pol, &c, NULL, p) == AUTHN_HMAC_OFFLINE_HIT);
-    CHECK(asked == 3); /* each asked the provider: none waits for another */
+    CHECK(asked == 6); /* each asked the provider: none waits for another */
     CHECK(counted(&e, AUTHN_HMAC_C_OFFLINE_HITS) == 2);
     CHECK(counted(&e, AUTHN_HMAC_C_OFFLINE_SINCE) != 0);
     /* A credential the provider never confirmed: today's error. */
