@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "request/dbm.h"
+#include "request/sql.h"
 #include "request/engine.h"
 #include "shm/table.h"
 #include "core/util.h"
@@ -253,6 +254,21 @@ static const char *dbd_hash(request_rec *r, const hmac_dir_conf *c,
         }
     }
     return NULL;
+}
+
+/* dbd_hash as the SQL path's lookup (request/sql.h). */
+typedef struct {
+    request_rec *r;
+    const hmac_dir_conf *c;
+} dbd_ctx_t;
+
+static int dbd_lookup(void *ctx, const char *user, const char **hash,
+                      const char **why)
+{
+    dbd_ctx_t *d = ctx;
+
+    *why = dbd_hash(d->r, d->c, user, hash);
+    return *why ? -1 : 0;
 }
 
 /* ---------------------------------------------- another provider, wrapped */
@@ -488,7 +504,7 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
                                       authn_hmac_cred_t *cred, apr_status_t *rv)
 {
     const authn_hmac_engine_t *e = &hmac_child.engine;
-    const char *hash, *why;
+    const char *why;
 
     switch (c->source) {
     case HMAC_SOURCE_DBM: {
@@ -504,20 +520,31 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
                           c->dbm_type ? c->dbm_type : "default", cred->user);
         return o;
     }
-    case HMAC_SOURCE_DBD:
+    case HMAC_SOURCE_DBD: {
+        dbd_ctx_t d;
+        authn_hmac_outcome o;
+
         /* NB: a collation may match names whatever their case. */
         cred->fold = 1;
-        if ((why = dbd_hash(r, c, cred->user, &hash)) != NULL) {
-            ap_log_rerror(
-                APLOG_MARK, APLOG_ERR, 0, r,
-                "AHMAC0033: could not look up user %s with " D_DBDQUERY ": %s",
-                cred->user, why);
-            *rv = APR_EGENERAL;
-            return AUTHN_HMAC_ERROR;
-        }
+        d.r = r;
+        d.c = c;
+        o = authn_hmac_check_sql(e, pol, c->hashes, cred, dbd_lookup, &d, r,
+                                 r->pool, &why);
         *rv = APR_SUCCESS;
-        return authn_hmac_check_hash(e, pol, c->hashes, cred, hash, NULL, r,
-                                     r->pool);
+        if (why) {
+            ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
+                          "AHMAC0033: could not look up user %s with "
+                          D_DBDQUERY ": %s%s",
+                          cred->user, why,
+                          o == AUTHN_HMAC_OFFLINE_HIT
+                              ? " (served: confirmed within "
+                                "AuthHMACOfflineGrace)"
+                              : "");
+            if (o != AUTHN_HMAC_OFFLINE_HIT)
+                *rv = APR_EGENERAL;
+        }
+        return o;
+    }
     case HMAC_SOURCE_PROVIDER: {
         wrapped_t w;
         const char *coarse;

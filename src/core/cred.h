@@ -41,6 +41,24 @@ void authn_hmac_cred_digest(const char *scope, size_t scope_len,
                             size_t hash_len,
                             unsigned char digest[AUTHN_HMAC_DIGEST_LEN]);
 
+/* What a source of hashes the module does not own (SQL) last said of a
+ * user: its state, the digest of scope, user and hash (authn_hmac_cred_digest:
+ * what the credential's keys are made of, never the hash itself; zeros for
+ * no such user or a locked one) and when the source said it (apr_time_t).
+ * Kept in shared memory (shm/memo.h) and in Redis (redis.h), so that a hit
+ * between rechecks asks no one. */
+typedef enum {
+    AUTHN_HMAC_MEMO_HASH = 1, /* the user has a hash */
+    AUTHN_HMAC_MEMO_NONE = 2, /* no such user */
+    AUTHN_HMAC_MEMO_LOCKED = 3 /* a locked hash ('!', '*' or empty) */
+} authn_hmac_memo_state;
+
+typedef struct {
+    int state; /* authn_hmac_memo_state; 0: none */
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN];
+    int64_t confirmed; /* apr_time_t */
+} authn_hmac_memo_t;
+
 /* HKDF-SHA256 (RFC 5869): out_len (at most 255 * 32) bytes. */
 void authn_hmac_hkdf(const unsigned char *salt, size_t salt_len,
                      const unsigned char *ikm, size_t ikm_len,

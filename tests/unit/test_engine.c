@@ -24,7 +24,7 @@
 static void test_given_user_id(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
-    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us, 0, 0, 0, 0};
+    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us, 0, 0, 0, 0, 0};
     authn_hmac_cred_t c = cred("alice", "right", "H-right");
     unsigned char id[AUTHN_HMAC_KEY_LEN], other[AUTHN_HMAC_KEY_LEN];
 
@@ -64,7 +64,7 @@ static void test_wrapped_provider(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
     authn_hmac_policy_t pol = {
-        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 0, 0, 0};
+        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 0, 0, 0, 0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap");
 
     c.ask = ask;
@@ -94,7 +94,7 @@ static void test_wrapped_provider_rotation(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20), rot = e;
     authn_hmac_policy_t pol = {
-        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 0, 0, 0};
+        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 0, 0, 0, 0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap");
     authn_hmac_secret_t *pb = NULL;
     authn_hmac_mac_t *mb = NULL;
@@ -205,7 +205,7 @@ static void test_given_digest(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
     authn_hmac_policy_t pol = {
-        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 0, 0, 0};
+        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 0, 0, 0, 0};
     authn_hmac_cred_t c = cred("alice", "right", "H-right");
     unsigned char d[AUTHN_HMAC_DIGEST_LEN], old[AUTHN_HMAC_DIGEST_LEN];
 
