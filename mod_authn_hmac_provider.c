@@ -174,6 +174,7 @@ static void policy_of(const hmac_dir_conf *c, authn_hmac_policy_t *pol)
                        ? apr_time_from_sec(DEFAULT_RECHECK_WRAPPED)
                        : apr_time_from_sec(DEFAULT_RECHECK_SQL);
     pol->offline_grace = c->offline_grace;
+    pol->cached_only = 0;
 }
 
 /* ------------------------------------------------ SQL, through mod_dbd */
@@ -532,14 +533,14 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
                                  r->pool, &why);
         *rv = APR_SUCCESS;
         if (why) {
-            ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
-                          "AHMAC0033: could not look up user %s with "
-                          D_DBDQUERY ": %s%s",
-                          cred->user, why,
-                          o == AUTHN_HMAC_OFFLINE_HIT
-                              ? " (served: confirmed within "
-                                "AuthHMACOfflineGrace)"
-                              : "");
+            ap_log_rerror(
+                APLOG_MARK, APLOG_ERR, 0, r,
+                "AHMAC0033: could not look up user %s with " D_DBDQUERY
+                ": %s%s",
+                cred->user, why,
+                o == AUTHN_HMAC_OFFLINE_HIT ? " (served: confirmed within "
+                                              "AuthHMACOfflineGrace)"
+                                            : "");
             if (o != AUTHN_HMAC_OFFLINE_HIT)
                 *rv = APR_EGENERAL;
         }

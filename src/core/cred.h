@@ -48,8 +48,8 @@ void authn_hmac_cred_digest(const char *scope, size_t scope_len,
  * Kept in shared memory (shm/memo.h) and in Redis (redis.h), so that a hit
  * between rechecks asks no one. */
 typedef enum {
-    AUTHN_HMAC_MEMO_HASH = 1, /* the user has a hash */
-    AUTHN_HMAC_MEMO_NONE = 2, /* no such user */
+    AUTHN_HMAC_MEMO_HASH = 1,  /* the user has a hash */
+    AUTHN_HMAC_MEMO_NONE = 2,  /* no such user */
     AUTHN_HMAC_MEMO_LOCKED = 3 /* a locked hash ('!', '*' or empty) */
 } authn_hmac_memo_state;
 

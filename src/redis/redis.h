@@ -308,7 +308,8 @@ authn_hmac_redis_rc authn_hmac_redis_set(
 /* What SQL last said of a user (core/cred.h's memo), for the farm, under
  * prefix + "m:" + hex(uid): "m1:" state hex(digest) hex64(confirmed) ":"
  * hex(tag), the tag over uid and all before it (src/redis/memo.c). */
-#define AUTHN_HMAC_MEMO_VALUE_MAX (4 + 1 + 2 * AUTHN_HMAC_DIGEST_LEN + 16 + 1 + 2 * AUTHN_HMAC_KEY_LEN + 1)
+#define AUTHN_HMAC_MEMO_VALUE_MAX                                              \
+    (4 + 1 + 2 * AUTHN_HMAC_DIGEST_LEN + 16 + 1 + 2 * AUTHN_HMAC_KEY_LEN + 1)
 /* Writes m as uid's tagged value; its length, or 0 for no state. */
 size_t authn_hmac_memo_encode(const authn_hmac_mac_t *mac,
                               const unsigned char uid[AUTHN_HMAC_KEY_LEN],

@@ -21,8 +21,8 @@ typedef enum {
     AUTHN_HMAC_UNKNOWN_USER, /* not in the htpasswd file */
     AUTHN_HMAC_BUSY,         /* too many verifications waiting */
     AUTHN_HMAC_ERROR,
-    AUTHN_HMAC_COALESCED,  /* granted by a concurrent request's verification */
-    AUTHN_HMAC_THROTTLED,  /* refused unverified: the client guessed too much */
+    AUTHN_HMAC_COALESCED, /* granted by a concurrent request's verification */
+    AUTHN_HMAC_THROTTLED, /* refused unverified: the client guessed too much */
     AUTHN_HMAC_OFFLINE_HIT, /* granted while the source failed: a credential it
                                confirmed within the offline grace */
     AUTHN_HMAC_PASS /* the cache tiers did not answer (a policy's cached_only:

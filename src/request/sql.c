@@ -140,7 +140,7 @@ static void remember(sql_t *q, const char *hash, apr_time_t now)
     size_t len = hash ? strlen(hash) : 0;
 
     memset(&q->m, 0, sizeof(q->m));
-    q->m.state = !hash                              ? AUTHN_HMAC_MEMO_NONE
+    q->m.state = !hash                               ? AUTHN_HMAC_MEMO_NONE
                  : authn_hmac_hash_locked(hash, len) ? AUTHN_HMAC_MEMO_LOCKED
                                                      : AUTHN_HMAC_MEMO_HASH;
     if (q->m.state == AUTHN_HMAC_MEMO_HASH)
@@ -225,17 +225,15 @@ static authn_hmac_outcome ask(sql_t *q, authn_hmac_lookup_fn lookup, void *ctx,
     authn_hmac_offline_answered(q->e, q->baton);
     remember(q, hash, apr_time_now());
     done(q, &fl, rc, farm, token, 1);
-    return authn_hmac_check_hash(q->e, q->pol, q->s, q->c, hash, NULL,
-                                 q->baton, q->p);
+    return authn_hmac_check_hash(q->e, q->pol, q->s, q->c, hash, NULL, q->baton,
+                                 q->p);
 }
 
-authn_hmac_outcome authn_hmac_check_sql(const authn_hmac_engine_t *e,
-                                        const authn_hmac_policy_t *pol,
-                                        authn_hmac_source_t *s,
-                                        authn_hmac_cred_t *c,
-                                        authn_hmac_lookup_fn lookup, void *ctx,
-                                        void *baton, apr_pool_t *p,
-                                        const char **why)
+authn_hmac_outcome
+authn_hmac_check_sql(const authn_hmac_engine_t *e,
+                     const authn_hmac_policy_t *pol, authn_hmac_source_t *s,
+                     authn_hmac_cred_t *c, authn_hmac_lookup_fn lookup,
+                     void *ctx, void *baton, apr_pool_t *p, const char **why)
 {
     sql_t q;
     authn_hmac_outcome o;

@@ -25,12 +25,10 @@ typedef int (*authn_hmac_lookup_fn)(void *ctx, const char *user,
  * source confirmed within pol->offline_grace and still cached is
  * AUTHN_HMAC_OFFLINE_HIT; else AUTHN_HMAC_ERROR with *why (as logged:
  * never a secret). The final outcome is counted. */
-authn_hmac_outcome authn_hmac_check_sql(const authn_hmac_engine_t *e,
-                                        const authn_hmac_policy_t *pol,
-                                        authn_hmac_source_t *s,
-                                        authn_hmac_cred_t *c,
-                                        authn_hmac_lookup_fn lookup, void *ctx,
-                                        void *baton, apr_pool_t *p,
-                                        const char **why);
+authn_hmac_outcome
+authn_hmac_check_sql(const authn_hmac_engine_t *e,
+                     const authn_hmac_policy_t *pol, authn_hmac_source_t *s,
+                     authn_hmac_cred_t *c, authn_hmac_lookup_fn lookup,
+                     void *ctx, void *baton, apr_pool_t *p, const char **why);
 
 #endif /* AUTHN_HMAC_SQL_H */

@@ -22,8 +22,8 @@ typedef struct {
     char pad[AUTHN_HMAC_MEMO_BYTES - 80];
 } memo_rec_t;
 
-typedef char memo_rec_size[sizeof(memo_rec_t) == AUTHN_HMAC_MEMO_BYTES ? 1
-                                                                       : -1];
+typedef char
+    memo_rec_size[sizeof(memo_rec_t) == AUTHN_HMAC_MEMO_BYTES ? 1 : -1];
 
 static memo_rec_t *set_of(const authn_hmac_table_parts_t *parts,
                           const unsigned char *uid)

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import MPMS
-from harness import COST, Httpd, Redis, hmac_location, htpasswd
+from harness import changed_default, COST, Httpd, Redis, hmac_location, htpasswd
 from test_redis import Shared, farm_server, finish
 
 HTDBM = shutil.which("htdbm")
@@ -193,11 +193,20 @@ def sql(path, statement, *args):
     con.close()
 
 
-def dbd_server(db, name="dbd", mpm=None, extra=""):
+# The SQL tests that assert what a query at every request gives (an UPDATE
+# refused at the next request), and what no offline grace gives (a 500).
+RECHECK_0 = changed_default("an UPDATE refused at the next request: the query at each",
+                            AuthHMACRecheck="0")
+GRACE_0 = changed_default("a failed query is a 500 for everyone: no offline grace",
+                          AuthHMACOfflineGrace="0")
+
+
+def dbd_server(db, name="dbd", mpm=None, extra="", section=""):
     srv = Httpd(mpm=mpm, name=name, modules=["dbd"],
                 global_conf='DBDriver sqlite3\nDBDParams "%s"\n%s' % (db, extra))
     srv.body = hmac_location(
-        "/s/", None, "sql", 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"')
+        "/s/", None, "sql", 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"',
+        *([section] if section else []))
     srv.write_config()
     page(srv)
     return srv
@@ -211,7 +220,7 @@ def test_sqlite_through_mod_dbd_behind_the_cache(mpm, db_dir):
     sqlite_db(db, [("alice", bcrypt("alice sql pass")), ("bob", bcrypt("bob sql pass")),
                    ("carol", "!" + bcrypt("carol sql pass"))])
     rows_behind_the_cache(
-        dbd_server(db, mpm=mpm), "sql",
+        dbd_server(db, mpm=mpm, section=RECHECK_0), "sql",
         lambda h: sql(db, "UPDATE users SET hash = ? WHERE name = ?", h, "bob"),
         lambda: sql(db, "DELETE FROM users WHERE name = ?", "bob"))
 
@@ -253,7 +262,7 @@ def rows_behind_the_cache(srv, tag, update, delete):
 def test_sql_update_reaches_a_second_server_sharing_redis(db_dir):
     """Two servers over one database and one Redis: a grant on A is a Redis
     hit on B; after an UPDATE of the hash, the old password is refused on
-    both at the next request (the hash is in the key)."""
+    both within AuthHMACRecheck (1 s) and one request."""
     db = os.path.join(db_dir, "users.db")
     sqlite_db(db, [("dora", bcrypt("dora sql pass"))])
     update_reaches_the_farm('DBDriver sqlite3\nDBDParams "%s"\n' % db, "sql", "dora sql pass",
@@ -264,8 +273,8 @@ def test_sql_update_reaches_a_second_server_sharing_redis(db_dir):
 def update_reaches_the_farm(dbd_conf, tag, old, update):
     """Two servers (mod_dbd with dbd_conf) over one database and one Redis:
     dora's grant on A (password old) is a Redis hit on B; after update(a
-    new hash), the old password is refused on both at the next request, and
-    the new one is granted (and shared)."""
+    new hash), the old password is refused on both within the recheck (the
+    shipped 1 s) and one request, and the new one is granted (and shared)."""
     shared, redis = Shared(), Redis().start()
     servers = []
     try:
@@ -283,6 +292,7 @@ def update_reaches_the_farm(dbd_conf, tag, old, update):
         assert b.status_code("/s/", "dora", old) == 200
         assert a.notes("dora") == ["verified"] and b.notes("dora") == ["redis-hit"]
         update(bcrypt("dora's new pass"))
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
         assert a.status_code("/s/", "dora", old) == 401
         assert b.status_code("/s/", "dora", old) == 401
         assert b.status_code("/s/", "dora", "dora's new pass") == 200
@@ -300,13 +310,14 @@ def update_reaches_the_farm(dbd_conf, tag, old, update):
 def test_a_failing_query_is_a_500_never_a_grant(db_dir):
     db = os.path.join(db_dir, "users.db")
     sqlite_db(db, [("erin", bcrypt("erin sql pass"))])
-    srv = dbd_server(db)
+    srv = dbd_server(db, section=GRACE_0)
     try:
         srv.start()
         assert srv.status_code("/s/", "erin", "erin sql pass") == 200
         sql(db, "ALTER TABLE users RENAME TO gone")
-        # NB: erin's grant is cached, but a hit needs the database's hash
-        # too (it is in the key): a 500 for her as for anyone.
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
+        # NB: erin's grant is cached, but past the recheck a hit needs the
+        # database's answer, and with no grace a failed query is a 500.
         assert srv.status_code("/s/", "frank", "frank's pass") == 500
         assert srv.notes("frank") == ["error"]
         assert srv.status_code("/s/", "erin", "erin sql pass") == 500
@@ -365,11 +376,23 @@ def test_first_tries_of_sql_users_known_unknown_and_locked(db_dir, with_redis):
         for i in range(8):  # each child's connections, and its template, made
             timed(srv, "alice", "warm %d" % i)
         if with_redis:
-            known = monitor(redis, lambda: timed(srv, "alice", "monitored guess"))
-            assert known and known[0][0] == "GET", known
-            for user in ("nobody-monitored", "carol", "dave"):
-                seen = monitor(redis, lambda u=user: timed(srv, u, "monitored guess"))
-                assert seen == known, (user, seen, known)
+            # A first try (each user's memo stale: past the 1 s recheck)
+            # and a repeat (each's memo fresh): the same commands.
+            for guess in ("first", "repeat"):
+                if guess == "first":
+                    time.sleep(1.1)
+                if guess == "repeat":
+                    timed(srv, "alice", "monitored repeat")
+                known = monitor(redis, lambda g=guess: timed(srv, "alice", "monitored " + g))
+                # NB: a repeat is a negative hit of shared memory: no command.
+                assert (known and known[0][0] == "GET") if guess == "first" else not known, known
+                for user in ("nobody-monitored", "carol", "dave"):
+                    if guess == "first":
+                        time.sleep(1.1)
+                    else:
+                        timed(srv, user, "monitored repeat")
+                    seen = monitor(redis, lambda u=user, g=guess: timed(srv, u, "monitored " + g))
+                    assert seen == known, (guess, user, seen, known)
         m = first_tries(srv, "sql-" + ("redis" if with_redis else "shm"), rounds=40,
                         paired=True)
         show("first tries, SQL%s" % (", Redis 1 ms away" if with_redis else ""), m)

@@ -7,9 +7,12 @@ database that does not answer is a 500, never a grant."""
 import pytest
 
 from conftest import MPMS
-from harness import Httpd, hmac_location
+from harness import Httpd, changed_default, hmac_location
 from harness.postgres import Postgres, available
-from test_backends import bcrypt, page, rows_behind_the_cache, update_reaches_the_farm
+import time
+
+from test_backends import (GRACE_0, RECHECK_0, bcrypt, page, rows_behind_the_cache,
+                           update_reaches_the_farm)
 from test_redis import finish
 
 pytestmark = pytest.mark.skipif(
@@ -31,9 +34,9 @@ def dbd_conf(pg):
     return 'DBDriver pgsql\nDBDParams "%s"\n' % pg.params
 
 
-def pg_server(pg, name="pg", mpm=None):
+def pg_server(pg, name="pg", mpm=None, section=""):
     srv = Httpd(mpm=mpm, name=name, modules=["dbd"], global_conf=dbd_conf(pg))
-    srv.body = hmac_location("/s/", None, "sql", QUERY)
+    srv.body = hmac_location("/s/", None, "sql", QUERY, *([section] if section else []))
     srv.write_config()
     page(srv)
     return srv
@@ -46,7 +49,7 @@ def test_postgres_through_mod_dbd_behind_the_cache(mpm, pg):
     pg.add_user("bob", bcrypt("bob pg pass"))
     pg.add_user("carol", "!" + bcrypt("carol pg pass"))
     rows_behind_the_cache(
-        pg_server(pg, mpm=mpm), "pg",
+        pg_server(pg, mpm=mpm, section=RECHECK_0), "pg",
         lambda h: pg.sql("UPDATE users SET hash = %s WHERE name = %s", h, "bob"),
         lambda: pg.sql("DELETE FROM users WHERE name = %s", "bob"))
 
@@ -54,7 +57,7 @@ def test_postgres_through_mod_dbd_behind_the_cache(mpm, pg):
 def test_pg_update_reaches_a_second_server_sharing_redis(pg):
     """Two servers over one database and one Redis: a grant on A is a Redis
     hit on B; after an UPDATE of the hash, the old password is refused on
-    both at the next request."""
+    both within the recheck (1 s) and one request."""
     pg.add_user("dora", bcrypt("dora pg pass"))
     update_reaches_the_farm(dbd_conf(pg), "pg", "dora pg pass",
                             lambda h: pg.sql("UPDATE users SET hash = %s WHERE name = %s", h,
@@ -77,14 +80,16 @@ def recovered(srv, user, password):
 
 
 def test_postgres_down_is_a_500_never_a_grant(pg):
-    """Stopped: a 500 and AHMAC0033 for every user, even one whose grant is
-    cached (the hash, in the key, is read first); started again: granted."""
+    """With no offline grace, stopped: a 500 and AHMAC0033 for every user,
+    even one whose grant is cached, once the recheck (1 s) is due; started
+    again: granted."""
     pg.add_user("erin", bcrypt("erin pg pass"))
-    srv = pg_server(pg, name="pgdown")
+    srv = pg_server(pg, name="pgdown", section=GRACE_0)
     try:
         srv.start()
         assert srv.status_code("/s/", "erin", "erin pg pass") == 200
         pg.stop()
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
         codes = [srv.status_code("/s/", "frank", "frank's pass") for _ in range(5)]
         assert codes == [500] * 5, (codes, srv.notes("frank"))
         assert srv.notes("frank") == ["error"] * 5
@@ -114,15 +119,43 @@ def test_a_restart_of_postgres_between_requests(pg):
 
 def test_a_failing_query_is_a_500_never_a_grant(pg):
     pg.add_user("erin", bcrypt("erin pg pass"))
-    srv = pg_server(pg, name="pgfail")
+    srv = pg_server(pg, name="pgfail", section=GRACE_0)
     try:
         srv.start()
         assert srv.status_code("/s/", "erin", "erin pg pass") == 200
         # NB: a column, not the table: the prepared plan names the table by
         # its OID and would follow a renamed one.
         pg.psql("ALTER TABLE users RENAME COLUMN hash TO gone")
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
         assert srv.status_code("/s/", "frank", "frank's pass") == 500
         assert srv.status_code("/s/", "erin", "erin pg pass") == 500
         assert srv.notes("frank") == ["error"] and srv.notes("erin")[-1] == "error"
     finally:
         finish(srv, LOOKUP)
+
+
+def test_postgres_down_serves_confirmed_users_for_the_grace(pg):
+    """Stopped: erin, verified before, keeps 200 (offline-hit) for the grace
+    (3 s here) and then gets a 500; frank, a new login, a 500 at once; back:
+    AHMAC0042 in the log and offline_since_seconds cleared."""
+    pg.add_user("erin", bcrypt("erin pg pass"))
+    srv = pg_server(pg, name="pggrace", section=changed_default(
+        "a grace of seconds, to see it end within the test", AuthHMACOfflineGrace="3"))
+    try:
+        srv.start()
+        assert srv.status_code("/s/", "erin", "erin pg pass") == 200
+        pg.stop()
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
+        assert srv.status_code("/s/", "frank", "frank's pass") == 500
+        assert srv.status_code("/s/", "erin", "erin pg pass") == 200
+        assert srv.notes("erin")[-1] == "offline-hit"
+        assert "AHMAC0041" in srv.error_log()
+        assert srv.status()["offline_since_seconds"] > 0
+        time.sleep(2.5)  # past the grace, counted from erin's last confirmation
+        assert srv.status_code("/s/", "erin", "erin pg pass") == 500
+        pg.start()
+        recovered(srv, "erin", "erin pg pass")
+        assert "AHMAC0042" in srv.error_log()
+        assert srv.status()["offline_since_seconds"] == 0
+    finally:
+        finish(srv, LOOKUP, DBD_DOWN, r"AHMAC0041")

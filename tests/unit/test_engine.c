@@ -24,7 +24,8 @@
 static void test_given_user_id(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
-    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us, 0, 0, 0, 0, 0};
+    authn_hmac_policy_t pol = {
+        apr_time_from_sec(300), max_age_us, 0, 0, 0, 0, 0};
     authn_hmac_cred_t c = cred("alice", "right", "H-right");
     unsigned char id[AUTHN_HMAC_KEY_LEN], other[AUTHN_HMAC_KEY_LEN];
 
