@@ -497,6 +497,37 @@ static void wrapped_scope(request_rec *r, const hmac_dir_conf *c,
                 : NULL;
 }
 
+/* SQL through mod_dbd (request/sql.h): the query's error logged here. */
+static authn_hmac_outcome from_sql(request_rec *r, const hmac_dir_conf *c,
+                                   const authn_hmac_policy_t *pol,
+                                   authn_hmac_cred_t *cred, apr_status_t *rv)
+{
+    const authn_hmac_engine_t *e = &hmac_child.engine;
+    const char *why;
+    dbd_ctx_t d;
+    authn_hmac_outcome o;
+
+    /* NB: a collation may match names whatever their case. */
+    cred->fold = 1;
+    d.r = r;
+    d.c = c;
+    o = authn_hmac_check_sql(e, pol, c->hashes, cred, dbd_lookup, &d, r,
+                             r->pool, &why);
+    *rv = APR_SUCCESS;
+    if (why) {
+        ap_log_rerror(
+            APLOG_MARK, APLOG_ERR, 0, r,
+            "AHMAC0033: could not look up user %s with " D_DBDQUERY ": %s%s",
+            cred->user, why,
+            o == AUTHN_HMAC_OFFLINE_HIT ? " (served: confirmed within "
+                                          "AuthHMACOfflineGrace)"
+                                        : "");
+        if (o != AUTHN_HMAC_OFFLINE_HIT)
+            *rv = APR_EGENERAL;
+    }
+    return o;
+}
+
 /* The outcome from the section's source of users: the htpasswd file, a
  * DBM file, SQL or a wrapped provider. *rv an error (logged here, but the
  * htpasswd file's) that kept the source from being read. */
@@ -505,7 +536,6 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
                                       authn_hmac_cred_t *cred, apr_status_t *rv)
 {
     const authn_hmac_engine_t *e = &hmac_child.engine;
-    const char *why;
 
     switch (c->source) {
     case HMAC_SOURCE_DBM: {
@@ -521,31 +551,8 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
                           c->dbm_type ? c->dbm_type : "default", cred->user);
         return o;
     }
-    case HMAC_SOURCE_DBD: {
-        dbd_ctx_t d;
-        authn_hmac_outcome o;
-
-        /* NB: a collation may match names whatever their case. */
-        cred->fold = 1;
-        d.r = r;
-        d.c = c;
-        o = authn_hmac_check_sql(e, pol, c->hashes, cred, dbd_lookup, &d, r,
-                                 r->pool, &why);
-        *rv = APR_SUCCESS;
-        if (why) {
-            ap_log_rerror(
-                APLOG_MARK, APLOG_ERR, 0, r,
-                "AHMAC0033: could not look up user %s with " D_DBDQUERY
-                ": %s%s",
-                cred->user, why,
-                o == AUTHN_HMAC_OFFLINE_HIT ? " (served: confirmed within "
-                                              "AuthHMACOfflineGrace)"
-                                            : "");
-            if (o != AUTHN_HMAC_OFFLINE_HIT)
-                *rv = APR_EGENERAL;
-        }
-        return o;
-    }
+    case HMAC_SOURCE_DBD:
+        return from_sql(r, c, pol, cred, rv);
     case HMAC_SOURCE_PROVIDER: {
         wrapped_t w;
         const char *coarse;

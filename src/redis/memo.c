@@ -27,8 +27,9 @@ size_t authn_hmac_memo_encode(const authn_hmac_mac_t *mac,
     if (m->state < AUTHN_HMAC_MEMO_HASH || m->state > AUTHN_HMAC_MEMO_LOCKED ||
         m->confirmed < 0)
         return 0;
-    memcpy(o, "m1:", 3);
-    o += 3;
+    *o++ = 'm';
+    *o++ = '1';
+    *o++ = ':';
     *o++ = (char)('0' + m->state);
     o = put_hex(o, m->digest, AUTHN_HMAC_DIGEST_LEN);
     o = put_hex64(o, (uint64_t)m->confirmed);
