@@ -15,7 +15,8 @@
 #include <apr_strings.h>
 #include <hiredis/hiredis.h>
 
-#define MEMO_BODY (4 + 1 + KEY_HEX + 16)
+/* "m1:", the state, hex(digest), hex64(confirmed) */
+#define MEMO_BODY (3 + 1 + KEY_HEX + 16)
 
 size_t authn_hmac_memo_encode(const authn_hmac_mac_t *mac,
                               const unsigned char uid[AUTHN_HMAC_KEY_LEN],

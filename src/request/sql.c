@@ -184,7 +184,12 @@ static int another(sql_t *q, authn_hmac_flight_t *fl, authn_hmac_flight_rc *rc,
                fresh(q, &q->m, q->pol->recheck, apr_time_now());
     }
     *farm = authn_hmac_session_claim(&q->rq, q->qkey, SOURCE_WAIT, token);
-    return *farm == 0 && farm_wait(q, until);
+    if (*farm == 0)
+        return farm_wait(q, until);
+    /* NB: another's query may have ended (and its flight, its claim)
+     * between this request's reading of the memo and its own flight and
+     * claim: its memo, read again, is fresh (else two queries). */
+    return memo_find(q, apr_time_now());
 }
 
 /* Ends the query's flight and claim (their waiters read the memo). */

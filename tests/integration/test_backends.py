@@ -5,11 +5,16 @@ the stored hash and verifies it itself: the hash is in the credential's key,
 so a changed or removed password is refused at the next request, on every
 child. Unknown and locked users take a known user's path (a dummy
 verification)."""
+import base64
+import contextlib
+import http.client
+import math
 import os
 import shutil
 import sqlite3
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -270,11 +275,44 @@ def test_sql_update_reaches_a_second_server_sharing_redis(db_dir):
                                           "dora"))
 
 
-def update_reaches_the_farm(dbd_conf, tag, old, update):
-    """Two servers (mod_dbd with dbd_conf) over one database and one Redis:
-    dora's grant on A (password old) is a Redis hit on B; after update(a
-    new hash), the old password is refused on both within the recheck (the
-    shipped 1 s) and one request, and the new one is granted (and shared)."""
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+@pytest.mark.parametrize("change", ["delete", "lock"])
+def test_sql_removal_and_lock_reach_a_second_server_sharing_redis(db_dir, change):
+    """A DELETE of dora's row, or a lock ('!' before her hash): refused on
+    both servers within the recheck (1 s) and one request."""
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("dora", bcrypt("dora sql pass"))])
+    if change == "delete":
+        removal_reaches_the_farm(
+            'DBDriver sqlite3\nDBDParams "%s"\n' % db, "sqldel", "dora sql pass",
+            lambda: sql(db, "DELETE FROM users WHERE name = ?", "dora"), "unknown-user")
+    else:
+        removal_reaches_the_farm(
+            'DBDriver sqlite3\nDBDParams "%s"\n' % db, "sqllock", "dora sql pass",
+            lambda: sql(db, "UPDATE users SET hash = '!' || hash WHERE name = ?", "dora"),
+            "denied")
+
+
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+def test_sql_farm_under_load_queries_once_per_user_per_recheck(db_dir):
+    """5 s of dora's cached requests on two servers sharing Redis: the
+    rechecks (the queries of a user whose memo is stale) of both servers
+    together are at most one per second (the shipped AuthHMACRecheck) and
+    one, and every request is served."""
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("dora", bcrypt("dora sql pass"))])
+    hits, queries = queries_under_load(
+        'DBDriver sqlite3\nDBDParams "%s"\n' % db, "sqlload",
+        lambda a, b: a.status()["rechecks"] + b.status()["rechecks"])
+    print("SQLite farm, 5 s: hits %s, queries %d" % (hits, queries))
+
+
+@contextlib.contextmanager
+def sql_farm(dbd_conf, tag):
+    """Two servers (mod_dbd with dbd_conf, the shipped defaults) over one
+    database and one Redis: yields (a, b)."""
     shared, redis = Shared(), Redis().start()
     servers = []
     try:
@@ -287,7 +325,20 @@ def update_reaches_the_farm(dbd_conf, tag, old, update):
             srv.write_config()
             page(srv)
             servers.append(srv.start())
-        a, b = servers
+        yield tuple(servers)
+    finally:
+        for s in servers:
+            finish(s)
+        redis.cleanup()
+        shared.cleanup()
+
+
+def update_reaches_the_farm(dbd_conf, tag, old, update):
+    """Two servers (mod_dbd with dbd_conf) over one database and one Redis:
+    dora's grant on A (password old) is a Redis hit on B; after update(a
+    new hash), the old password is refused on both within the recheck (the
+    shipped 1 s) and one request, and the new one is granted (and shared)."""
+    with sql_farm(dbd_conf, tag) as (a, b):
         assert a.status_code("/s/", "dora", old) == 200
         assert b.status_code("/s/", "dora", old) == 200
         assert a.notes("dora") == ["verified"] and b.notes("dora") == ["redis-hit"]
@@ -298,11 +349,77 @@ def update_reaches_the_farm(dbd_conf, tag, old, update):
         assert b.status_code("/s/", "dora", "dora's new pass") == 200
         assert a.status_code("/s/", "dora", "dora's new pass") == 200
         assert a.notes("dora")[-1] == "redis-hit", a.notes("dora")
-    finally:
-        for s in servers:
-            finish(s)
-        redis.cleanup()
-        shared.cleanup()
+
+
+def removal_reaches_the_farm(dbd_conf, tag, password, change, note):
+    """The farm of sql_farm: dora's grant on A is a Redis hit on B; after
+    change() (a DELETE, or a lock: '!' before the hash), her password is
+    refused on both within the recheck (the shipped 1 s) and one request,
+    with note (unknown-user, locked) on each."""
+    with sql_farm(dbd_conf, tag) as (a, b):
+        assert a.status_code("/s/", "dora", password) == 200
+        assert b.status_code("/s/", "dora", password) == 200
+        assert a.notes("dora") == ["verified"] and b.notes("dora") == ["redis-hit"]
+        change()
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
+        assert a.status_code("/s/", "dora", password) == 401
+        assert b.status_code("/s/", "dora", password) == 401
+        assert a.notes("dora")[-1] == note and b.notes("dora")[-1] == note, (
+            a.notes("dora"), b.notes("dora"))
+
+
+class Load:
+    """A thread per server sending user's cached requests over a kept-alive
+    connection until stop(): counts the answers by status."""
+
+    def __init__(self, servers, path, user, password):
+        self.codes, self.done, self.user = [], threading.Event(), user
+        header = "Basic " + base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
+        for srv in servers:
+            srv.secrets.add(password)
+        self.threads = [threading.Thread(target=self._run, args=(srv, path, header))
+                        for srv in servers]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, srv, path, header):
+        host, port = srv.url.split("//")[1].split(":")
+        conn, codes = http.client.HTTPConnection(host, int(port), timeout=30), {}
+        while not self.done.is_set():
+            conn.request("GET", path, headers={"Authorization": header})
+            r = conn.getresponse()
+            r.read()
+            codes[r.status] = codes.get(r.status, 0) + 1
+        conn.close()
+        srv.sent[self.user] = srv.sent.get(self.user, 0) + sum(codes.values())
+        self.codes.append(codes)
+
+    def stop(self):
+        self.done.set()
+        for t in self.threads:
+            t.join()
+        return self.codes
+
+
+def queries_under_load(dbd_conf, tag, queries_of, seconds=5.0):
+    """The farm of sql_farm, dora granted on both; then seconds of her
+    cached requests on both servers, a thread each: queries_of(a, b) (the
+    database's queries of dora so far) grows by at most one per recheck
+    (the shipped 1 s) for the whole farm, plus one, while both serve hits.
+    Returns (hits, queries)."""
+    with sql_farm(dbd_conf, tag) as (a, b):
+        assert a.status_code("/s/", "dora", "dora sql pass") == 200
+        assert b.status_code("/s/", "dora", "dora sql pass") == 200
+        before = queries_of(a, b)
+        load = Load((a, b), "/s/", "dora", "dora sql pass")
+        time.sleep(seconds)
+        codes = load.stop()
+        queries = queries_of(a, b) - before
+        assert all(set(c) == {200} for c in codes), codes
+        hits = [c[200] for c in codes]
+        assert min(hits) >= 50, hits  # both served meanwhile
+        assert 1 <= queries <= math.ceil(seconds / 1.0) + 1, (queries, hits)
+        return hits, queries
 
 
 @pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
