@@ -11,7 +11,8 @@ from harness import Httpd, changed_default, hmac_location
 from harness.postgres import Postgres, available
 import time
 
-from test_backends import (GRACE_0, RECHECK_0, bcrypt, page, rows_behind_the_cache,
+from test_backends import (GRACE_0, RECHECK_0, bcrypt, page, queries_under_load,
+                           removal_reaches_the_farm, rows_behind_the_cache,
                            update_reaches_the_farm)
 from test_redis import finish
 
@@ -24,6 +25,17 @@ QUERY = 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"'
 @pytest.fixture
 def pg():
     db = Postgres()
+    try:
+        yield db.start()
+    finally:
+        db.cleanup()
+
+
+@pytest.fixture
+def pg_logged():
+    """A cluster that logs every statement (log_statement = all): the
+    queries are counted in its log."""
+    db = Postgres(log_statements=True)
     try:
         yield db.start()
     finally:
@@ -66,6 +78,33 @@ def test_pg_update_reaches_a_second_server_sharing_redis(pg):
 
 DBD_DOWN = r"\[dbd:error\].*(AH00629|AH00633|AH00639|AH02655)"  # mod_dbd's own lines
 LOOKUP = r"AHMAC0033: could not look up user (erin|frank) with AuthHMACDBDUserPWQuery: "
+
+
+@pytest.mark.parametrize("change", ["delete", "lock"])
+def test_pg_removal_and_lock_reach_a_second_server_sharing_redis(pg, change):
+    """A DELETE of dora's row, or a lock ('!' before her hash): refused on
+    both servers within the recheck (1 s) and one request."""
+    pg.add_user("dora", bcrypt("dora pg pass"))
+    if change == "delete":
+        removal_reaches_the_farm(dbd_conf(pg), "pgdel", "dora pg pass",
+                                 lambda: pg.sql("DELETE FROM users WHERE name = %s", "dora"),
+                                 "unknown-user")
+    else:
+        removal_reaches_the_farm(
+            dbd_conf(pg), "pglock", "dora pg pass",
+            lambda: pg.sql("UPDATE users SET hash = '!' || hash WHERE name = %s", "dora"),
+            "denied")
+
+
+def test_pg_farm_under_load_queries_once_per_user_per_recheck(pg_logged):
+    """5 s of dora's cached requests on two servers sharing Redis: the
+    queries of dora in PostgreSQL's log (log_statement = all) are at most
+    one per second (the shipped AuthHMACRecheck) and one for the farm, and
+    every request is served."""
+    pg_logged.add_user("dora", bcrypt("dora sql pass"))
+    hits, queries = queries_under_load(dbd_conf(pg_logged), "pgload",
+                                       lambda a, b: pg_logged.queries("dora"))
+    print("PostgreSQL farm, 5 s: hits %s, queries %d" % (hits, queries))
 
 
 def recovered(srv, user, password):
