@@ -309,10 +309,42 @@ def test_sql_farm_under_load_queries_once_per_user_per_recheck(db_dir):
     print("SQLite farm, 5 s: hits %s, queries %d" % (hits, queries))
 
 
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+def test_a_memo_altered_in_redis_is_no_memo(db_dir):
+    """dora's memo in Redis (what SQL said of her, tagged) rewritten to say
+    "no such user" (a Redis that would end her grant), or moved to erin's
+    key (one that would lend erin dora's answer): past the recheck, each is
+    counted forged and ignored: the database is asked, and answers as
+    ever."""
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("dora", bcrypt("dora sql pass")), ("erin", bcrypt("erin sql pass"))])
+    with sql_farm('DBDriver sqlite3\nDBDParams "%s"\n' % db, "sqlforged") as (a, b):
+        redis = a.shared_redis
+        assert a.status_code("/s/", "dora", "dora sql pass") == 200
+        dora = redis.cli("--scan", "--pattern", "*:m:*").split()
+        assert len(dora) == 1, dora
+        assert a.status_code("/s/", "erin", "erin sql pass") == 200
+        erin = [k for k in redis.cli("--scan", "--pattern", "*:m:*").split() if k != dora[0]]
+        value = redis.cli("GET", dora[0])
+        assert value.startswith("m1:1"), value
+        redis.cli("SET", dora[0], "m1:2" + value[4:], "PX", "60000")
+        redis.cli("SET", erin[0], value, "PX", "60000")
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
+        before = b.status()["redis_forged"]
+        assert b.status_code("/s/", "dora", "dora sql pass") == 200
+        assert b.status_code("/s/", "erin", "erin sql pass") == 200
+        assert b.status()["redis_forged"] >= before + 2
+        assert b.status()["rechecks"] >= 2
+        # The query's answers replaced the forged values.
+        assert redis.cli("GET", dora[0]).startswith("m1:1")
+        assert redis.cli("GET", erin[0]) != value
+
+
 @contextlib.contextmanager
 def sql_farm(dbd_conf, tag):
     """Two servers (mod_dbd with dbd_conf, the shipped defaults) over one
-    database and one Redis: yields (a, b)."""
+    database and one Redis (each's .shared_redis): yields (a, b)."""
     shared, redis = Shared(), Redis().start()
     servers = []
     try:
@@ -324,6 +356,7 @@ def sql_farm(dbd_conf, tag):
                 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"')
             srv.write_config()
             page(srv)
+            srv.shared_redis = redis
             servers.append(srv.start())
         yield tuple(servers)
     finally:
