@@ -59,6 +59,10 @@ typedef struct {
     int64_t confirmed; /* apr_time_t */
 } authn_hmac_memo_t;
 
+/* A memo's time may be another server's clock, a little ahead; one ahead
+ * by more is of a clock stepped back since, and any answer replaces it. */
+#define AUTHN_HMAC_MEMO_SKEW apr_time_from_sec(5)
+
 /* HKDF-SHA256 (RFC 5869): out_len (at most 255 * 32) bytes. */
 void authn_hmac_hkdf(const unsigned char *salt, size_t salt_len,
                      const unsigned char *ikm, size_t ikm_len,
