@@ -269,8 +269,15 @@ authn_hmac_check_sql(const authn_hmac_engine_t *e,
     q.c = c;
     q.baton = baton;
     q.p = p;
-    authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
-                       q.uid);
+    /* NB: the memo's scope names the database (uid_scope: the query on
+     * this server of the configuration): another server's database may
+     * say another thing of the same user with the same query. */
+    if (c->uid_scope)
+        authn_hmac_user_id(e->mac, c->uid_scope, c->uid_scope_len, c->user,
+                           c->user_len, q.uid);
+    else
+        authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user,
+                           c->user_len, q.uid);
     authn_hmac_cred_mac(e->mac, q.uid, "\001sql-query", 10, q.qkey);
     authn_hmac_session_begin(&q.rq, e, baton, p, !e->redis);
     if (memo_find(&q, apr_time_now())) {
