@@ -570,8 +570,8 @@ static authn_hmac_outcome from_sql(request_rec *r, const hmac_dir_conf *c,
      * flight and claim, its throttle) is the query's on this server's
      * database (name_databases); the servers of a farm whose mod_dbd
      * directives and virtual hosts are the same share it. */
-    cred->uid_scope = apr_pstrcat(r->pool, c->scope, "\n",
-                                  server_name(dbd_servers, r), NULL);
+    cred->uid_scope =
+        apr_pstrcat(r->pool, c->scope, "\n", server_name(dbd_servers, r), NULL);
     cred->uid_scope_len = strlen(cred->uid_scope);
     d.r = r;
     d.c = c;

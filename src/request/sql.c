@@ -276,8 +276,8 @@ authn_hmac_check_sql(const authn_hmac_engine_t *e,
         authn_hmac_user_id(e->mac, c->uid_scope, c->uid_scope_len, c->user,
                            c->user_len, q.uid);
     else
-        authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user,
-                           c->user_len, q.uid);
+        authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
+                           q.uid);
     authn_hmac_cred_mac(e->mac, q.uid, "\001sql-query", 10, q.qkey);
     authn_hmac_session_begin(&q.rq, e, baton, p, !e->redis);
     if (memo_find(&q, apr_time_now())) {

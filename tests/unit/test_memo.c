@@ -168,12 +168,12 @@ static void test_a_clock_stepped_back_takes_the_new_answer(apr_pool_t *p)
     authn_hmac_table_t *t = table(p);
     unsigned char u[AUTHN_HMAC_KEY_LEN];
     apr_time_t now = SEC(1700000000);
-    authn_hmac_memo_t before = memo(AUTHN_HMAC_MEMO_HASH, 0xaa, now + SEC(3600)),
+    authn_hmac_memo_t before =
+                          memo(AUTHN_HMAC_MEMO_HASH, 0xaa, now + SEC(3600)),
                       after = memo(AUTHN_HMAC_MEMO_NONE, 0, now), got;
 
     make_uid(u, 12, 1);
-    CHECK(authn_hmac_memo_store(t, u, &before, now + SEC(3600)) ==
-          APR_SUCCESS);
+    CHECK(authn_hmac_memo_store(t, u, &before, now + SEC(3600)) == APR_SUCCESS);
     CHECK(authn_hmac_memo_store(t, u, &after, now) == APR_SUCCESS);
     CHECK(authn_hmac_memo_lookup(t, u, &got) && same(&got, &after));
     /* but within the skew, an older answer still never replaces it */
@@ -203,7 +203,8 @@ static void test_concurrent_writers_and_readers(apr_pool_t *p)
 
             for (n = 0; n < 200000; n++) {
                 if (i < 3) {
-                    m = memo(AUTHN_HMAC_MEMO_HASH, 0, 1000 + (int64_t)n * 3 + i);
+                    m = memo(AUTHN_HMAC_MEMO_HASH, 0,
+                             1000 + (int64_t)n * 3 + i);
                     memset(m.digest, (unsigned char)m.confirmed,
                            sizeof(m.digest));
                     authn_hmac_memo_store(c, u, &m, m.confirmed);
