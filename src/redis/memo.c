@@ -1,7 +1,11 @@
 /* memo.c: what SQL last said of a user, kept in Redis for the farm (the
  * request path's memo, core/cred.h), under prefix + "m:" + hex(user id):
- *   "m1:" state hex(digest) hex64(confirmed) ":" hex(tag)
- * the tag made with the pepper over the user id and all before it, as a
+ *   "m1:" state hex(digest ^ pad) hex64(confirmed) ":" hex(tag)
+ * the pad an HMAC of the user id and the time under the memo subkey
+ * (core/cred.h: authn_hmac_memo_pad), so that Redis holds no unkeyed
+ * digest of a stored hash (one who holds a copy of the users table could
+ * map each key to its user, and see whose hash changed); the tag made
+ * with the pepper over the user id and all before it, as a
  * user's entries are (commands.c): a value another key held, another
  * pepper made, or anyone altered does not verify, and is no memo. So a
  * Redis that lies can neither extend a grant (a memo is only ever what
@@ -23,7 +27,9 @@ size_t authn_hmac_memo_encode(const authn_hmac_mac_t *mac,
                               const authn_hmac_memo_t *m,
                               char out[AUTHN_HMAC_MEMO_VALUE_MAX])
 {
+    unsigned char d[AUTHN_HMAC_DIGEST_LEN];
     char *o = out;
+    int i;
 
     if (m->state < AUTHN_HMAC_MEMO_HASH || m->state > AUTHN_HMAC_MEMO_LOCKED ||
         m->confirmed < 0)
@@ -32,7 +38,10 @@ size_t authn_hmac_memo_encode(const authn_hmac_mac_t *mac,
     *o++ = '1';
     *o++ = ':';
     *o++ = (char)('0' + m->state);
-    o = put_hex(o, m->digest, AUTHN_HMAC_DIGEST_LEN);
+    authn_hmac_memo_pad(mac, uid, m->confirmed, d);
+    for (i = 0; i < AUTHN_HMAC_DIGEST_LEN; i++)
+        d[i] ^= m->digest[i];
+    o = put_hex(o, d, AUTHN_HMAC_DIGEST_LEN);
     o = put_hex64(o, (uint64_t)m->confirmed);
     return authn_hmac_value_seal(mac, uid, out, o);
 }
@@ -42,7 +51,8 @@ int authn_hmac_memo_decode(const authn_hmac_mac_t *mac,
                            const char *v, size_t len, authn_hmac_memo_t *m)
 {
     char buf[AUTHN_HMAC_MEMO_VALUE_MAX];
-    int ok;
+    unsigned char pad[AUTHN_HMAC_DIGEST_LEN];
+    int ok, i;
 
     memset(m, 0, sizeof(*m));
     if (len != MEMO_BODY + 1 + KEY_HEX)
@@ -55,11 +65,15 @@ int authn_hmac_memo_decode(const authn_hmac_mac_t *mac,
          authn_hmac_value_sealed(mac, uid, buf, MEMO_BODY) &&
          get_hex(buf + 4, m->digest, AUTHN_HMAC_DIGEST_LEN) &&
          get_hex64(buf + 4 + KEY_HEX, &m->confirmed);
-    if (!ok)
+    if (!ok) {
         memset(m, 0, sizeof(*m));
-    else
-        m->state = buf[3] - '0';
-    return ok;
+        return 0;
+    }
+    m->state = buf[3] - '0';
+    authn_hmac_memo_pad(mac, uid, m->confirmed, pad);
+    for (i = 0; i < AUTHN_HMAC_DIGEST_LEN; i++)
+        m->digest[i] ^= pad[i];
+    return 1;
 }
 
 authn_hmac_redis_rc authn_hmac_redis_memo_get(

@@ -34,8 +34,6 @@
  * farm's claim), then asks by itself: mod_dbd sets no timeout of its own,
  * and a query that takes longer is not a recheck's. */
 #define SOURCE_WAIT apr_time_from_sec(3)
-/* A memo's time may be another server's clock, a little ahead. */
-#define MEMO_SKEW apr_time_from_sec(5)
 /* What a memo's known user stands for in the cred: the verifier never
  * sees it (only the cache tiers run from a memo). */
 #define MEMO_HASH "$memo$"
@@ -56,12 +54,24 @@ typedef struct {
 static int fresh(const sql_t *q, const authn_hmac_memo_t *m,
                  apr_interval_time_t life, apr_time_t now)
 {
-    return m->state && m->confirmed <= now + MEMO_SKEW &&
+    return m->state && m->confirmed <= now + AUTHN_HMAC_MEMO_SKEW &&
            now - m->confirmed < life;
 }
 
+/* r is a later answer than m's (or m is of a clock stepped back since:
+ * ahead of now by more than the skew, it never stands). */
+static int newer(const authn_hmac_memo_t *r, const authn_hmac_memo_t *m,
+                 apr_time_t now)
+{
+    return r->confirmed > m->confirmed ||
+           m->confirmed > now + AUTHN_HMAC_MEMO_SKEW;
+}
+
 /* The memo of shared memory, else (not fresh) Redis's, kept in q->m: 1
- * if it is fresh. A newer one from Redis is kept here too. */
+ * if it is fresh. One from Redis is taken (and kept here) only if it is
+ * fresh: a Redis that replays an old memo (it verifies: it was true once)
+ * must not stand for the source's word, nor reach offline(), which rests
+ * only on this server's own answers and on memos fresh when taken. */
 static int memo_find(sql_t *q, apr_time_t now)
 {
     authn_hmac_memo_t r;
@@ -70,11 +80,11 @@ static int memo_find(sql_t *q, apr_time_t now)
     if (fresh(q, &q->m, q->pol->recheck, now))
         return 1;
     if (!authn_hmac_session_memo_get(&q->rq, q->uid, &r) ||
-        r.confirmed <= q->m.confirmed || r.confirmed > now + MEMO_SKEW)
+        !fresh(q, &r, q->pol->recheck, now) || !newer(&r, &q->m, now))
         return 0;
     q->m = r;
-    authn_hmac_memo_store(q->e->table, q->uid, &r);
-    return fresh(q, &q->m, q->pol->recheck, now);
+    authn_hmac_memo_store(q->e->table, q->uid, &r, now);
+    return 1;
 }
 
 /* The cache tiers only, with the memo's keys (idle: an idle timeout in
@@ -119,10 +129,10 @@ static int farm_wait(sql_t *q, apr_time_t until)
     while (authn_hmac_monotonic() < until && !q->rq.off) {
         nanosleep(&nap, NULL);
         if (authn_hmac_session_memo_get(&q->rq, q->uid, &r) &&
-            r.confirmed > q->m.confirmed &&
+            newer(&r, &q->m, apr_time_now()) &&
             fresh(q, &r, q->pol->recheck, apr_time_now())) {
             q->m = r;
-            authn_hmac_memo_store(q->e->table, q->uid, &r);
+            authn_hmac_memo_store(q->e->table, q->uid, &r, apr_time_now());
             return 1;
         }
     }
@@ -147,7 +157,7 @@ static void remember(sql_t *q, const char *hash, apr_time_t now)
         authn_hmac_cred_digest(c->scope, c->scope_len, c->user, c->user_len,
                                hash, len, q->m.digest);
     q->m.confirmed = now;
-    authn_hmac_memo_store(q->e->table, q->uid, &q->m);
+    authn_hmac_memo_store(q->e->table, q->uid, &q->m, now);
     authn_hmac_session_memo_set(&q->rq, q->uid, &q->m, life);
 }
 
@@ -259,8 +269,15 @@ authn_hmac_check_sql(const authn_hmac_engine_t *e,
     q.c = c;
     q.baton = baton;
     q.p = p;
-    authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
-                       q.uid);
+    /* NB: the memo's scope names the database (uid_scope: the query on
+     * this server of the configuration): another server's database may
+     * say another thing of the same user with the same query. */
+    if (c->uid_scope)
+        authn_hmac_user_id(e->mac, c->uid_scope, c->uid_scope_len, c->user,
+                           c->user_len, q.uid);
+    else
+        authn_hmac_user_id(e->mac, c->scope, c->scope_len, c->user, c->user_len,
+                           q.uid);
     authn_hmac_cred_mac(e->mac, q.uid, "\001sql-query", 10, q.qkey);
     authn_hmac_session_begin(&q.rq, e, baton, p, !e->redis);
     if (memo_find(&q, apr_time_now())) {

@@ -103,7 +103,7 @@ static void rec_write(memo_rec_t *r, const unsigned char *uid,
 
 apr_status_t authn_hmac_memo_store(authn_hmac_table_t *t,
                                    const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                                   const authn_hmac_memo_t *m)
+                                   const authn_hmac_memo_t *m, apr_time_t now)
 {
     const authn_hmac_table_parts_t *parts = authn_hmac_table_parts(t);
     memo_rec_t *set = set_of(parts, uid), *own = NULL, *free_rec = NULL,
@@ -129,8 +129,11 @@ apr_status_t authn_hmac_memo_store(authn_hmac_table_t *t,
         else if (!oldest || set[i].confirmed < oldest->confirmed)
             oldest = &set[i];
     }
-    /* NB: a slower writer's older answer never replaces a newer one. */
-    if (!own || own->confirmed <= m->confirmed)
+    /* NB: a slower writer's older answer never replaces a newer one; but
+     * a record from the future (a clock stepped back) would never be
+     * replaced, nor used (not fresh) until the clock caught up. */
+    if (!own || own->confirmed <= m->confirmed ||
+        own->confirmed > now + AUTHN_HMAC_MEMO_SKEW)
         rec_write(own ? own : free_rec ? free_rec : oldest, uid, m);
     if (parts->mutex)
         apr_global_mutex_unlock(parts->mutex);

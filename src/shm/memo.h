@@ -17,9 +17,11 @@ int authn_hmac_memo_lookup(authn_hmac_table_t *t,
 
 /* Stores m as the user's memo: replaces the user's record, unless it
  * holds a later one (a slower writer's older answer never replaces a
- * newer one), else takes a free record of the user's set, else its oldest. */
+ * newer one) not ahead of now by more than AUTHN_HMAC_MEMO_SKEW (a clock
+ * stepped back: a record from the future is replaceable), else takes a
+ * free record of the user's set, else its oldest. */
 apr_status_t authn_hmac_memo_store(authn_hmac_table_t *t,
                                    const unsigned char uid[AUTHN_HMAC_KEY_LEN],
-                                   const authn_hmac_memo_t *m);
+                                   const authn_hmac_memo_t *m, apr_time_t now);
 
 #endif /* AUTHN_HMAC_MEMO_H */

@@ -669,6 +669,42 @@ static void test_memo_value(apr_pool_t *p)
     CHECK(authn_hmac_memo_encode(m, uid, &memo, v) == 0);
 }
 
+/* security.md: Redis holds no user name, password or stored hash, only
+ * MAC outputs, times and tags. The memo's digest is SHA-256(version,
+ * scope, user, stored hash), unkeyed: whoever reads Redis and holds a
+ * copy of the users table (a backup, a dump) would map each m: key to its
+ * user, and see whose hash changed since. So the value holds the digest
+ * only hidden under the pepper (neither it nor its hex is there), and the
+ * round trip still gives it back. */
+static void test_memo_value_holds_no_unkeyed_digest(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 5);
+    unsigned char uid[32];
+    authn_hmac_memo_t memo, got;
+    char v[AUTHN_HMAC_MEMO_VALUE_MAX], hex[2 * AUTHN_HMAC_DIGEST_LEN + 1];
+    size_t n;
+    int i;
+
+    memset(uid, 0x55, sizeof(uid));
+    memset(&memo, 0, sizeof(memo));
+    memo.state = AUTHN_HMAC_MEMO_HASH;
+    authn_hmac_cred_digest("dbd:SELECT hash FROM users WHERE name = %s", 42,
+                           "alice", 5, "$2y$05$abcdefghijklmnopqrstuv", 29,
+                           memo.digest);
+    memo.confirmed = SEC(1700000000);
+    n = authn_hmac_memo_encode(m, uid, &memo, v);
+    CHECK(n > 0);
+    v[n] = '\0';
+    for (i = 0; i < AUTHN_HMAC_DIGEST_LEN; i++)
+        sprintf(hex + 2 * i, "%02x", memo.digest[i]);
+    CHECK(strstr(v, hex) == NULL);
+    for (i = 0; i < AUTHN_HMAC_DIGEST_LEN; i++)
+        sprintf(hex + 2 * i, "%02X", memo.digest[i]);
+    CHECK(strstr(v, hex) == NULL);
+    CHECK(authn_hmac_memo_decode(m, uid, v, n, &got) &&
+          memcmp(got.digest, memo.digest, sizeof(got.digest)) == 0);
+}
+
 /* A memo read from Redis: one that verifies is found (1); none is 0; one
  * that does not verify is -1, which the request's session counts as
  * redis_forged (session.c); what SET writes verifies. */
@@ -738,6 +774,7 @@ int main(void)
     RUN(test_a_count_that_changed_is_read_again, p);
     RUN(test_a_count_ahead_is_raised_and_the_tries_end, p);
     RUN(test_memo_value, p);
+    RUN(test_memo_value_holds_no_unkeyed_digest, p);
     RUN(test_memo_get_and_set, p);
     return unit_end();
 }
