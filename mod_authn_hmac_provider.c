@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "request/dbm.h"
+#include "request/sql.h"
 #include "request/engine.h"
 #include "shm/table.h"
 #include "core/util.h"
@@ -173,6 +174,7 @@ static void policy_of(const hmac_dir_conf *c, authn_hmac_policy_t *pol)
                        ? apr_time_from_sec(DEFAULT_RECHECK_WRAPPED)
                        : apr_time_from_sec(DEFAULT_RECHECK_SQL);
     pol->offline_grace = c->offline_grace;
+    pol->cached_only = 0;
 }
 
 /* ------------------------------------------------ SQL, through mod_dbd */
@@ -253,6 +255,21 @@ static const char *dbd_hash(request_rec *r, const hmac_dir_conf *c,
         }
     }
     return NULL;
+}
+
+/* dbd_hash as the SQL path's lookup (request/sql.h). */
+typedef struct {
+    request_rec *r;
+    const hmac_dir_conf *c;
+} dbd_ctx_t;
+
+static int dbd_lookup(void *ctx, const char *user, const char **hash,
+                      const char **why)
+{
+    dbd_ctx_t *d = ctx;
+
+    *why = dbd_hash(d->r, d->c, user, hash);
+    return *why ? -1 : 0;
 }
 
 /* ---------------------------------------------- another provider, wrapped */
@@ -338,6 +355,7 @@ static const struct {
 
 static apr_hash_t *wrapped_sections; /* config pointer -> its section's name */
 static apr_hash_t *wrapped_servers;  /* server_rec pointer -> its name */
+static apr_hash_t *dbd_servers;      /* server_rec pointer -> its database */
 
 static module *module_of(const char *provider)
 {
@@ -452,6 +470,54 @@ static void digest_tree(apr_sha1_ctx_t *ctx, const ap_directive_t *d, int depth,
     }
 }
 
+/* A digest of mod_dbd's directives (DBDriver, DBDParams...: per server)
+ * and of the virtual hosts, in order: with a server's place in the list,
+ * it names the database the server's queries ask, the same on the servers
+ * of a farm that share it, whatever else differs in their files. */
+static void digest_dbd(apr_sha1_ctx_t *ctx, const ap_directive_t *d, int depth)
+{
+    for (; d; d = d->next) {
+        int vhost = strcasecmp(d->directive, "<VirtualHost") == 0;
+        char level[16];
+
+        if (!vhost && strncasecmp(d->directive, "DBD", 3) != 0) {
+            digest_dbd(ctx, d->first_child, depth + 1);
+            continue;
+        }
+        apr_snprintf(level, sizeof(level), "%d\n", depth);
+        apr_sha1_update(ctx, level, (unsigned)strlen(level));
+        apr_sha1_update(ctx, d->directive, (unsigned)strlen(d->directive));
+        apr_sha1_update(ctx, "\n", 1);
+        if (d->args)
+            apr_sha1_update(ctx, d->args, (unsigned)strlen(d->args));
+        apr_sha1_update(ctx, "\n", 1);
+        digest_dbd(ctx, d->first_child, depth + 1);
+    }
+}
+
+/* Names each server's database (dbd_servers). */
+static void name_databases(apr_pool_t *pconf, server_rec *s)
+{
+    unsigned char sum[APR_SHA1_DIGESTSIZE];
+    apr_sha1_ctx_t ctx;
+    const char *dbd;
+    server_rec *v;
+    int n;
+
+    apr_sha1_init(&ctx);
+    digest_dbd(&ctx, ap_conftree, 0);
+    apr_sha1_final(sum, &ctx);
+    dbd = apr_pescape_hex(pconf, sum, sizeof(sum), 0);
+    dbd_servers = apr_hash_make(pconf);
+    for (v = s, n = 0; v; v = v->next, n++) {
+        const void **k = apr_palloc(pconf, sizeof(*k));
+
+        *k = v;
+        apr_hash_set(dbd_servers, k, sizeof(*k),
+                     apr_psprintf(pconf, "dbd %s server %d", dbd, n));
+    }
+}
+
 void hmac_wrapped_sections(apr_pool_t *pconf, server_rec *s)
 {
     unsigned char sum[APR_SHA1_DIGESTSIZE];
@@ -467,6 +533,7 @@ void hmac_wrapped_sections(apr_pool_t *pconf, server_rec *s)
     tree = apr_pescape_hex(pconf, sum, sizeof(sum), 0);
     wrapped_sections = apr_hash_make(pconf);
     wrapped_servers = apr_hash_make(pconf);
+    name_databases(pconf, s);
     /* NB: a server by its place in the list: two virtual hosts may come
      * from the same file and line (one file included twice). */
     for (v = s, n = 0; v; v = v->next, n++) {
@@ -502,6 +569,15 @@ void hmac_wrapped_sections(apr_pool_t *pconf, server_rec *s)
     }
 }
 
+/* r's server's name in names (hmac_wrapped_sections), or "". */
+static const char *server_name(apr_hash_t *names, const request_rec *r)
+{
+    const void *key = r->server;
+    const char *name = names ? apr_hash_get(names, &key, sizeof(key)) : NULL;
+
+    return name ? name : "";
+}
+
 /* The wrapped provider's scope for r (fine: where its grants count; NULL:
  * nowhere, not cached) and the user's (coarse: the provider in this
  * virtual host, for the user's id: the throttle's count of the user's
@@ -515,15 +591,52 @@ static void wrapped_scope(request_rec *r, const hmac_dir_conf *c,
         conf && wrapped_sections
             ? apr_hash_get(wrapped_sections, &conf, sizeof(conf))
             : NULL;
-    const void *key = r->server;
-    const char *server = wrapped_servers
-                             ? apr_hash_get(wrapped_servers, &key, sizeof(key))
-                             : NULL;
+    const char *server = server_name(wrapped_servers, r);
 
-    *coarse = apr_pstrcat(r->pool, c->scope, "\n", server ? server : "", NULL);
-    *fine = section && server
+    *coarse = apr_pstrcat(r->pool, c->scope, "\n", server, NULL);
+    *fine = section && *server
                 ? apr_pstrcat(r->pool, *coarse, "\nsection ", section, NULL)
                 : NULL;
+}
+
+/* SQL through mod_dbd (request/sql.h): the query's error logged here. */
+static authn_hmac_outcome from_sql(request_rec *r, const hmac_dir_conf *c,
+                                   const authn_hmac_policy_t *pol,
+                                   authn_hmac_cred_t *cred, apr_status_t *rv)
+{
+    const authn_hmac_engine_t *e = &hmac_child.engine;
+    const char *why;
+    dbd_ctx_t d;
+    authn_hmac_outcome o;
+
+    /* NB: a collation may match names whatever their case. */
+    cred->fold = 1;
+    /* NB: DBDriver and DBDParams are the virtual host's: the same query
+     * may ask another database there. The user's id (its memo, the query's
+     * flight and claim, its throttle) is the query's on this server's
+     * database (name_databases); the servers of a farm whose mod_dbd
+     * directives and virtual hosts are the same share it. */
+    cred->uid_scope =
+        apr_pstrcat(r->pool, c->scope, "\n", server_name(dbd_servers, r), NULL);
+    cred->uid_scope_len = strlen(cred->uid_scope);
+    d.r = r;
+    d.c = c;
+    o = authn_hmac_check_sql(e, pol, c->hashes, cred, dbd_lookup, &d, r,
+                             r->pool, &why);
+    cred->uid_scope = NULL;
+    *rv = APR_SUCCESS;
+    if (why) {
+        ap_log_rerror(
+            APLOG_MARK, APLOG_ERR, 0, r,
+            "AHMAC0033: could not look up user %s with " D_DBDQUERY ": %s%s",
+            cred->user, why,
+            o == AUTHN_HMAC_OFFLINE_HIT ? " (served: confirmed within "
+                                          "AuthHMACOfflineGrace)"
+                                        : "");
+        if (o != AUTHN_HMAC_OFFLINE_HIT)
+            *rv = APR_EGENERAL;
+    }
+    return o;
 }
 
 /* The outcome from the section's source of users: the htpasswd file, a
@@ -534,7 +647,6 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
                                       authn_hmac_cred_t *cred, apr_status_t *rv)
 {
     const authn_hmac_engine_t *e = &hmac_child.engine;
-    const char *hash, *why;
 
     switch (c->source) {
     case HMAC_SOURCE_DBM: {
@@ -551,19 +663,7 @@ static authn_hmac_outcome from_source(request_rec *r, const hmac_dir_conf *c,
         return o;
     }
     case HMAC_SOURCE_DBD:
-        /* NB: a collation may match names whatever their case. */
-        cred->fold = 1;
-        if ((why = dbd_hash(r, c, cred->user, &hash)) != NULL) {
-            ap_log_rerror(
-                APLOG_MARK, APLOG_ERR, 0, r,
-                "AHMAC0033: could not look up user %s with " D_DBDQUERY ": %s",
-                cred->user, why);
-            *rv = APR_EGENERAL;
-            return AUTHN_HMAC_ERROR;
-        }
-        *rv = APR_SUCCESS;
-        return authn_hmac_check_hash(e, pol, c->hashes, cred, hash, NULL, r,
-                                     r->pool);
+        return from_sql(r, c, pol, cred, rv);
     case HMAC_SOURCE_PROVIDER: {
         wrapped_t w;
         const char *coarse;

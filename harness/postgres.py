@@ -53,7 +53,9 @@ def available():
 
 
 class Postgres:
-    def __init__(self):
+    def __init__(self, log_statements=False):
+        """log_statements: every statement in the server log (log_statement
+        = all), for queries()."""
         self.dir = tempfile.mkdtemp(prefix="authn_hmac_pg_")
         self.data = os.path.join(self.dir, "data")
         self.log = os.path.join(self.dir, "postgres.log")
@@ -71,6 +73,8 @@ class Postgres:
                 "unix_socket_directories = '%s'\nfsync = off\n"
                 "synchronous_commit = off\nfull_page_writes = off\n"
                 "log_min_messages = warning\n" % (self.port, self.dir))
+        if log_statements:
+            conf += "log_statement = 'all'\n"
         self._server("sh", "-c", 'cat >> "$1"', "sh",
                      os.path.join(self.data, "postgresql.conf"), input=conf)
         # Loopback only, trust: no password to keep out of the logs.
@@ -135,6 +139,12 @@ class Postgres:
                 return f.read()
         except OSError:
             return ""
+
+    def queries(self, value):
+        """How many statements the server ran with a parameter value (as
+        log_statement = all writes a prepared statement's: "DETAIL:
+        parameters: $1 = 'value'")."""
+        return self.log_text().count("parameters: $1 = '%s'" % value)
 
     def stop(self):
         """A fast shutdown: open sessions (mod_dbd's) are ended."""

@@ -159,6 +159,7 @@ static void *run(void *arg)
                                apr_time_from_sec(30),
                                1,
                                0,
+                               0,
                                0};
 
     apr_pool_create(&p, NULL);

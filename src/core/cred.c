@@ -7,6 +7,7 @@
  *   user   names a user's bucket: MAC(scope, user)
  *   value  authenticates what Redis gives back
  *   index  authenticates the blocks of a shared htpasswd index
+ *   memo   hides a memo's digest in Redis (a pad per user and time)
  * (and a fourth, negative, names a refused credential as entry does). The
  * digest is the SHA-256 of the encoding of (scope, user, stored hash): no
  * secret, so the index of the file keeps it with the user's entry, and a
@@ -37,7 +38,7 @@ typedef struct {
 } hmac_key_t;
 
 struct authn_hmac_mac {
-    hmac_key_t entry, user, value, negative, dummy, index;
+    hmac_key_t entry, user, value, negative, dummy, index, memo;
     authn_hmac_secret_t *page; /* where this structure lives */
 };
 
@@ -196,6 +197,7 @@ apr_status_t authn_hmac_mac_create(authn_hmac_mac_t **out,
     derive(&m->negative, pepper, AUTHN_HMAC_LABEL_NEGATIVE);
     derive(&m->dummy, pepper, AUTHN_HMAC_LABEL_DUMMY);
     derive(&m->index, pepper, AUTHN_HMAC_LABEL_INDEX);
+    derive(&m->memo, pepper, AUTHN_HMAC_LABEL_MEMO);
     m->page = page;
     *out = m;
     return APR_SUCCESS;
@@ -336,6 +338,22 @@ void authn_hmac_value_tag(const authn_hmac_mac_t *mac,
     SHA256_Update(&ctx, uid, AUTHN_HMAC_KEY_LEN);
     SHA256_Update(&ctx, body, len);
     hmac_finish(&mac->value, &ctx, tag);
+}
+
+void authn_hmac_memo_pad(const authn_hmac_mac_t *mac,
+                         const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                         int64_t confirmed,
+                         unsigned char pad[AUTHN_HMAC_DIGEST_LEN])
+{
+    SHA256_CTX ctx = mac->memo.inner;
+    unsigned char t[8];
+    int i;
+
+    for (i = 0; i < 8; i++)
+        t[i] = (unsigned char)((uint64_t)confirmed >> (56 - 8 * i));
+    SHA256_Update(&ctx, uid, AUTHN_HMAC_KEY_LEN);
+    SHA256_Update(&ctx, t, sizeof(t));
+    hmac_finish(&mac->memo, &ctx, pad);
 }
 
 void authn_hmac_index_tag(const authn_hmac_mac_t *mac,

@@ -21,6 +21,7 @@
 #define AUTHN_HMAC_LABEL_NEGATIVE "authn_hmac v2 negative" /* refused creds */
 #define AUTHN_HMAC_LABEL_DUMMY    "authn_hmac v2 dummy"    /* dummy hashes */
 #define AUTHN_HMAC_LABEL_INDEX    "authn_hmac v2 index"    /* shared index */
+#define AUTHN_HMAC_LABEL_MEMO     "authn_hmac v2 memo"     /* Redis memo pad */
 
 /* Receives the encoding piece by piece. */
 typedef void (*authn_hmac_sink_fn)(void *baton, const void *data, size_t len);
@@ -40,6 +41,28 @@ void authn_hmac_cred_digest(const char *scope, size_t scope_len,
                             const char *user, size_t user_len, const char *hash,
                             size_t hash_len,
                             unsigned char digest[AUTHN_HMAC_DIGEST_LEN]);
+
+/* What a source of hashes the module does not own (SQL) last said of a
+ * user: its state, the digest of scope, user and hash (authn_hmac_cred_digest:
+ * what the credential's keys are made of, never the hash itself; zeros for
+ * no such user or a locked one) and when the source said it (apr_time_t).
+ * Kept in shared memory (shm/memo.h) and in Redis (redis.h), so that a hit
+ * between rechecks asks no one. */
+typedef enum {
+    AUTHN_HMAC_MEMO_HASH = 1,  /* the user has a hash */
+    AUTHN_HMAC_MEMO_NONE = 2,  /* no such user */
+    AUTHN_HMAC_MEMO_LOCKED = 3 /* a locked hash ('!', '*' or empty) */
+} authn_hmac_memo_state;
+
+typedef struct {
+    int state; /* authn_hmac_memo_state; 0: none */
+    unsigned char digest[AUTHN_HMAC_DIGEST_LEN];
+    int64_t confirmed; /* apr_time_t */
+} authn_hmac_memo_t;
+
+/* A memo's time may be another server's clock, a little ahead; one ahead
+ * by more is of a clock stepped back since, and any answer replaces it. */
+#define AUTHN_HMAC_MEMO_SKEW apr_time_from_sec(5)
 
 /* HKDF-SHA256 (RFC 5869): out_len (at most 255 * 32) bytes. */
 void authn_hmac_hkdf(const unsigned char *salt, size_t salt_len,
@@ -101,6 +124,15 @@ void authn_hmac_value_tag(const authn_hmac_mac_t *mac,
                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                           const void *body, size_t len,
                           unsigned char tag[AUTHN_HMAC_KEY_LEN]);
+
+/* pad = HMAC-SHA256(memo subkey, uid | confirmed as 8 bytes big-endian):
+ * what a memo's digest is XORed with in Redis (redis/memo.c), so that
+ * Redis holds no unkeyed digest of a stored hash (nor the same bytes for
+ * the same hash at two times). Thread-safe. */
+void authn_hmac_memo_pad(const authn_hmac_mac_t *mac,
+                         const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                         int64_t confirmed,
+                         unsigned char pad[AUTHN_HMAC_DIGEST_LEN]);
 
 /* tag = HMAC-SHA256(index subkey, vkey | block | data): authenticates one
  * block of a shared htpasswd index (index.h), vkey naming the file's

@@ -312,6 +312,34 @@ authn_hmac_redis_del(authn_hmac_redis_conn_t *c,
                      const unsigned char uid[AUTHN_HMAC_KEY_LEN],
                      apr_time_t deadline, const char **why, apr_pool_t *p);
 
+/* What SQL last said of a user (core/cred.h's memo), for the farm, under
+ * prefix + "m:" + hex(uid): "m1:" state hex(digest) hex64(confirmed) ":"
+ * hex(tag), the tag over uid and all before it (src/redis/memo.c). */
+#define AUTHN_HMAC_MEMO_VALUE_MAX                                              \
+    (4 + 1 + 2 * AUTHN_HMAC_DIGEST_LEN + 16 + 1 + 2 * AUTHN_HMAC_KEY_LEN + 1)
+/* Writes m as uid's tagged value; its length, or 0 for no state. */
+size_t authn_hmac_memo_encode(const authn_hmac_mac_t *mac,
+                              const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                              const authn_hmac_memo_t *m,
+                              char out[AUTHN_HMAC_MEMO_VALUE_MAX]);
+/* 1 and m filled if v is a memo made for uid with this pepper; else 0
+ * (altered, another key's, another pepper's) and m empty. */
+int authn_hmac_memo_decode(const authn_hmac_mac_t *mac,
+                           const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+                           const char *v, size_t len, authn_hmac_memo_t *m);
+/* GET of uid's memo: *found 1 (m filled), 0 none, -1 a value that does not
+ * verify (m empty). */
+authn_hmac_redis_rc authn_hmac_redis_memo_get(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+    apr_time_t deadline, authn_hmac_memo_t *m, int *found, const char **why,
+    apr_pool_t *p);
+/* SET of uid's memo to m, tagged, PX life (at least a second). */
+authn_hmac_redis_rc authn_hmac_redis_memo_set(
+    authn_hmac_redis_conn_t *c, const authn_hmac_redis_conf_t *conf,
+    const authn_hmac_mac_t *mac, const unsigned char uid[AUTHN_HMAC_KEY_LEN],
+    const authn_hmac_memo_t *m, apr_interval_time_t life, apr_time_t deadline,
+    const char **why, apr_pool_t *p);
 /* The status page's check of the server (authn_hmac_redis_check): a GET
  * of the prefix's "check" key, which nothing writes, answered as the
  * requests' GETs must be (a Redis still loading refuses it, as it refuses

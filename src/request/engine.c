@@ -623,9 +623,14 @@ static authn_hmac_outcome check(const authn_hmac_engine_t *e,
 
     authn_hmac_req_begin(&q, e, pol, c, hash, hash_len, never, baton, p);
     keys(&q);
-    if (!authn_hmac_req_from_ban(&q) && !from_shm(&q) && !from_negative(&q) &&
-        !from_redis(&q, 0) && !from_flight(&q) &&
-        !authn_hmac_req_from_throttle(&q) && !from_farm(&q))
+    if (authn_hmac_req_from_ban(&q) || from_shm(&q) || from_negative(&q) ||
+        from_redis(&q, 0))
+        return finish(&q);
+    /* NB: the cache tiers only (src/request/sql.c): no one answered. */
+    if (pol->cached_only)
+        q.o = AUTHN_HMAC_PASS;
+    else if (!from_flight(&q) && !authn_hmac_req_from_throttle(&q) &&
+             !from_farm(&q))
         from_verifier(&q);
     return finish(&q);
 }
@@ -657,7 +662,10 @@ authn_hmac_outcome authn_hmac_engine_run(const authn_hmac_engine_t *e,
                                       dummy)))
         return refused;
     o = check(e, pol, c, dummy, len, 1, baton, p);
-    return o == AUTHN_HMAC_BUSY || o == AUTHN_HMAC_THROTTLED ? o : refused;
+    return o == AUTHN_HMAC_BUSY || o == AUTHN_HMAC_THROTTLED ||
+                   o == AUTHN_HMAC_PASS
+               ? o
+               : refused;
 }
 
 /* Counts a request's outcome (its final one): a password refused, or an

@@ -21,10 +21,12 @@ typedef enum {
     AUTHN_HMAC_UNKNOWN_USER, /* not in the htpasswd file */
     AUTHN_HMAC_BUSY,         /* too many verifications waiting */
     AUTHN_HMAC_ERROR,
-    AUTHN_HMAC_COALESCED,  /* granted by a concurrent request's verification */
-    AUTHN_HMAC_THROTTLED,  /* refused unverified: the client guessed too much */
-    AUTHN_HMAC_OFFLINE_HIT /* granted while the source failed: a credential it
-                              confirmed within the offline grace */
+    AUTHN_HMAC_COALESCED, /* granted by a concurrent request's verification */
+    AUTHN_HMAC_THROTTLED, /* refused unverified: the client guessed too much */
+    AUTHN_HMAC_OFFLINE_HIT, /* granted while the source failed: a credential it
+                               confirmed within the offline grace */
+    AUTHN_HMAC_PASS /* the cache tiers did not answer (a policy's cached_only:
+                       internal to the request path, never a final outcome) */
 } authn_hmac_outcome;
 
 /* "hit", "redis-hit", "verified", "denied", "negative-hit", "unknown-user",
@@ -65,6 +67,10 @@ typedef struct {
      * less than offline_grace ago is still served (0: not). */
     apr_interval_time_t recheck;
     apr_interval_time_t offline_grace;
+    /* The request path's own (src/request/sql.c), 0 from a section: only
+     * the cache tiers run (ban, shared memory, negative, Redis), and
+     * AUTHN_HMAC_PASS if none answers: no verification, nothing stored. */
+    int cached_only;
 } authn_hmac_policy_t;
 
 /* One credential, with the user's stored hash from the htpasswd file

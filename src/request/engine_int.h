@@ -87,6 +87,14 @@ int authn_hmac_session_wait(redis_req *rq, const unsigned char *key,
 void authn_hmac_session_result(redis_req *rq, const unsigned char *key,
                                const char *token, int result);
 
+/* What SQL last said of a user (uid), in Redis: read (1 with *m; 0 none,
+ * or no Redis) and written (for life). */
+int authn_hmac_session_memo_get(redis_req *rq, const unsigned char *uid,
+                                authn_hmac_memo_t *m);
+void authn_hmac_session_memo_set(redis_req *rq, const unsigned char *uid,
+                                 const authn_hmac_memo_t *m,
+                                 apr_interval_time_t life);
+
 /* The farm's bans for ids (until: when each ends, 0 none), and a new
  * guess counted there (the bans it started). */
 void authn_hmac_session_banned(redis_req *rq,

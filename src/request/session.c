@@ -303,6 +303,48 @@ void authn_hmac_session_result(redis_req *rq, const unsigned char *key,
     redis_end(rq, conn, rc, why);
 }
 
+/* What SQL last said of the user (uid), from Redis: 1 with *m, else 0
+ * (none, Redis off or failed, or a value that does not verify: counted as
+ * forged, as an entry's is). */
+int authn_hmac_session_memo_get(redis_req *rq, const unsigned char *uid,
+                                authn_hmac_memo_t *m)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
+    authn_hmac_redis_rc rc;
+    const char *why = "";
+    int found = 0;
+
+    memset(m, 0, sizeof(*m));
+    if (!conn)
+        return 0;
+    rc = authn_hmac_redis_memo_get(conn, e->redis_conf, e->mac, uid, deadline,
+                                   m, &found, &why, rq->p);
+    redis_end(rq, conn, rc, why);
+    if (rc == AUTHN_HMAC_REDIS_OK && found < 0)
+        count(e, AUTHN_HMAC_C_REDIS_FORGED, 1);
+    return rc == AUTHN_HMAC_REDIS_OK && found > 0;
+}
+
+/* The user's memo, written to Redis for life. */
+void authn_hmac_session_memo_set(redis_req *rq, const unsigned char *uid,
+                                 const authn_hmac_memo_t *m,
+                                 apr_interval_time_t life)
+{
+    const authn_hmac_engine_t *e = rq->e;
+    apr_time_t deadline = 0;
+    authn_hmac_redis_conn_t *conn = redis_begin(rq, &deadline);
+    authn_hmac_redis_rc rc;
+    const char *why = "";
+
+    if (!conn)
+        return;
+    rc = authn_hmac_redis_memo_set(conn, e->redis_conf, e->mac, uid, m, life,
+                                   deadline, &why, rq->p);
+    redis_end(rq, conn, rc, why);
+}
+
 /* A ban or a count of the throttle in Redis that does not verify: no
  * ban, no count; counted and told once, as a forged entry is. */
 static void throttle_forged(redis_req *rq)

@@ -74,6 +74,11 @@ static void keep(authn_hmac_source_t *s, const char *hash)
     apr_thread_mutex_unlock(s->lock);
 }
 
+const char *authn_hmac_source_template(authn_hmac_source_t *s)
+{
+    return authn_hmac_source_has_template(s) ? s->tmpl : FIRST_TEMPLATE;
+}
+
 authn_hmac_outcome authn_hmac_check_hash(const authn_hmac_engine_t *e,
                                          const authn_hmac_policy_t *pol,
                                          authn_hmac_source_t *s,
@@ -84,7 +89,7 @@ authn_hmac_outcome authn_hmac_check_hash(const authn_hmac_engine_t *e,
     const char *tmpl;
 
     keep(s, hash ? hash : other);
-    tmpl = authn_hmac_source_has_template(s) ? s->tmpl : FIRST_TEMPLATE;
+    tmpl = authn_hmac_source_template(s);
     c->hash = hash;
     c->hash_len = hash ? strlen(hash) : 0;
     c->locked = hash && authn_hmac_hash_locked(hash, c->hash_len);

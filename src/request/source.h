@@ -22,6 +22,10 @@ authn_hmac_source_t *authn_hmac_source_make(apr_pool_t *p);
  * has none. */
 int authn_hmac_source_has_template(authn_hmac_source_t *s);
 
+/* The template of the source's unknown users' dummy: the first hash it
+ * found in this process, its salt made plain, else a bcrypt of cost 10. */
+const char *authn_hmac_source_template(authn_hmac_source_t *s);
+
 /* Checks c against hash, the user's stored hash (NULL: no such user; a
  * locked one counts as the file's locked lines do), as authn_hmac_check
  * does. An unknown or locked user is checked against a dummy made from the

@@ -276,7 +276,7 @@ void authn_hmac_count_held(const authn_hmac_engine_t *e,
                            const authn_hmac_held_t *h, void *baton,
                            apr_pool_t *p)
 {
-    authn_hmac_policy_t pol = {1, 1, 0, 0, 0, 0};
+    authn_hmac_policy_t pol = {1, 1, 0, 0, 0, 0, 0};
     apr_time_t now = apr_time_now(), until[2];
     int fresh = 0, started;
     req_t q;

@@ -47,10 +47,12 @@
  * the throttle's records; 14 to 16: the Redis health, the Sentinel state
  * and the previous pepper; 17: the farm's late and timed-out waits; 18: the
  * throttle's records of 128 bytes, a slot's client mark; 19: the counters
- * of rechecks and outages) makes a kept segment
+ * of rechecks and outages; 20: the memo region, what SQL last said of each
+ * user, after the book of bans; 21: the annex of 896 bytes, with the
+ * sources' outage records) makes a kept segment
  * start afresh, across a graceful restart after an upgrade too. What the
  * layers above keep in the annex is part of the layout (table.h). */
-#define TABLE_MAGIC 0x61686d6163740014ULL
+#define TABLE_MAGIC 0x61686d6163740015ULL
 
 #define WAYS        8 /* slots per set */
 #define HIT_STRIPES 8
@@ -91,6 +93,8 @@ typedef struct {
  *   throttle         records of clients' wrong passwords and bans, 1/32
  *                    of the segment, then the book of bans in force
  *                    (throttle.c)
+ *   memo             what SQL last said of each user (its hash's digest,
+ *                    none, locked; when), 1/32 of the segment (memo.c)
  *   positive region  credentials verified: what grants (8 of 9 sets)
  *   negative region  wrong passwords seen recently: what denies without
  *                    bcrypt (1 of 9 sets; none in a table of one set)
@@ -116,7 +120,9 @@ typedef struct {
     uint64_t throttle;        /* offset of the throttle's records */
     uint64_t throttle_slots;  /* how many */
     int64_t throttle_until;   /* apr_time_t: no ban lasts past it */
-    char pad0[64 - (120 + REGIONS * sizeof(region_hdr_t)) % 64];
+    uint64_t memo;            /* offset of the memo records */
+    uint64_t memo_slots;      /* how many */
+    char pad0[64 - (136 + REGIONS * sizeof(region_hdr_t)) % 64];
     unsigned char annex[AUTHN_HMAC_TABLE_ANNEX_BYTES]; /* table.h */
     uint64_t counter[AUTHN_HMAC_C_COUNT];
     char pad1[64 - (AUTHN_HMAC_C_COUNT * 8) % 64];
@@ -167,12 +173,22 @@ static uint64_t throttle_slots(size_t size)
     return n < 64 ? 64 : n > 65536 ? 65536 : n;
 }
 
+/* The memo's records: 1/32 of the segment (4,096 users' in the default
+ * 4 MB: a user whose memo was pushed out costs one query), in whole sets. */
+static uint64_t memo_slots(size_t size)
+{
+    uint64_t n = size / (32 * AUTHN_HMAC_MEMO_BYTES);
+
+    n = n < 64 ? 64 : n > ((uint64_t)1 << 20) ? (uint64_t)1 << 20 : n;
+    return n / AUTHN_HMAC_MEMO_WAYS * AUTHN_HMAC_MEMO_WAYS;
+}
+
 /* What a segment of size holds besides the sets. */
 static size_t fixed_size(size_t size)
 {
     return HEADER_SIZE + FLIGHTS_SIZE +
            throttle_slots(size) * AUTHN_HMAC_THROTTLE_BYTES +
-           AUTHN_HMAC_BOOK_BYTES;
+           AUTHN_HMAC_BOOK_BYTES + memo_slots(size) * AUTHN_HMAC_MEMO_BYTES;
 }
 
 /* The header starts at the segment's first cache line boundary: apr_shm's
@@ -216,6 +232,9 @@ apr_status_t authn_hmac_table_format(void *base, size_t size, apr_time_t now)
     h->queue = HEADER_SIZE + AUTHN_HMAC_FLIGHTS * AUTHN_HMAC_FLIGHT_BYTES;
     h->throttle = HEADER_SIZE + FLIGHTS_SIZE;
     h->throttle_slots = throttle_slots(size);
+    h->memo = h->throttle + h->throttle_slots * AUTHN_HMAC_THROTTLE_BYTES +
+              AUTHN_HMAC_BOOK_BYTES;
+    h->memo_slots = memo_slots(size);
     h->q.places[PLACE_FREE] = AUTHN_HMAC_QUEUE_SLOTS;
     sets = (size - skip - fixed_size(size)) / sizeof(set_t);
     neg = sets >= 2 ? (sets / 9 ? sets / 9 : 1) : 0;
@@ -257,6 +276,8 @@ authn_hmac_table_attach(void *base, apr_global_mutex_t *mutex, apr_pool_t *p)
     t->parts.throttle_until = &h->throttle_until;
     t->parts.book =
         (char *)h + h->throttle + h->throttle_slots * AUTHN_HMAC_THROTTLE_BYTES;
+    t->parts.memo = (char *)h + h->memo;
+    t->parts.memo_slots = h->memo_slots;
     t->parts.queue = &h->q;
     t->parts.verifying_max = &h->counter[AUTHN_HMAC_C_VERIFYING_MAX];
     return t;

@@ -24,6 +24,10 @@
 /* The book of bans (src/shm/throttle.c): who each ban in force refuses, for
  * the status page, after the throttle's records. */
 #define AUTHN_HMAC_BOOK_BYTES ((size_t)32 * 256)
+/* The memo region (src/shm/memo.c): records of AUTHN_HMAC_MEMO_BYTES in
+ * sets of AUTHN_HMAC_MEMO_WAYS, 1/32 of the segment, after the book. */
+#define AUTHN_HMAC_MEMO_BYTES ((size_t)128)
+#define AUTHN_HMAC_MEMO_WAYS  4
 
 /* Tries of a seqlock's reader; then a slot is a miss, a flight busy. */
 #define AUTHN_HMAC_READ_TRIES 64
@@ -50,6 +54,8 @@ typedef struct {
     uint64_t throttle_slots;
     int64_t *throttle_until; /* no ban lasts past it (read without lock) */
     void *book;              /* AUTHN_HMAC_BOOK bans */
+    void *memo;              /* memo_slots memo records */
+    uint64_t memo_slots;     /* a multiple of AUTHN_HMAC_MEMO_WAYS */
     authn_hmac_queue_hdr_t *queue;
     uint64_t *verifying_max; /* the counter: most places run at once */
 } authn_hmac_table_parts_t;

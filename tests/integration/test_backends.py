@@ -5,17 +5,22 @@ the stored hash and verifies it itself: the hash is in the credential's key,
 so a changed or removed password is refused at the next request, on every
 child. Unknown and locked users take a known user's path (a dummy
 verification)."""
+import base64
+import contextlib
+import http.client
+import math
 import os
 import shutil
 import sqlite3
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
 
 from conftest import MPMS
-from harness import COST, Httpd, Redis, hmac_location, htpasswd
+from harness import changed_default, COST, Httpd, Redis, free_port, hmac_location, htpasswd
 from test_redis import Shared, farm_server, finish
 
 HTDBM = shutil.which("htdbm")
@@ -193,11 +198,20 @@ def sql(path, statement, *args):
     con.close()
 
 
-def dbd_server(db, name="dbd", mpm=None, extra=""):
+# The SQL tests that assert what a query at every request gives (an UPDATE
+# refused at the next request), and what no offline grace gives (a 500).
+RECHECK_0 = changed_default("an UPDATE refused at the next request: the query at each",
+                            AuthHMACRecheck="0")
+GRACE_0 = changed_default("a failed query is a 500 for everyone: no offline grace",
+                          AuthHMACOfflineGrace="0")
+
+
+def dbd_server(db, name="dbd", mpm=None, extra="", section=""):
     srv = Httpd(mpm=mpm, name=name, modules=["dbd"],
                 global_conf='DBDriver sqlite3\nDBDParams "%s"\n%s' % (db, extra))
     srv.body = hmac_location(
-        "/s/", None, "sql", 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"')
+        "/s/", None, "sql", 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"',
+        *([section] if section else []))
     srv.write_config()
     page(srv)
     return srv
@@ -211,7 +225,7 @@ def test_sqlite_through_mod_dbd_behind_the_cache(mpm, db_dir):
     sqlite_db(db, [("alice", bcrypt("alice sql pass")), ("bob", bcrypt("bob sql pass")),
                    ("carol", "!" + bcrypt("carol sql pass"))])
     rows_behind_the_cache(
-        dbd_server(db, mpm=mpm), "sql",
+        dbd_server(db, mpm=mpm, section=RECHECK_0), "sql",
         lambda h: sql(db, "UPDATE users SET hash = ? WHERE name = ?", h, "bob"),
         lambda: sql(db, "DELETE FROM users WHERE name = ?", "bob"))
 
@@ -253,7 +267,7 @@ def rows_behind_the_cache(srv, tag, update, delete):
 def test_sql_update_reaches_a_second_server_sharing_redis(db_dir):
     """Two servers over one database and one Redis: a grant on A is a Redis
     hit on B; after an UPDATE of the hash, the old password is refused on
-    both at the next request (the hash is in the key)."""
+    both within AuthHMACRecheck (1 s) and one request."""
     db = os.path.join(db_dir, "users.db")
     sqlite_db(db, [("dora", bcrypt("dora sql pass"))])
     update_reaches_the_farm('DBDriver sqlite3\nDBDParams "%s"\n' % db, "sql", "dora sql pass",
@@ -261,11 +275,76 @@ def test_sql_update_reaches_a_second_server_sharing_redis(db_dir):
                                           "dora"))
 
 
-def update_reaches_the_farm(dbd_conf, tag, old, update):
-    """Two servers (mod_dbd with dbd_conf) over one database and one Redis:
-    dora's grant on A (password old) is a Redis hit on B; after update(a
-    new hash), the old password is refused on both at the next request, and
-    the new one is granted (and shared)."""
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+@pytest.mark.parametrize("change", ["delete", "lock"])
+def test_sql_removal_and_lock_reach_a_second_server_sharing_redis(db_dir, change):
+    """A DELETE of dora's row, or a lock ('!' before her hash): refused on
+    both servers within the recheck (1 s) and one request."""
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("dora", bcrypt("dora sql pass"))])
+    if change == "delete":
+        removal_reaches_the_farm(
+            'DBDriver sqlite3\nDBDParams "%s"\n' % db, "sqldel", "dora sql pass",
+            lambda: sql(db, "DELETE FROM users WHERE name = ?", "dora"), "unknown-user")
+    else:
+        removal_reaches_the_farm(
+            'DBDriver sqlite3\nDBDParams "%s"\n' % db, "sqllock", "dora sql pass",
+            lambda: sql(db, "UPDATE users SET hash = '!' || hash WHERE name = ?", "dora"),
+            "denied")
+
+
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+def test_sql_farm_under_load_queries_once_per_user_per_recheck(db_dir):
+    """5 s of dora's cached requests on two servers sharing Redis: the
+    rechecks (the queries of a user whose memo is stale) of both servers
+    together are at most one per second (the shipped AuthHMACRecheck) and
+    one, and every request is served."""
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("dora", bcrypt("dora sql pass"))])
+    hits, queries = queries_under_load(
+        'DBDriver sqlite3\nDBDParams "%s"\n' % db, "sqlload",
+        lambda a, b: a.status()["rechecks"] + b.status()["rechecks"])
+    print("SQLite farm, 5 s: hits %s, queries %d" % (hits, queries))
+
+
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+def test_a_memo_altered_in_redis_is_no_memo(db_dir):
+    """dora's memo in Redis (what SQL said of her, tagged) rewritten to say
+    "no such user" (a Redis that would end her grant), or moved to erin's
+    key (one that would lend erin dora's answer): past the recheck, each is
+    counted forged and ignored: the database is asked, and answers as
+    ever."""
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("dora", bcrypt("dora sql pass")), ("erin", bcrypt("erin sql pass"))])
+    with sql_farm('DBDriver sqlite3\nDBDParams "%s"\n' % db, "sqlforged") as (a, b):
+        redis = a.shared_redis
+        assert a.status_code("/s/", "dora", "dora sql pass") == 200
+        dora = redis.cli("--scan", "--pattern", "*:m:*").split()
+        assert len(dora) == 1, dora
+        assert a.status_code("/s/", "erin", "erin sql pass") == 200
+        erin = [k for k in redis.cli("--scan", "--pattern", "*:m:*").split() if k != dora[0]]
+        value = redis.cli("GET", dora[0])
+        assert value.startswith("m1:1"), value
+        redis.cli("SET", dora[0], "m1:2" + value[4:], "PX", "60000")
+        redis.cli("SET", erin[0], value, "PX", "60000")
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
+        before = b.status()["redis_forged"]
+        assert b.status_code("/s/", "dora", "dora sql pass") == 200
+        assert b.status_code("/s/", "erin", "erin sql pass") == 200
+        assert b.status()["redis_forged"] >= before + 2
+        assert b.status()["rechecks"] >= 2
+        # The query's answers replaced the forged values.
+        assert redis.cli("GET", dora[0]).startswith("m1:1")
+        assert redis.cli("GET", erin[0]) != value
+
+
+@contextlib.contextmanager
+def sql_farm(dbd_conf, tag):
+    """Two servers (mod_dbd with dbd_conf, the shipped defaults) over one
+    database and one Redis (each's .shared_redis): yields (a, b)."""
     shared, redis = Shared(), Redis().start()
     servers = []
     try:
@@ -277,17 +356,9 @@ def update_reaches_the_farm(dbd_conf, tag, old, update):
                 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"')
             srv.write_config()
             page(srv)
+            srv.shared_redis = redis
             servers.append(srv.start())
-        a, b = servers
-        assert a.status_code("/s/", "dora", old) == 200
-        assert b.status_code("/s/", "dora", old) == 200
-        assert a.notes("dora") == ["verified"] and b.notes("dora") == ["redis-hit"]
-        update(bcrypt("dora's new pass"))
-        assert a.status_code("/s/", "dora", old) == 401
-        assert b.status_code("/s/", "dora", old) == 401
-        assert b.status_code("/s/", "dora", "dora's new pass") == 200
-        assert a.status_code("/s/", "dora", "dora's new pass") == 200
-        assert a.notes("dora")[-1] == "redis-hit", a.notes("dora")
+        yield tuple(servers)
     finally:
         for s in servers:
             finish(s)
@@ -295,18 +366,108 @@ def update_reaches_the_farm(dbd_conf, tag, old, update):
         shared.cleanup()
 
 
+def update_reaches_the_farm(dbd_conf, tag, old, update):
+    """Two servers (mod_dbd with dbd_conf) over one database and one Redis:
+    dora's grant on A (password old) is a Redis hit on B; after update(a
+    new hash), the old password is refused on both within the recheck (the
+    shipped 1 s) and one request, and the new one is granted (and shared)."""
+    with sql_farm(dbd_conf, tag) as (a, b):
+        assert a.status_code("/s/", "dora", old) == 200
+        assert b.status_code("/s/", "dora", old) == 200
+        assert a.notes("dora") == ["verified"] and b.notes("dora") == ["redis-hit"]
+        update(bcrypt("dora's new pass"))
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
+        assert a.status_code("/s/", "dora", old) == 401
+        assert b.status_code("/s/", "dora", old) == 401
+        assert b.status_code("/s/", "dora", "dora's new pass") == 200
+        assert a.status_code("/s/", "dora", "dora's new pass") == 200
+        assert a.notes("dora")[-1] == "redis-hit", a.notes("dora")
+
+
+def removal_reaches_the_farm(dbd_conf, tag, password, change, note):
+    """The farm of sql_farm: dora's grant on A is a Redis hit on B; after
+    change() (a DELETE, or a lock: '!' before the hash), her password is
+    refused on both within the recheck (the shipped 1 s) and one request,
+    with note (unknown-user, locked) on each."""
+    with sql_farm(dbd_conf, tag) as (a, b):
+        assert a.status_code("/s/", "dora", password) == 200
+        assert b.status_code("/s/", "dora", password) == 200
+        assert a.notes("dora") == ["verified"] and b.notes("dora") == ["redis-hit"]
+        change()
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
+        assert a.status_code("/s/", "dora", password) == 401
+        assert b.status_code("/s/", "dora", password) == 401
+        assert a.notes("dora")[-1] == note and b.notes("dora")[-1] == note, (
+            a.notes("dora"), b.notes("dora"))
+
+
+class Load:
+    """A thread per server sending user's cached requests over a kept-alive
+    connection until stop(): counts the answers by status."""
+
+    def __init__(self, servers, path, user, password):
+        self.codes, self.done, self.user = [], threading.Event(), user
+        header = "Basic " + base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
+        for srv in servers:
+            srv.secrets.add(password)
+        self.threads = [threading.Thread(target=self._run, args=(srv, path, header))
+                        for srv in servers]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, srv, path, header):
+        host, port = srv.url.split("//")[1].split(":")
+        conn, codes = http.client.HTTPConnection(host, int(port), timeout=30), {}
+        while not self.done.is_set():
+            conn.request("GET", path, headers={"Authorization": header})
+            r = conn.getresponse()
+            r.read()
+            codes[r.status] = codes.get(r.status, 0) + 1
+        conn.close()
+        srv.sent[self.user] = srv.sent.get(self.user, 0) + sum(codes.values())
+        self.codes.append(codes)
+
+    def stop(self):
+        self.done.set()
+        for t in self.threads:
+            t.join()
+        return self.codes
+
+
+def queries_under_load(dbd_conf, tag, queries_of, seconds=5.0):
+    """The farm of sql_farm, dora granted on both; then seconds of her
+    cached requests on both servers, a thread each: queries_of(a, b) (the
+    database's queries of dora so far) grows by at most one per recheck
+    (the shipped 1 s) for the whole farm, plus one, while both serve hits.
+    Returns (hits, queries)."""
+    with sql_farm(dbd_conf, tag) as (a, b):
+        assert a.status_code("/s/", "dora", "dora sql pass") == 200
+        assert b.status_code("/s/", "dora", "dora sql pass") == 200
+        before = queries_of(a, b)
+        load = Load((a, b), "/s/", "dora", "dora sql pass")
+        time.sleep(seconds)
+        codes = load.stop()
+        queries = queries_of(a, b) - before
+        assert all(set(c) == {200} for c in codes), codes
+        hits = [c[200] for c in codes]
+        assert min(hits) >= 50, hits  # both served meanwhile
+        assert 1 <= queries <= math.ceil(seconds / 1.0) + 1, (queries, hits)
+        return hits, queries
+
+
 @pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
                     reason="libaprutil1-dbd-sqlite3 is not installed")
 def test_a_failing_query_is_a_500_never_a_grant(db_dir):
     db = os.path.join(db_dir, "users.db")
     sqlite_db(db, [("erin", bcrypt("erin sql pass"))])
-    srv = dbd_server(db)
+    srv = dbd_server(db, section=GRACE_0)
     try:
         srv.start()
         assert srv.status_code("/s/", "erin", "erin sql pass") == 200
         sql(db, "ALTER TABLE users RENAME TO gone")
-        # NB: erin's grant is cached, but a hit needs the database's hash
-        # too (it is in the key): a 500 for her as for anyone.
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
+        # NB: erin's grant is cached, but past the recheck a hit needs the
+        # database's answer, and with no grace a failed query is a 500.
         assert srv.status_code("/s/", "frank", "frank's pass") == 500
         assert srv.notes("frank") == ["error"]
         assert srv.status_code("/s/", "erin", "erin sql pass") == 500
@@ -317,6 +478,160 @@ def test_a_failing_query_is_a_500_never_a_grant(db_dir):
 
 
 # ------------------------------------------------ unknown users, timed
+
+QUERY = 'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"'
+# NB: a window wide enough to be deterministic (at the shipped 1 s the
+# attack exists too: the other host's memo refreshed just before).
+RECHECK_30 = changed_default("a window wide enough to be deterministic",
+                             AuthHMACRecheck="30")
+
+
+def status_at(port, path, user, password):
+    """The status of a request to 127.0.0.1:port (another virtual host)."""
+    raw = base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
+    con = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        con.request("GET", path, headers={"Authorization": "Basic " + raw})
+        return con.getresponse().status
+    finally:
+        con.close()
+
+
+def two_vhosts(db_dir, extra=""):
+    """One server: its main host asks one.db (alice), a virtual host on
+    another port two.db (bob), with the same query text (DBDParams is per
+    virtual host). Returns the server (not started) and the second port."""
+    db1, db2 = os.path.join(db_dir, "one.db"), os.path.join(db_dir, "two.db")
+    sqlite_db(db1, [("alice", bcrypt("alice pass one"))])
+    sqlite_db(db2, [("bob", bcrypt("bob pass two"))])
+    port2 = free_port()
+    srv = Httpd(name="vhosts", modules=["dbd"],
+                global_conf='DBDriver sqlite3\nDBDParams "%s"\n' % db1)
+    srv.body = (hmac_location("/s/", None, "sql", QUERY, *([extra] if extra else [])) +
+                "Listen 127.0.0.1:%d\n<VirtualHost 127.0.0.1:%d>\n"
+                "DBDriver sqlite3\nDBDParams \"%s\"\n%s</VirtualHost>\n"
+                % (port2, port2, db2,
+                   hmac_location("/s/", None, "sql", QUERY, *([extra] if extra else []))))
+    srv.write_config()
+    page(srv)
+    return srv, port2
+
+
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+@pytest.mark.parametrize("recheck", ["shipped", "30"])
+def test_sql_one_vhosts_database_never_grants_on_another(db_dir, recheck):
+    """alice is only in the main host's database: her grant there (its
+    memo: the shared memory's, the flight, the claim) is never a grant on
+    the virtual host, whose database has no alice, the same query text."""
+    srv, port2 = two_vhosts(db_dir, RECHECK_30 if recheck == "30" else "")
+    try:
+        srv.start()
+        grants = 0
+        for _ in range(5):
+            time.sleep(1.1 if recheck == "shipped" else 0)  # a recheck each time
+            assert srv.status_code("/s/", "alice", "alice pass one") == 200
+            grants += status_at(port2, "/s/", "alice", "alice pass one") == 200
+        assert grants == 0, "alice of database one granted on host two %d times" % grants
+        assert status_at(port2, "/s/", "bob", "bob pass two") == 200
+    finally:
+        finish(srv, r"AH01618: user alice not found")
+
+
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+def test_sql_one_vhosts_no_such_user_never_refuses_on_another(db_dir):
+    """The converse: the virtual host's "no such user" (its database)
+    never refuses alice's right password on the main host."""
+    srv, port2 = two_vhosts(db_dir)
+    try:
+        srv.start()
+        assert status_at(port2, "/s/", "alice", "alice pass one") == 401
+        assert srv.status_code("/s/", "alice", "alice pass one") == 200, srv.notes("alice")
+    finally:
+        finish(srv, r"AH01618: user alice not found")
+
+
+def sql_farm_server(site, fake, db, name):
+    srv = site.server(fake.address, name=name,
+                      extra='DBDriver sqlite3\nDBDParams "%s"\n' % db)
+    srv.modules.append("dbd")
+    srv.body = hmac_location("/s/", None, "sql", QUERY)
+    srv.write_config()
+    page(srv)
+    return srv.start()
+
+
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+@pytest.mark.parametrize("replay", [False, True])
+def test_sql_a_replayed_memo_cannot_extend_an_old_password_through_an_outage(db_dir, replay):
+    """alice's password changes (A sees it: Redis's memo says the new
+    hash), then the database fails. On B (no memo of its own) her old
+    password is never served offline: an honest Redis holds the new memo,
+    and a Redis that replays the memo and entry it held before the change
+    can neither extend a grant."""
+    from fake_redis import FakeRedis
+    from test_trust import Site
+    site, fake = Site(), FakeRedis().start()
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("alice", bcrypt("alice old pass"))])
+    servers = []
+    try:
+        a = sql_farm_server(site, fake, db, "replayA")
+        servers.append(a)
+        assert a.status_code("/s/", "alice", "alice old pass") == 200
+        time.sleep(0.2)
+        saved = {k: v for k, v in fake.store.items() if b":f:" not in k}
+        assert any(b":m:" in k for k in saved), list(fake.store)
+        sql(db, "UPDATE users SET hash = ? WHERE name = ?", bcrypt("alice new pass"), "alice")
+        time.sleep(1.1)  # the shipped recheck
+        assert a.status_code("/s/", "alice", "alice old pass") == 401
+        assert a.status_code("/s/", "alice", "alice new pass") == 200
+        time.sleep(0.2)
+        if replay:
+            with fake.lock:
+                fake.store.update(saved)
+        sql(db, "ALTER TABLE users RENAME TO gone")  # the outage
+        b = sql_farm_server(site, fake, db, "replayB")
+        servers.append(b)
+        got = b.status_code("/s/", "alice", "alice old pass")
+        assert got != 200, (b.notes("alice"), "the old password served offline")
+    finally:
+        for s in servers:
+            finish(s, r"AHMAC0033|AHMAC0041|AH0161[478]|AH0063[236]")
+        fake.stop()
+        site.cleanup()
+
+
+@pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
+                    reason="libaprutil1-dbd-sqlite3 is not installed")
+def test_sql_a_farm_takes_anothers_memo_and_counts_no_forgery(db_dir):
+    """A's memo of dora, in Redis, is B's (a recheck shared by the farm):
+    B's hit asks no query, and an honest farm counts no forgery
+    (redis_forged feeds the critical alert AuthnHmacRedisForged)."""
+    from fake_redis import FakeRedis
+    from test_trust import Site
+    site, fake = Site(), FakeRedis().start()
+    db = os.path.join(db_dir, "users.db")
+    sqlite_db(db, [("dora", bcrypt("dora pass"))])
+    servers = []
+    try:
+        a = sql_farm_server(site, fake, db, "memoA")
+        b = sql_farm_server(site, fake, db, "memoB")
+        servers += [a, b]
+        assert a.status_code("/s/", "dora", "dora pass") == 200
+        assert b.status_code("/s/", "dora", "dora pass") == 200
+        assert b.notes("dora") == ["redis-hit"]
+        st = b.status()
+        assert st["redis_forged"] == 0, st
+        assert st["rechecks"] == 0, st
+    finally:
+        for s in servers:
+            finish(s, r"AHMAC0006")
+        fake.stop()
+        site.cleanup()
+
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
@@ -365,11 +680,23 @@ def test_first_tries_of_sql_users_known_unknown_and_locked(db_dir, with_redis):
         for i in range(8):  # each child's connections, and its template, made
             timed(srv, "alice", "warm %d" % i)
         if with_redis:
-            known = monitor(redis, lambda: timed(srv, "alice", "monitored guess"))
-            assert known and known[0][0] == "GET", known
-            for user in ("nobody-monitored", "carol", "dave"):
-                seen = monitor(redis, lambda u=user: timed(srv, u, "monitored guess"))
-                assert seen == known, (user, seen, known)
+            # A first try (each user's memo stale: past the 1 s recheck)
+            # and a repeat (each's memo fresh): the same commands.
+            for guess in ("first", "repeat"):
+                if guess == "first":
+                    time.sleep(1.1)
+                if guess == "repeat":
+                    timed(srv, "alice", "monitored repeat")
+                known = monitor(redis, lambda g=guess: timed(srv, "alice", "monitored " + g))
+                # NB: a repeat is a negative hit of shared memory: no command.
+                assert (known and known[0][0] == "GET") if guess == "first" else not known, known
+                for user in ("nobody-monitored", "carol", "dave"):
+                    if guess == "first":
+                        time.sleep(1.1)
+                    else:
+                        timed(srv, user, "monitored repeat")
+                    seen = monitor(redis, lambda u=user, g=guess: timed(srv, u, "monitored " + g))
+                    assert seen == known, (guess, user, seen, known)
         m = first_tries(srv, "sql-" + ("redis" if with_redis else "shm"), rounds=40,
                         paired=True)
         show("first tries, SQL%s" % (", Redis 1 ms away" if with_redis else ""), m)

@@ -7,9 +7,13 @@ database that does not answer is a 500, never a grant."""
 import pytest
 
 from conftest import MPMS
-from harness import Httpd, hmac_location
+from harness import Httpd, changed_default, hmac_location
 from harness.postgres import Postgres, available
-from test_backends import bcrypt, page, rows_behind_the_cache, update_reaches_the_farm
+import time
+
+from test_backends import (GRACE_0, RECHECK_0, bcrypt, page, queries_under_load,
+                           removal_reaches_the_farm, rows_behind_the_cache,
+                           update_reaches_the_farm)
 from test_redis import finish
 
 pytestmark = pytest.mark.skipif(
@@ -27,13 +31,24 @@ def pg():
         db.cleanup()
 
 
+@pytest.fixture
+def pg_logged():
+    """A cluster that logs every statement (log_statement = all): the
+    queries are counted in its log."""
+    db = Postgres(log_statements=True)
+    try:
+        yield db.start()
+    finally:
+        db.cleanup()
+
+
 def dbd_conf(pg):
     return 'DBDriver pgsql\nDBDParams "%s"\n' % pg.params
 
 
-def pg_server(pg, name="pg", mpm=None):
+def pg_server(pg, name="pg", mpm=None, section=""):
     srv = Httpd(mpm=mpm, name=name, modules=["dbd"], global_conf=dbd_conf(pg))
-    srv.body = hmac_location("/s/", None, "sql", QUERY)
+    srv.body = hmac_location("/s/", None, "sql", QUERY, *([section] if section else []))
     srv.write_config()
     page(srv)
     return srv
@@ -46,7 +61,7 @@ def test_postgres_through_mod_dbd_behind_the_cache(mpm, pg):
     pg.add_user("bob", bcrypt("bob pg pass"))
     pg.add_user("carol", "!" + bcrypt("carol pg pass"))
     rows_behind_the_cache(
-        pg_server(pg, mpm=mpm), "pg",
+        pg_server(pg, mpm=mpm, section=RECHECK_0), "pg",
         lambda h: pg.sql("UPDATE users SET hash = %s WHERE name = %s", h, "bob"),
         lambda: pg.sql("DELETE FROM users WHERE name = %s", "bob"))
 
@@ -54,7 +69,7 @@ def test_postgres_through_mod_dbd_behind_the_cache(mpm, pg):
 def test_pg_update_reaches_a_second_server_sharing_redis(pg):
     """Two servers over one database and one Redis: a grant on A is a Redis
     hit on B; after an UPDATE of the hash, the old password is refused on
-    both at the next request."""
+    both within the recheck (1 s) and one request."""
     pg.add_user("dora", bcrypt("dora pg pass"))
     update_reaches_the_farm(dbd_conf(pg), "pg", "dora pg pass",
                             lambda h: pg.sql("UPDATE users SET hash = %s WHERE name = %s", h,
@@ -63,6 +78,33 @@ def test_pg_update_reaches_a_second_server_sharing_redis(pg):
 
 DBD_DOWN = r"\[dbd:error\].*(AH00629|AH00633|AH00639|AH02655)"  # mod_dbd's own lines
 LOOKUP = r"AHMAC0033: could not look up user (erin|frank) with AuthHMACDBDUserPWQuery: "
+
+
+@pytest.mark.parametrize("change", ["delete", "lock"])
+def test_pg_removal_and_lock_reach_a_second_server_sharing_redis(pg, change):
+    """A DELETE of dora's row, or a lock ('!' before her hash): refused on
+    both servers within the recheck (1 s) and one request."""
+    pg.add_user("dora", bcrypt("dora pg pass"))
+    if change == "delete":
+        removal_reaches_the_farm(dbd_conf(pg), "pgdel", "dora pg pass",
+                                 lambda: pg.sql("DELETE FROM users WHERE name = %s", "dora"),
+                                 "unknown-user")
+    else:
+        removal_reaches_the_farm(
+            dbd_conf(pg), "pglock", "dora pg pass",
+            lambda: pg.sql("UPDATE users SET hash = '!' || hash WHERE name = %s", "dora"),
+            "denied")
+
+
+def test_pg_farm_under_load_queries_once_per_user_per_recheck(pg_logged):
+    """5 s of dora's cached requests on two servers sharing Redis: the
+    queries of dora in PostgreSQL's log (log_statement = all) are at most
+    one per second (the shipped AuthHMACRecheck) and one for the farm, and
+    every request is served."""
+    pg_logged.add_user("dora", bcrypt("dora sql pass"))
+    hits, queries = queries_under_load(dbd_conf(pg_logged), "pgload",
+                                       lambda a, b: pg_logged.queries("dora"))
+    print("PostgreSQL farm, 5 s: hits %s, queries %d" % (hits, queries))
 
 
 def recovered(srv, user, password):
@@ -77,14 +119,16 @@ def recovered(srv, user, password):
 
 
 def test_postgres_down_is_a_500_never_a_grant(pg):
-    """Stopped: a 500 and AHMAC0033 for every user, even one whose grant is
-    cached (the hash, in the key, is read first); started again: granted."""
+    """With no offline grace, stopped: a 500 and AHMAC0033 for every user,
+    even one whose grant is cached, once the recheck (1 s) is due; started
+    again: granted."""
     pg.add_user("erin", bcrypt("erin pg pass"))
-    srv = pg_server(pg, name="pgdown")
+    srv = pg_server(pg, name="pgdown", section=GRACE_0)
     try:
         srv.start()
         assert srv.status_code("/s/", "erin", "erin pg pass") == 200
         pg.stop()
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
         codes = [srv.status_code("/s/", "frank", "frank's pass") for _ in range(5)]
         assert codes == [500] * 5, (codes, srv.notes("frank"))
         assert srv.notes("frank") == ["error"] * 5
@@ -114,15 +158,43 @@ def test_a_restart_of_postgres_between_requests(pg):
 
 def test_a_failing_query_is_a_500_never_a_grant(pg):
     pg.add_user("erin", bcrypt("erin pg pass"))
-    srv = pg_server(pg, name="pgfail")
+    srv = pg_server(pg, name="pgfail", section=GRACE_0)
     try:
         srv.start()
         assert srv.status_code("/s/", "erin", "erin pg pass") == 200
         # NB: a column, not the table: the prepared plan names the table by
         # its OID and would follow a renamed one.
         pg.psql("ALTER TABLE users RENAME COLUMN hash TO gone")
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
         assert srv.status_code("/s/", "frank", "frank's pass") == 500
         assert srv.status_code("/s/", "erin", "erin pg pass") == 500
         assert srv.notes("frank") == ["error"] and srv.notes("erin")[-1] == "error"
     finally:
         finish(srv, LOOKUP)
+
+
+def test_postgres_down_serves_confirmed_users_for_the_grace(pg):
+    """Stopped: erin, verified before, keeps 200 (offline-hit) for the grace
+    (3 s here) and then gets a 500; frank, a new login, a 500 at once; back:
+    AHMAC0042 in the log and offline_since_seconds cleared."""
+    pg.add_user("erin", bcrypt("erin pg pass"))
+    srv = pg_server(pg, name="pggrace", section=changed_default(
+        "a grace of seconds, to see it end within the test", AuthHMACOfflineGrace="3"))
+    try:
+        srv.start()
+        assert srv.status_code("/s/", "erin", "erin pg pass") == 200
+        pg.stop()
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
+        assert srv.status_code("/s/", "frank", "frank's pass") == 500
+        assert srv.status_code("/s/", "erin", "erin pg pass") == 200
+        assert srv.notes("erin")[-1] == "offline-hit"
+        assert "AHMAC0041" in srv.error_log()
+        assert srv.status()["offline_since_seconds"] > 0
+        time.sleep(2.5)  # past the grace, counted from erin's last confirmation
+        assert srv.status_code("/s/", "erin", "erin pg pass") == 500
+        pg.start()
+        recovered(srv, "erin", "erin pg pass")
+        assert "AHMAC0042" in srv.error_log()
+        assert srv.status()["offline_since_seconds"] == 0
+    finally:
+        finish(srv, LOOKUP, DBD_DOWN, r"AHMAC0041")

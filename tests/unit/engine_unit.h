@@ -145,6 +145,7 @@ static inline authn_hmac_outcome check(const authn_hmac_engine_t *e,
     authn_hmac_policy_t pol;
     authn_hmac_cred_t c = cred(user, password, hash);
 
+    memset(&pol, 0, sizeof(pol));
     pol.ttl = apr_time_from_sec(ttl_sec);
     pol.max_age = max_age_us;
     pol.negative_ttl = negative_ttl_us;

@@ -89,7 +89,8 @@ static authn_hmac_outcome from_dbm(const authn_hmac_engine_t *e,
                                    const char *password, apr_status_t *rv,
                                    apr_pool_t *p)
 {
-    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us, 0, 1, 0, 0};
+    authn_hmac_policy_t pol = {
+        apr_time_from_sec(300), max_age_us, 0, 1, 0, 0, 0};
     authn_hmac_cred_t c = cred(user, password, NULL);
 
     *rv = APR_EGENERAL;

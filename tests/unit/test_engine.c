@@ -24,7 +24,8 @@
 static void test_given_user_id(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
-    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us, 0, 0, 0, 0};
+    authn_hmac_policy_t pol = {
+        apr_time_from_sec(300), max_age_us, 0, 0, 0, 0, 0};
     authn_hmac_cred_t c = cred("alice", "right", "H-right");
     unsigned char id[AUTHN_HMAC_KEY_LEN], other[AUTHN_HMAC_KEY_LEN];
 
@@ -66,7 +67,7 @@ static void test_wrapped_provider(apr_pool_t *p)
     /* The shipped recheck (60 s), no offline grace: errors are errors. */
     authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us,
                                apr_time_from_sec(30),  0,
-                               apr_time_from_sec(60),  0};
+                               apr_time_from_sec(60),  0, 0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap");
 
     c.ask = ask;
@@ -97,7 +98,7 @@ static void test_wrapped_provider_rotation(apr_pool_t *p)
     authn_hmac_engine_t e = engine(p, 1 << 20), rot = e;
     authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us,
                                apr_time_from_sec(30),  0,
-                               apr_time_from_sec(60),  0};
+                               apr_time_from_sec(60),  0, 0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap");
     authn_hmac_secret_t *pb = NULL;
     authn_hmac_mac_t *mb = NULL;
@@ -158,7 +159,7 @@ static void test_wrapped_recheck(apr_pool_t *p)
     authn_hmac_engine_t e = engine(p, 1 << 20);
     authn_hmac_policy_t pol = {apr_time_from_sec(300), apr_time_from_sec(600),
                                apr_time_from_sec(30),  0,
-                               apr_time_from_sec(60),  0};
+                               apr_time_from_sec(60),  0, 0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap");
 
     c.ask = ask;
@@ -210,7 +211,7 @@ static void test_wrapped_offline(apr_pool_t *p)
     authn_hmac_engine_t e = engine(p, 1 << 20);
     authn_hmac_policy_t pol = {
         apr_time_from_sec(300), apr_time_from_sec(600), 0, 0,
-        apr_time_from_sec(60),  apr_time_from_sec(3600)};
+        apr_time_from_sec(60),  apr_time_from_sec(3600), 0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap"),
                       other = cred("wendy", "new", "ldap"),
                       xavier = cred("xavier", "his", "ldap");
@@ -337,7 +338,7 @@ static void test_given_digest(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
     authn_hmac_policy_t pol = {
-        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 0, 0, 0};
+        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 0, 0, 0, 0};
     authn_hmac_cred_t c = cred("alice", "right", "H-right");
     unsigned char d[AUTHN_HMAC_DIGEST_LEN], old[AUTHN_HMAC_DIGEST_LEN];
 

@@ -60,6 +60,7 @@ static authn_hmac_outcome from_file(const authn_hmac_engine_t *e,
     authn_hmac_outcome o;
     apr_status_t rv = APR_EGENERAL;
 
+    memset(&pol, 0, sizeof(pol));
     pol.ttl = apr_time_from_sec(300);
     pol.max_age = max_age_us;
     pol.negative_ttl = 0;

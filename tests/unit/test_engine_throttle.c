@@ -186,7 +186,8 @@ static void test_throttle_folded_names_share_a_count(apr_pool_t *p)
 {
     static const char *const names[] = {"Alice", "alice ", " ALICE", "aLiCe"};
     authn_hmac_engine_t e = engine(p, 1 << 20);
-    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us, 0, 0, 0, 0};
+    authn_hmac_policy_t pol = {
+        apr_time_from_sec(300), max_age_us, 0, 0, 0, 0, 0};
     const char *was = client_addr;
     authn_hmac_cred_t c;
     char pw[16];

@@ -629,6 +629,137 @@ static void test_a_redis_cannot_count_one_guess_twice(apr_pool_t *p)
     CHECK(seq_end(&s, p, a, 9) == 1 && started == 0);
 }
 
+/* A memo's value (redis/memo.c) verifies for its user and pepper only:
+ * altered state, digest or time, read at another user's key, or made
+ * under another pepper, it is no memo. */
+static void test_memo_value(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 1), *other = test_mac(p, 2);
+    unsigned char uid[32], uid2[32];
+    char v[AUTHN_HMAC_MEMO_VALUE_MAX], w[AUTHN_HMAC_MEMO_VALUE_MAX];
+    authn_hmac_memo_t memo, got;
+    size_t n, i;
+
+    (void)p;
+    memset(uid, 1, sizeof(uid));
+    memset(uid2, 2, sizeof(uid2));
+    memset(&memo, 0, sizeof(memo));
+    memo.state = AUTHN_HMAC_MEMO_HASH;
+    memset(memo.digest, 0xab, sizeof(memo.digest));
+    memo.confirmed = SEC(1700000000);
+    n = authn_hmac_memo_encode(m, uid, &memo, v);
+    CHECK(n > 0 && n < sizeof(v) && memcmp(v, "m1:1", 4) == 0);
+    CHECK(authn_hmac_memo_decode(m, uid, v, n, &got) &&
+          got.state == memo.state && got.confirmed == memo.confirmed &&
+          memcmp(got.digest, memo.digest, sizeof(got.digest)) == 0);
+    CHECK(!authn_hmac_memo_decode(m, uid2, v, n, &got) && got.state == 0);
+    CHECK(!authn_hmac_memo_decode(other, uid, v, n, &got));
+    CHECK(!authn_hmac_memo_decode(m, uid, v, n - 1, &got));
+    /* Each byte altered (the state, the digest, the time, the tag). */
+    for (i = 0; i < n; i++) {
+        memcpy(w, v, n);
+        w[i] = w[i] == '2' ? '3' : '2';
+        CHECK(!authn_hmac_memo_decode(m, uid, w, n, &got) && got.state == 0);
+    }
+    /* No state, or a time before 1970: nothing written. */
+    memo.state = 0;
+    CHECK(authn_hmac_memo_encode(m, uid, &memo, v) == 0);
+    memo.state = AUTHN_HMAC_MEMO_LOCKED;
+    memo.confirmed = -1;
+    CHECK(authn_hmac_memo_encode(m, uid, &memo, v) == 0);
+}
+
+/* security.md: Redis holds no user name, password or stored hash, only
+ * MAC outputs, times and tags. The memo's digest is SHA-256(version,
+ * scope, user, stored hash), unkeyed: whoever reads Redis and holds a
+ * copy of the users table (a backup, a dump) would map each m: key to its
+ * user, and see whose hash changed since. So the value holds the digest
+ * only hidden under the pepper (neither it nor its hex is there), and the
+ * round trip still gives it back. */
+static void test_memo_value_holds_no_unkeyed_digest(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 5);
+    unsigned char uid[32];
+    authn_hmac_memo_t memo, got;
+    char v[AUTHN_HMAC_MEMO_VALUE_MAX], hex[2 * AUTHN_HMAC_DIGEST_LEN + 1];
+    size_t n;
+    int i;
+
+    memset(uid, 0x55, sizeof(uid));
+    memset(&memo, 0, sizeof(memo));
+    memo.state = AUTHN_HMAC_MEMO_HASH;
+    authn_hmac_cred_digest("dbd:SELECT hash FROM users WHERE name = %s", 42,
+                           "alice", 5, "$2y$05$abcdefghijklmnopqrstuv", 29,
+                           memo.digest);
+    memo.confirmed = SEC(1700000000);
+    n = authn_hmac_memo_encode(m, uid, &memo, v);
+    CHECK(n > 0);
+    v[n] = '\0';
+    for (i = 0; i < AUTHN_HMAC_DIGEST_LEN; i++)
+        sprintf(hex + 2 * i, "%02x", memo.digest[i]);
+    CHECK(strstr(v, hex) == NULL);
+    for (i = 0; i < AUTHN_HMAC_DIGEST_LEN; i++)
+        sprintf(hex + 2 * i, "%02X", memo.digest[i]);
+    CHECK(strstr(v, hex) == NULL);
+    CHECK(authn_hmac_memo_decode(m, uid, v, n, &got) &&
+          memcmp(got.digest, memo.digest, sizeof(got.digest)) == 0);
+}
+
+/* A memo read from Redis: one that verifies is found (1); none is 0; one
+ * that does not verify is -1, which the request's session counts as
+ * redis_forged (session.c); what SET writes verifies. */
+static void test_memo_get_and_set(apr_pool_t *p)
+{
+    authn_hmac_mac_t *m = test_mac(p, 1), *other = test_mac(p, 2);
+    authn_hmac_redis_conf_t conf;
+    unsigned char uid[32];
+    char v[AUTHN_HMAC_MEMO_VALUE_MAX];
+    authn_hmac_memo_t memo, got;
+    const char *why = "", **a;
+    one_server s;
+    int found, k;
+    size_t n;
+
+    memset(&conf, 0, sizeof(conf));
+    conf.prefix = "authn_hmac:";
+    memset(uid, 1, sizeof(uid));
+    memset(&memo, 0, sizeof(memo));
+    memo.state = AUTHN_HMAC_MEMO_NONE;
+    memo.confirmed = SEC(1700000000);
+    one_start(&s, "+OK\r\n");
+    CHECK(authn_hmac_redis_memo_set(s.c, &conf, m, uid, &memo, SEC(3600),
+                                    authn_hmac_monotonic() + SEC(5), &why,
+                                    p) == AUTHN_HMAC_REDIS_OK);
+    a = one_end(&s, p);
+    CHECK(a && strcmp(a[0], "SET") == 0 &&
+          strncmp(a[1], "authn_hmac:m:0101", 17) == 0 &&
+          strcmp(a[3], "PX") == 0 && strcmp(a[4], "3600000") == 0);
+    CHECK(a && authn_hmac_memo_decode(m, uid, a[2], strlen(a[2]), &got) &&
+          got.state == AUTHN_HMAC_MEMO_NONE);
+    for (k = 0; k < 3; k++) {
+        const authn_hmac_mac_t *maker = k == 2 ? other : m;
+        char *raw;
+
+        n = authn_hmac_memo_encode(maker, uid, &memo, v);
+        if (k == 1)
+            v[5] = v[5] == '0' ? '1' : '0'; /* the digest altered */
+        raw = apr_psprintf(p, "$%" APR_SIZE_T_FMT "\r\n%.*s\r\n", n, (int)n, v);
+        one_start(&s, raw);
+        CHECK(authn_hmac_redis_memo_get(
+                  s.c, &conf, m, uid, authn_hmac_monotonic() + SEC(5), &got,
+                  &found, &why, p) == AUTHN_HMAC_REDIS_OK);
+        (void)one_end(&s, p);
+        CHECK(found == (k == 0 ? 1 : -1));
+        CHECK(k == 0 ? got.state == AUTHN_HMAC_MEMO_NONE : got.state == 0);
+    }
+    one_start(&s, "$-1\r\n");
+    CHECK(authn_hmac_redis_memo_get(s.c, &conf, m, uid,
+                                    authn_hmac_monotonic() + SEC(5), &got,
+                                    &found, &why, p) == AUTHN_HMAC_REDIS_OK);
+    (void)one_end(&s, p);
+    CHECK(found == 0);
+}
+
 int main(void)
 {
     apr_pool_t *p = unit_start();
@@ -642,5 +773,8 @@ int main(void)
     RUN(test_a_redis_cannot_count_one_guess_twice, p);
     RUN(test_a_count_that_changed_is_read_again, p);
     RUN(test_a_count_ahead_is_raised_and_the_tries_end, p);
+    RUN(test_memo_value, p);
+    RUN(test_memo_value_holds_no_unkeyed_digest, p);
+    RUN(test_memo_get_and_set, p);
     return unit_end();
 }

@@ -23,7 +23,7 @@ static authn_hmac_outcome via(const authn_hmac_engine_t *e,
                               const char *other, apr_pool_t *p)
 {
     authn_hmac_policy_t pol = {
-        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 1, 0, 0};
+        apr_time_from_sec(300), max_age_us, apr_time_from_sec(30), 1, 0, 0, 0};
     authn_hmac_cred_t c = cred(user, password, NULL);
     authn_hmac_outcome o;
 
