@@ -65,9 +65,13 @@ static void test_wrapped_provider(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
     /* The shipped recheck (60 s), no offline grace: errors are errors. */
-    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us,
-                               apr_time_from_sec(30),  0,
-                               apr_time_from_sec(60),  0, 0};
+    authn_hmac_policy_t pol = {apr_time_from_sec(300),
+                               max_age_us,
+                               apr_time_from_sec(30),
+                               0,
+                               apr_time_from_sec(60),
+                               0,
+                               0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap");
 
     c.ask = ask;
@@ -96,9 +100,13 @@ static void test_wrapped_provider(apr_pool_t *p)
 static void test_wrapped_provider_rotation(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20), rot = e;
-    authn_hmac_policy_t pol = {apr_time_from_sec(300), max_age_us,
-                               apr_time_from_sec(30),  0,
-                               apr_time_from_sec(60),  0, 0};
+    authn_hmac_policy_t pol = {apr_time_from_sec(300),
+                               max_age_us,
+                               apr_time_from_sec(30),
+                               0,
+                               apr_time_from_sec(60),
+                               0,
+                               0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap");
     authn_hmac_secret_t *pb = NULL;
     authn_hmac_mac_t *mb = NULL;
@@ -157,9 +165,13 @@ static void age_wrapped(const authn_hmac_engine_t *e, const char *password,
 static void test_wrapped_recheck(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
-    authn_hmac_policy_t pol = {apr_time_from_sec(300), apr_time_from_sec(600),
-                               apr_time_from_sec(30),  0,
-                               apr_time_from_sec(60),  0, 0};
+    authn_hmac_policy_t pol = {apr_time_from_sec(300),
+                               apr_time_from_sec(600),
+                               apr_time_from_sec(30),
+                               0,
+                               apr_time_from_sec(60),
+                               0,
+                               0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap");
 
     c.ask = ask;
@@ -210,7 +222,7 @@ static void test_wrapped_offline(apr_pool_t *p)
 {
     authn_hmac_engine_t e = engine(p, 1 << 20);
     authn_hmac_policy_t pol = {
-        apr_time_from_sec(300), apr_time_from_sec(600), 0, 0,
+        apr_time_from_sec(300), apr_time_from_sec(600),  0, 0,
         apr_time_from_sec(60),  apr_time_from_sec(3600), 0};
     authn_hmac_cred_t c = cred("wendy", "right", "ldap"),
                       other = cred("wendy", "new", "ldap"),
