@@ -14,8 +14,9 @@
  *     A stale memo's query runs once per user for the server (single
  *     flight, keyed by a MAC of the user's id: the others wait, then take
  *     the memo) and, with Redis, once for the farm (a claim, SET NX PX:
- *     the other servers poll for its memo), counted as rechecks; no
- *     request waits more than SOURCE_WAIT for another's query;
+ *     the other servers wait on it, then read its memo; a failed query
+ *     ends the wait at once), counted as rechecks; no request waits more
+ *     than SOURCE_WAIT for another's query;
  *   - the query fails (an error, not "no row"): a credential whose user's
  *     memo was confirmed within AuthHMACOfflineGrace is served if its
  *     grant is still cached (looked up with an idle timeout of the grace;
@@ -28,7 +29,6 @@
 #include "sources/index.h"
 
 #include <string.h>
-#include <time.h>
 
 /* How long a request waits for another's query (a server's, or the
  * farm's claim), then asks by itself: mod_dbd sets no timeout of its own,
@@ -119,24 +119,27 @@ static authn_hmac_outcome tally(sql_t *q, authn_hmac_outcome o)
     return o;
 }
 
-/* Another server's query, through Redis: polls for a memo newer than the
- * one at hand until it is fresh or until (monotonic). 1 if it came. */
+/* Another server's query, through Redis: waits on its claim until it
+ * ends (answered or failed: an outage makes no one wait out SOURCE_WAIT)
+ * or until (monotonic), then reads the memo it left. 1 if a fresh one
+ * came; 0 (this request asks) if none did. */
 static int farm_wait(sql_t *q, apr_time_t until)
 {
-    struct timespec nap = {0, 20000000}; /* 20 ms */
     authn_hmac_memo_t r;
+    apr_time_t now;
 
-    while (authn_hmac_monotonic() < until && !q->rq.off) {
-        nanosleep(&nap, NULL);
-        if (authn_hmac_session_memo_get(&q->rq, q->uid, &r) &&
-            newer(&r, &q->m, apr_time_now()) &&
-            fresh(q, &r, q->pol->recheck, apr_time_now())) {
-            q->m = r;
-            authn_hmac_memo_store(q->e->table, q->uid, &r, apr_time_now());
-            return 1;
-        }
-    }
-    return 0;
+    /* NB: the claim ends with -1 whatever its query said (a result would
+     * keep the marker, and the next stale request of the same user would
+     * issue other commands than another user's); the memo tells. */
+    (void)authn_hmac_session_wait(&q->rq, q->qkey, until);
+    if (!authn_hmac_session_memo_get(&q->rq, q->uid, &r))
+        return 0;
+    now = apr_time_now();
+    if (!newer(&r, &q->m, now) || !fresh(q, &r, q->pol->recheck, now))
+        return 0;
+    q->m = r;
+    authn_hmac_memo_store(q->e->table, q->uid, &r, now);
+    return 1;
 }
 
 /* The memo of the query's answer (hash: NULL, no such user), here and in

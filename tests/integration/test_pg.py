@@ -143,7 +143,10 @@ def test_postgres_down_is_a_500_never_a_grant(pg):
 
 def test_a_restart_of_postgres_between_requests(pg):
     """A restart (a fast shutdown: mod_dbd's pooled sessions are ended)
-    while no request came: the users are still there at the next ones."""
+    while no request came: the users are still there at the next ones. A
+    query that fails while mod_dbd reconnects is an outage: erin, confirmed
+    a moment before, is served from the cache (AHMAC0041, then AHMAC0042
+    at the first answer)."""
     pg.add_user("erin", bcrypt("erin pg pass"))
     srv = pg_server(pg, name="pgrestart")
     try:
@@ -152,8 +155,11 @@ def test_a_restart_of_postgres_between_requests(pg):
         pg.stop()
         pg.start()
         recovered(srv, "erin", "erin pg pass")
+        notes = srv.notes("erin")
+        if "offline-hit" in notes:
+            assert "AHMAC0041" in srv.error_log() and "AHMAC0042" in srv.error_log()
     finally:
-        finish(srv, LOOKUP, DBD_DOWN)
+        finish(srv, LOOKUP, DBD_DOWN, r"AHMAC004[12]")
 
 
 def test_a_failing_query_is_a_500_never_a_grant(pg):
