@@ -281,6 +281,23 @@ def test_check_warns_of_a_random_pepper_with_redis():
     assert (rc, out) == (0, "AUTHN_HMAC OK - no Redis (shared memory only)"), out
 
 
+def test_check_warns_while_a_source_is_offline():
+    """Issue 39: a source of users failing while the credentials it
+    confirmed are served (offline_since_seconds set): WARNING, with the
+    count; none once it answers again (0)."""
+    extra = ("# TYPE authn_hmac_offline_since_seconds gauge\n"
+             "authn_hmac_offline_since_seconds %d\n"
+             "# TYPE authn_hmac_offline_hits_total counter\n"
+             "authn_hmac_offline_hits_total 7\n")
+    rc, out = check_of(fake_status({"redis": 0}, "") + extra % 1795687140)
+    assert rc == 1, out
+    assert out.startswith("AUTHN_HMAC WARNING - a source of users (SQL or a wrapped provider) "
+                          "fails since "), out
+    assert "(offline_hits: 7; AHMAC0041 in the error log)" in out, out
+    rc, out = check_of(fake_status({"redis": 0}, "") + extra % 0)
+    assert (rc, out) == (0, "AUTHN_HMAC OK - no Redis (shared memory only)"), out
+
+
 def test_check_survives_numbers_no_date_can_show():
     """A page whose times are past any date (1e20 s), or whose count is
     past any float (400 digits), still gets one line and a monitor's exit
