@@ -84,6 +84,8 @@ static int memo_find(sql_t *q, apr_time_t now)
         return 0;
     q->m = r;
     authn_hmac_memo_store(q->e->table, q->uid, &r, now);
+    /* NB: another server's fresh answer: the source answers again. */
+    authn_hmac_offline_answered(q->e, q->baton);
     return 1;
 }
 
@@ -139,6 +141,7 @@ static int farm_wait(sql_t *q, apr_time_t until)
         return 0;
     q->m = r;
     authn_hmac_memo_store(q->e->table, q->uid, &r, now);
+    authn_hmac_offline_answered(q->e, q->baton);
     return 1;
 }
 

@@ -342,9 +342,10 @@ def test_a_memo_altered_in_redis_is_no_memo(db_dir):
 
 
 @contextlib.contextmanager
-def sql_farm(dbd_conf, tag):
-    """Two servers (mod_dbd with dbd_conf, the shipped defaults) over one
-    database and one Redis (each's .shared_redis): yields (a, b)."""
+def sql_farm(dbd_conf, tag, section="", allowed=()):
+    """Two servers (mod_dbd with dbd_conf, the shipped defaults but for
+    section's lines) over one database and one Redis (each's .shared_redis):
+    yields (a, b); allowed: the error log's expected lines at the end."""
     shared, redis = Shared(), Redis().start()
     servers = []
     try:
@@ -353,7 +354,8 @@ def sql_farm(dbd_conf, tag):
             srv.global_conf += dbd_conf
             srv.body = hmac_location(
                 "/s/", None, "sql",
-                'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"')
+                'AuthHMACDBDUserPWQuery "SELECT hash FROM users WHERE name = %s"',
+                *([section] if section else []))
             srv.write_config()
             page(srv)
             srv.shared_redis = redis
@@ -361,7 +363,7 @@ def sql_farm(dbd_conf, tag):
         yield tuple(servers)
     finally:
         for s in servers:
-            finish(s)
+            finish(s, *allowed)
         redis.cleanup()
         shared.cleanup()
 

@@ -1,9 +1,11 @@
 """SQL through mod_dbd on PostgreSQL (AuthHMACDBDUserPWQuery, DBDriver
 pgsql), against a private cluster: the shape of test_backends' SQLite
-tests. The module reads the stored hash at each request and verifies it
-itself; the hash is in the credential's key, so an UPDATE is refused at the
-next request, on every child and on a second server sharing Redis; a
-database that does not answer is a 500, never a grant."""
+tests. The module reads the stored hash once per user per AuthHMACRecheck
+(1 s) for the farm and verifies it itself; the hash is in the credential's
+key, so an UPDATE is refused within the recheck and a request, on every
+child and on a second server sharing Redis; a database that does not
+answer serves, for AuthHMACOfflineGrace, only the credentials it confirmed,
+and is a 500 for anything else, never a grant."""
 import pytest
 
 from conftest import MPMS
@@ -12,7 +14,7 @@ from harness.postgres import Postgres, available
 import time
 
 from test_backends import (GRACE_0, RECHECK_0, bcrypt, page, queries_under_load,
-                           removal_reaches_the_farm, rows_behind_the_cache,
+                           removal_reaches_the_farm, rows_behind_the_cache, sql_farm,
                            update_reaches_the_farm)
 from test_redis import finish
 
@@ -204,3 +206,35 @@ def test_postgres_down_serves_confirmed_users_for_the_grace(pg):
         assert srv.status()["offline_since_seconds"] == 0
     finally:
         finish(srv, LOOKUP, DBD_DOWN, r"AHMAC0041")
+
+
+def test_postgres_down_on_a_farm_serves_confirmed_users_for_the_grace(pg):
+    """Two servers sharing Redis, PostgreSQL stopped: erin, verified on A (a
+    Redis hit on B), keeps 200 on both (offline-hit) for the grace (3 s
+    here) and then gets a 500; frank, a new login, a 500 at once on both; no
+    request waits out another server's claim (a stopped database refuses at
+    once); back: AHMAC0042 and offline_since_seconds 0 on both."""
+    pg.add_user("erin", bcrypt("erin pg pass"))
+    grace = changed_default("a grace of seconds, to see it end within the test",
+                            AuthHMACOfflineGrace="3")
+    with sql_farm(dbd_conf(pg), "pgdown", section=grace,
+                  allowed=(LOOKUP, DBD_DOWN, r"AHMAC004[12]")) as (a, b):
+        assert a.status_code("/s/", "erin", "erin pg pass") == 200
+        assert b.status_code("/s/", "erin", "erin pg pass") == 200
+        assert b.notes("erin") == ["redis-hit"]
+        pg.stop()
+        time.sleep(1.05)  # the recheck: the shipped AuthHMACRecheck, 1 s
+        for srv in (a, b):
+            t0 = time.monotonic()
+            assert srv.status_code("/s/", "frank", "frank's pass") == 500
+            assert srv.status_code("/s/", "erin", "erin pg pass") == 200
+            assert time.monotonic() - t0 < 2, "a request waited"
+            assert srv.notes("erin")[-1] == "offline-hit", srv.notes("erin")
+            assert srv.status()["offline_since_seconds"] > 0
+        time.sleep(2.5)  # past the grace, counted from erin's last confirmation
+        assert [s.status_code("/s/", "erin", "erin pg pass") for s in (a, b)] == [500, 500]
+        pg.start()
+        for srv in (a, b):
+            recovered(srv, "erin", "erin pg pass")
+            assert "AHMAC0042" in srv.error_log()
+            assert srv.status()["offline_since_seconds"] == 0
