@@ -294,6 +294,7 @@ def test_sql_removal_and_lock_reach_a_second_server_sharing_redis(db_dir, change
             "denied")
 
 
+@pytest.mark.slow  # load- or timing-bound (sleeps past the recheck, the grace)
 @pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
                     reason="libaprutil1-dbd-sqlite3 is not installed")
 def test_sql_farm_under_load_queries_once_per_user_per_recheck(db_dir):
@@ -564,6 +565,7 @@ def sql_farm_server(site, fake, db, name):
     return srv.start()
 
 
+@pytest.mark.slow  # load- or timing-bound (sleeps past the recheck, the grace)
 @pytest.mark.skipif(not os.path.exists(SQLITE_DRIVER),
                     reason="libaprutil1-dbd-sqlite3 is not installed")
 @pytest.mark.parametrize("replay", [False, True])

@@ -98,6 +98,7 @@ def test_pg_removal_and_lock_reach_a_second_server_sharing_redis(pg, change):
             "denied")
 
 
+@pytest.mark.slow  # load- or timing-bound (sleeps past the recheck, the grace)
 def test_pg_farm_under_load_queries_once_per_user_per_recheck(pg_logged):
     """5 s of dora's cached requests on two servers sharing Redis: the
     queries of dora in PostgreSQL's log (log_statement = all) are at most
@@ -181,6 +182,7 @@ def test_a_failing_query_is_a_500_never_a_grant(pg):
         finish(srv, LOOKUP)
 
 
+@pytest.mark.slow  # load- or timing-bound (sleeps past the recheck, the grace)
 def test_postgres_down_serves_confirmed_users_for_the_grace(pg):
     """Stopped: erin, verified before, keeps 200 (offline-hit) for the grace
     (3 s here) and then gets a 500; frank, a new login, a 500 at once; back:
@@ -208,6 +210,7 @@ def test_postgres_down_serves_confirmed_users_for_the_grace(pg):
         finish(srv, LOOKUP, DBD_DOWN, r"AHMAC0041")
 
 
+@pytest.mark.slow  # load- or timing-bound (sleeps past the recheck, the grace)
 def test_postgres_down_on_a_farm_serves_confirmed_users_for_the_grace(pg):
     """Two servers sharing Redis, PostgreSQL stopped: erin, verified on A (a
     Redis hit on B), keeps 200 on both (offline-hit) for the grace (3 s
